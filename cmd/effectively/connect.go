@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/effectively-io/effectively/config"
+)
+
+// startupTimeout bounds each dependency check at start-up: a worker that
+// cannot reach its database or broker says so and exits, rather than
+// retrying silently forever.
+const startupTimeout = 15 * time.Second
+
+// pgAddr names the host and port a postgres URL points at, for messages.
+func pgAddr(url string) string {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return "(unparseable postgres.url)"
+	}
+	return fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
+}
+
+func postgresUnreachable(url string, err error) error {
+	return fmt.Errorf("cannot reach PostgreSQL at %s (postgres.url): %w; fix: start it (make stack-up) or set postgres.url / %s",
+		pgAddr(url), err, config.EnvName("postgres.url"))
+}
+
+// checkPostgres connects once, bounded by startupTimeout.
+func checkPostgres(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return postgresUnreachable(url, err)
+	}
+	return conn.Close(ctx)
+}
+
+// openPool opens the worker's pool. Every session bounds how long it may wait
+// for a lock, run a statement, or sit idle inside a transaction, so a paused
+// (SIGSTOPped) member cannot hold a claim's row lock forever.
+func openPool(ctx context.Context, pc config.Postgres, partitions int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(pc.URL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres.url: %w", err)
+	}
+	rp := cfg.ConnConfig.RuntimeParams
+	setDefault(rp, "lock_timeout", "10s")
+	setDefault(rp, "statement_timeout", "60s")
+	setDefault(rp, "idle_in_transaction_session_timeout", "30s")
+	setDefault(rp, "application_name", "effectively")
+	if pc.MaxConns > 0 {
+		cfg.MaxConns = pc.MaxConns
+	} else {
+		// One per owned partition, plus the dispatcher, relay, pruner and
+		// readiness checks.
+		cfg.MaxConns = int32(max(partitions, 4) + 4)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres.url: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, postgresUnreachable(pc.URL, err)
+	}
+	return pool, nil
+}
+
+func setDefault(m map[string]string, k, v string) {
+	if _, ok := m[k]; !ok {
+		m[k] = v
+	}
+}
+
+// checkKafka pings the brokers and checks that every topic exists, bounded
+// by startupTimeout. It returns the partition count of each topic.
+func checkKafka(ctx context.Context, cl *kgo.Client, brokers, topics []string) (map[string]int, error) {
+	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+	if err := cl.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("cannot reach Kafka at %s (kafka.brokers): %w; fix: start the broker (make stack-up) or set kafka.brokers / %s",
+			strings.Join(brokers, ","), err, config.EnvName("kafka.brokers"))
+	}
+	details, err := kadm.NewClient(cl).ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("listing topics on %s: %w", strings.Join(brokers, ","), err)
+	}
+	counts := make(map[string]int, len(topics))
+	var missing []string
+	for _, t := range topics {
+		d, ok := details[t]
+		if !ok || d.Err != nil {
+			missing = append(missing, t)
+			continue
+		}
+		counts[t] = len(d.Partitions)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("topic %s does not exist on %s (kafka.topics); fix: create it (effectively produce creates it) or correct kafka.topics / %s",
+			strings.Join(missing, ", "), strings.Join(brokers, ","), config.EnvName("kafka.topics"))
+	}
+	return counts, nil
+}

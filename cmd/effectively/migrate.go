@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/effectively-io/effectively/schema"
+)
+
+func newMigrateCmd(c *cli) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply pending schema migrations (idempotent, safe from several replicas at once)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			if err := checkPostgres(ctx, c.cfg.Postgres.URL); err != nil {
+				return err
+			}
+			res, err := schema.Migrate(ctx, c.cfg.Postgres.URL, c.log.Named("migrate"))
+			if err != nil {
+				return err
+			}
+			if len(res.Applied) == 0 {
+				fmt.Fprintf(c.stdout, "schema %s is up to date at version %d\n", res.Schema, res.Version)
+			} else {
+				fmt.Fprintf(c.stdout, "schema %s migrated to version %d (applied %v)\n", res.Schema, res.Version, res.Applied)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long (waiting for another replica's migration included)")
+	return cmd
+}

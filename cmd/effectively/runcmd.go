@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
+	"go.uber.org/zap"
+
+	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/consumer"
+	"github.com/effectively-io/effectively/httpserver"
+	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/schema"
+)
+
+func newRunCmd(c *cli) *cobra.Command {
+	var migrate bool
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the worker: join the consumer group and apply events until SIGINT/SIGTERM",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runWorker(cmd.Context(), c.cfg, c.log, migrate)
+		},
+	}
+	cmd.Flags().BoolVar(&migrate, "migrate", false, "apply pending schema migrations before starting")
+	return cmd
+}
+
+// runWorker wires the worker: database pool, consumer group member, HTTP
+// endpoints. It returns when ctx is cancelled and everything has drained.
+func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate bool) error {
+	if migrate {
+		if err := checkPostgres(ctx, cfg.Postgres.URL); err != nil {
+			return err
+		}
+		if _, err := schema.Migrate(ctx, cfg.Postgres.URL, log.Named("migrate")); err != nil {
+			return err
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	kmetrics := kprom.NewMetrics("effectively_kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
+
+	pool, err := openPool(ctx, cfg.Postgres, 0)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := schema.Check(ctx, pool); err != nil {
+		return err
+	}
+
+	applier := pipeline.NewApplier(pool, log.Named("pipeline"))
+	cons, err := consumer.New(consumerOptions(cfg, log, consumer.NewMetrics(reg), kmetrics), applier)
+	if err != nil {
+		return err
+	}
+	if _, err := checkKafka(ctx, cons.Client(), cfg.Kafka.Brokers, cfg.Kafka.Topics); err != nil {
+		cons.Close()
+		return err
+	}
+
+	var srv *httpserver.Server
+	if cfg.HTTP.Addr != "" {
+		srv, err = httpserver.New(cfg.HTTP.Addr, reg, []httpserver.Check{
+			{Name: "postgres", Func: func(ctx context.Context) error { return pool.Ping(ctx) }},
+			{Name: "group", Func: func(context.Context) error {
+				if !cons.Joined() {
+					return errors.New("not yet joined the consumer group")
+				}
+				return nil
+			}},
+		}, log.Named("http"))
+		if err != nil {
+			cons.Close()
+			return fmt.Errorf("http.addr %s: %w; fix: free the port or set http.addr / %s", cfg.HTTP.Addr, err, config.EnvName("http.addr"))
+		}
+		srv.Start()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = srv.Stop(sctx)
+		}()
+	}
+
+	log.Info("worker started",
+		zap.Strings("brokers", cfg.Kafka.Brokers), zap.String("group", cfg.Kafka.Group),
+		zap.Strings("topics", cfg.Kafka.Topics), zap.String("postgres", pgAddr(cfg.Postgres.URL)),
+		zap.String("http_addr", cfg.HTTP.Addr), zap.String("group_protocol", cfg.Kafka.GroupProtocol),
+		zap.String("instance_id", cfg.Kafka.InstanceID))
+	err = cons.Run(ctx)
+	log.Info("worker stopped")
+	return err
+}
+
+func consumerOptions(cfg config.Config, log *zap.Logger, m *consumer.Metrics, kmetrics *kprom.Metrics) consumer.Options {
+	k := cfg.Kafka
+	return consumer.Options{
+		Brokers:                k.Brokers,
+		Group:                  k.Group,
+		Topics:                 k.Topics,
+		InstanceID:             k.InstanceID,
+		GroupProtocol:          k.GroupProtocol,
+		StartOffset:            k.StartOffset,
+		SessionTimeout:         k.SessionTimeout,
+		RebalanceTimeout:       k.RebalanceTimeout,
+		ClientID:               k.ClientID,
+		FetchMaxBytes:          k.FetchMaxBytes,
+		FetchMaxPartitionBytes: k.FetchMaxPartitionBytes,
+		BatchMaxRecords:        cfg.Consumer.BatchMaxRecords,
+		BatchLinger:            cfg.Consumer.BatchLinger,
+		RevokeTimeout:          cfg.Consumer.RevokeTimeout,
+		RetryInitial:           cfg.Retry.Initial,
+		RetryMax:               cfg.Retry.Max,
+		Logger:                 log.Named("consumer"),
+		Metrics:                m,
+		Hooks:                  []kgo.Hook{kmetrics},
+	}
+}

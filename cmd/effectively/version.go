@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time (-ldflags "-X main.version=v1.2.3").
+var version = ""
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := "", false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if rev != "" {
+			if len(rev) > 12 {
+				rev = rev[:12]
+			}
+			if dirty {
+				rev += "-dirty"
+			}
+			return "devel-" + rev
+		}
+	}
+	return "devel"
+}
+
+func newVersionCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:         "version",
+		Short:       "Print the version",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{"config": "none"},
+		RunE: func(*cobra.Command, []string) error {
+			_, err := fmt.Fprintf(c.stdout, "effectively %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return err
+		},
+	}
+}

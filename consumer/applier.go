@@ -1,0 +1,33 @@
+package consumer
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Batch is records of one partition, in offset order, applied together.
+type Batch struct {
+	// Group is the consumer group the batch is applied for.
+	Group string
+	// Topic and Partition say where the records come from.
+	Topic     string
+	Partition int32
+	// Records are in offset order; never empty.
+	Records []*kgo.Record
+}
+
+// NextOffset is the offset after the batch's last record.
+func (b Batch) NextOffset() int64 { return b.Records[len(b.Records)-1].Offset + 1 }
+
+// Applier applies batches to the database. Implementations commit the batch's
+// effects and the partition's next offset in one transaction.
+type Applier interface {
+	// Apply applies b in one transaction. An error means nothing of b was
+	// committed and the batch is retried with backoff (permanent failures of
+	// single records are the Applier's to record, not errors).
+	Apply(ctx context.Context, b Batch) error
+	// Positions returns the stored next offset of each given partition of
+	// topic for group; partitions without a stored position are absent.
+	Positions(ctx context.Context, group, topic string, partitions []int32) (map[int32]int64, error)
+}

@@ -1,0 +1,378 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kzap"
+	"go.uber.org/zap"
+)
+
+// Options configure a Consumer. Zero durations and sizes take the defaults
+// documented on each field.
+type Options struct {
+	// Brokers are the seed brokers.
+	Brokers []string
+	// Group is the consumer group ID.
+	Group string
+	// Topics are consumed by the group.
+	Topics []string
+	// InstanceID enables static membership when set.
+	InstanceID string
+	// GroupProtocol is "classic" (default, cooperative-sticky) or "consumer"
+	// (KIP-848: the broker assigns partitions).
+	GroupProtocol string
+	// StartOffset is where a partition without a stored position starts:
+	// "earliest" (default) or "latest".
+	StartOffset string
+	// SessionTimeout and RebalanceTimeout are passed to the group (default
+	// 45 s and 60 s).
+	SessionTimeout   time.Duration
+	RebalanceTimeout time.Duration
+	// ClientID names the client to the brokers.
+	ClientID string
+	// FetchMaxBytes and FetchMaxPartitionBytes bound what one fetch buffers.
+	FetchMaxBytes          int32
+	FetchMaxPartitionBytes int32
+	// BatchMaxRecords is the most records per Apply (default 500).
+	BatchMaxRecords int
+	// BatchLinger is how long a partition waits to fill a batch (default 0:
+	// apply what has arrived).
+	BatchLinger time.Duration
+	// MaxBufferedRecords per partition before it is paused (default 4 ×
+	// BatchMaxRecords).
+	MaxBufferedRecords int
+	// RevokeTimeout bounds the wait for a revoked partition's goroutine
+	// (default 10 s); it must end well inside RebalanceTimeout.
+	RevokeTimeout time.Duration
+	// DrainTimeout bounds the graceful shutdown's wait for in-flight batches
+	// (default 30 s); after it they are cancelled.
+	DrainTimeout time.Duration
+	// RetryInitial and RetryMax shape the capped, jittered exponential
+	// backoff between attempts of a failing batch (default 100 ms, 30 s).
+	RetryInitial time.Duration
+	RetryMax     time.Duration
+	// Logger receives the consumer's and franz-go's logs.
+	Logger *zap.Logger
+	// Metrics, when set, is updated as the consumer works.
+	Metrics *Metrics
+	// Hooks are extra franz-go hooks (kprom client metrics).
+	Hooks []kgo.Hook
+	// ExtraOpts are appended to the franz-go options last (tests).
+	ExtraOpts []kgo.Opt
+}
+
+func (o *Options) setDefaults() {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.BatchMaxRecords <= 0 {
+		o.BatchMaxRecords = 500
+	}
+	if o.MaxBufferedRecords <= 0 {
+		o.MaxBufferedRecords = 4 * o.BatchMaxRecords
+	}
+	if o.RevokeTimeout <= 0 {
+		o.RevokeTimeout = 10 * time.Second
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 30 * time.Second
+	}
+	if o.RetryInitial <= 0 {
+		o.RetryInitial = 100 * time.Millisecond
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = 30 * time.Second
+	}
+}
+
+// Consumer is one member of the consumer group.
+type Consumer struct {
+	opts    Options
+	applier Applier
+	log     *zap.Logger
+	cl      *kgo.Client
+
+	// hardCtx is the parent of every partition worker's context; cancelling
+	// it abandons in-flight batches (their transactions roll back).
+	hardCtx    context.Context
+	hardCancel context.CancelFunc
+
+	mu      sync.Mutex
+	workers map[topicPartition]*partitionWorker
+	joined  bool // the group assigned us at least once (possibly nothing)
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// New creates the group member; it does not connect until [Consumer.Run] or
+// [Consumer.Ping].
+func New(opts Options, applier Applier) (*Consumer, error) {
+	opts.setDefaults()
+	if len(opts.Brokers) == 0 || opts.Group == "" || len(opts.Topics) == 0 {
+		return nil, errors.New("consumer: brokers, group and topics are required")
+	}
+	hardCtx, hardCancel := context.WithCancel(context.Background())
+	c := &Consumer{
+		opts:       opts,
+		applier:    applier,
+		log:        opts.Logger,
+		hardCtx:    hardCtx,
+		hardCancel: hardCancel,
+		workers:    make(map[topicPartition]*partitionWorker),
+	}
+	kopts := []kgo.Opt{
+		kgo.SeedBrokers(opts.Brokers...),
+		kgo.ConsumerGroup(opts.Group),
+		kgo.ConsumeTopics(opts.Topics...),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.OnPartitionsAssigned(c.assigned),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.revoked),
+		kgo.AdjustFetchOffsetsFn(c.adjustOffsets),
+		kgo.WithLogger(kzap.New(opts.Logger.Named("kafka"), kzap.Level(kgo.LogLevelInfo))),
+		kgo.DialTimeout(5 * time.Second),
+	}
+	if opts.StartOffset == "latest" {
+		kopts = append(kopts, kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+	} else {
+		kopts = append(kopts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	}
+	if opts.GroupProtocol == "consumer" {
+		kopts = append(kopts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.CooperativeStickyBalancer()))
+	} else {
+		kopts = append(kopts, kgo.Balancers(kgo.CooperativeStickyBalancer()))
+	}
+	if opts.InstanceID != "" {
+		kopts = append(kopts, kgo.InstanceID(opts.InstanceID))
+	}
+	if opts.SessionTimeout > 0 {
+		kopts = append(kopts, kgo.SessionTimeout(opts.SessionTimeout))
+	}
+	if opts.RebalanceTimeout > 0 {
+		kopts = append(kopts, kgo.RebalanceTimeout(opts.RebalanceTimeout))
+	}
+	if opts.ClientID != "" {
+		kopts = append(kopts, kgo.ClientID(opts.ClientID))
+	}
+	if opts.FetchMaxBytes > 0 {
+		kopts = append(kopts, kgo.FetchMaxBytes(opts.FetchMaxBytes), kgo.BrokerMaxReadBytes(2*opts.FetchMaxBytes))
+	}
+	if opts.FetchMaxPartitionBytes > 0 {
+		kopts = append(kopts, kgo.FetchMaxPartitionBytes(opts.FetchMaxPartitionBytes))
+	}
+	if len(opts.Hooks) > 0 {
+		kopts = append(kopts, kgo.WithHooks(opts.Hooks...))
+	}
+	kopts = append(kopts, opts.ExtraOpts...)
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		hardCancel()
+		return nil, fmt.Errorf("creating the kafka client: %w", err)
+	}
+	c.cl = cl
+	return c, nil
+}
+
+// Client is the underlying franz-go client (for admin requests sharing its
+// connections).
+func (c *Consumer) Client() *kgo.Client { return c.cl }
+
+// Joined reports whether the group has assigned this member at least once.
+func (c *Consumer) Joined() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.joined
+}
+
+// Run polls until ctx is cancelled, then shuts down gracefully: in-flight
+// batches finish (up to DrainTimeout) and commit, and the member leaves the
+// group.
+func (c *Consumer) Run(ctx context.Context) error {
+	defer c.hardCancel()
+	maxPoll := 4 * c.opts.BatchMaxRecords
+	for {
+		fetches := c.cl.PollRecords(ctx, maxPoll)
+		if fetches.IsClientClosed() || ctx.Err() != nil {
+			c.cl.AllowRebalance()
+			break
+		}
+		fetches.EachError(func(topic string, partition int32, err error) {
+			// A poll cancelled by its context reports on a fake partition -1.
+			if partition < 0 || errors.Is(err, context.Canceled) {
+				return
+			}
+			c.log.Warn("fetch error", zap.String("topic", topic), zap.Int32("partition", partition), zap.Error(err))
+		})
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			c.mu.Lock()
+			w := c.workers[topicPartition{p.Topic, p.Partition}]
+			c.mu.Unlock()
+			if w == nil {
+				// BlockRebalanceOnPoll guarantees the worker exists for any
+				// partition a poll returns; dropping here is safe anyway,
+				// nothing was committed past these records.
+				c.log.Error("records for a partition without a worker", zap.String("topic", p.Topic), zap.Int32("partition", p.Partition))
+				return
+			}
+			w.push(p.Records)
+		})
+		c.cl.AllowRebalance()
+	}
+	c.shutdown()
+	return nil
+}
+
+// shutdown drains in-flight batches, then leaves the group.
+func (c *Consumer) shutdown() {
+	c.mu.Lock()
+	workers := make([]*partitionWorker, 0, len(c.workers))
+	for _, w := range c.workers {
+		workers = append(workers, w)
+	}
+	c.mu.Unlock()
+	for _, w := range workers {
+		w.stopGracefully()
+	}
+	timer := time.NewTimer(c.opts.DrainTimeout)
+	defer timer.Stop()
+	for _, w := range workers {
+		select {
+		case <-w.done:
+		case <-timer.C:
+			c.log.Warn("in-flight batches did not finish within the drain timeout; cancelling them", zap.Duration("drain_timeout", c.opts.DrainTimeout))
+			c.hardCancel()
+			<-w.done
+		}
+	}
+	// Leaving the group runs the revoke callback, which finds the workers
+	// stopped.
+	c.cl.CloseAllowingRebalance()
+}
+
+// Close releases the client when Run was never called.
+func (c *Consumer) Close() {
+	c.hardCancel()
+	c.cl.Close()
+}
+
+// Ping checks that a broker answers.
+func (c *Consumer) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }
+
+func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.joined = true
+	for topic, partitions := range assigned {
+		for _, p := range partitions {
+			tp := topicPartition{topic, p}
+			if _, ok := c.workers[tp]; ok {
+				continue
+			}
+			w := newPartitionWorker(c, tp)
+			c.workers[tp] = w
+			go w.run()
+			c.log.Info("partition assigned", zap.String("topic", topic), zap.Int32("partition", p))
+		}
+	}
+	c.opts.Metrics.setAssigned(len(c.workers))
+}
+
+// revoked stops the partitions' workers and waits for them (bounded) before
+// returning: after this callback the partitions belong to someone else, and a
+// commit from here would rewind the new owner. In-flight batches are
+// cancelled, not waited for: their transactions never commit, so the new
+// owner simply redoes them.
+func (c *Consumer) revoked(_ context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	c.mu.Lock()
+	var stopped []*partitionWorker
+	for topic, partitions := range revoked {
+		for _, p := range partitions {
+			tp := topicPartition{topic, p}
+			w, ok := c.workers[tp]
+			if !ok {
+				continue
+			}
+			delete(c.workers, tp)
+			w.cancel()
+			stopped = append(stopped, w)
+		}
+	}
+	c.opts.Metrics.setAssigned(len(c.workers))
+	c.mu.Unlock()
+	c.opts.Metrics.rebalanced()
+
+	timer := time.NewTimer(c.opts.RevokeTimeout)
+	defer timer.Stop()
+	resume := make(map[string][]int32)
+	for _, w := range stopped {
+		select {
+		case <-w.done:
+		case <-timer.C:
+			// The worker's context is cancelled, so it can neither commit its
+			// transaction nor the Kafka offset; it is abandoned.
+			c.log.Error("revoked partition's worker did not stop in time; abandoning it",
+				zap.String("topic", w.tp.topic), zap.Int32("partition", w.tp.partition), zap.Duration("revoke_timeout", c.opts.RevokeTimeout))
+		}
+		resume[w.tp.topic] = append(resume[w.tp.topic], w.tp.partition)
+		c.log.Info("partition revoked", zap.String("topic", w.tp.topic), zap.Int32("partition", w.tp.partition))
+	}
+	// Pauses are client-wide and survive a revoke: clear them so the
+	// partition fetches again if it comes back.
+	if len(resume) > 0 {
+		cl.ResumeFetchPartitions(resume)
+	}
+}
+
+// adjustOffsets replaces the offsets Kafka has committed with the positions
+// stored in PostgreSQL, which are authoritative: they were written in the
+// same transactions as the effects. Kafka's commit lags by at most a batch
+// after a crash; one ahead of the database means someone moved it with
+// Kafka's own tools, which the worker explains and ignores.
+func (c *Consumer) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	for topic, parts := range offsets {
+		ps := make([]int32, 0, len(parts))
+		for p := range parts {
+			ps = append(ps, p)
+		}
+		var stored map[int32]int64
+		err := retry(ctx, c.opts.RetryInitial, c.opts.RetryMax, func() error {
+			var err error
+			stored, err = c.applier.Positions(ctx, c.opts.Group, topic, ps)
+			if err != nil {
+				c.log.Warn("reading stored positions failed; retrying", zap.String("topic", topic), zap.Error(err))
+			}
+			return err
+		})
+		if err != nil {
+			return offsets, err
+		}
+		for p, next := range stored {
+			kafkaAt := parts[p].EpochOffset().Offset
+			switch {
+			case kafkaAt > next:
+				c.log.Warn("Kafka's committed offset is ahead of the position stored in PostgreSQL; "+
+					"it was probably reset with Kafka's own tools. PostgreSQL is authoritative: resuming from its position "+
+					"(use `effectively replay` to move the group)",
+					zap.String("topic", topic), zap.Int32("partition", p), zap.Int64("kafka_offset", kafkaAt), zap.Int64("stored_offset", next))
+			case kafkaAt >= 0 && kafkaAt < next:
+				c.log.Info("resuming from the position stored in PostgreSQL (Kafka's commit lagged)",
+					zap.String("topic", topic), zap.Int32("partition", p), zap.Int64("kafka_offset", kafkaAt), zap.Int64("stored_offset", next))
+			}
+			parts[p] = kgo.NewOffset().At(next).WithEpoch(-1)
+		}
+	}
+	return offsets, nil
+}

@@ -1,0 +1,125 @@
+package consumer
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the consumer's Prometheus metrics. A nil *Metrics records
+// nothing, so tests need not register any.
+type Metrics struct {
+	records    *prometheus.CounterVec
+	batchSize  *prometheus.HistogramVec
+	txLatency  *prometheus.HistogramVec
+	endToEnd   *prometheus.HistogramVec
+	retries    *prometheus.CounterVec
+	rebalances prometheus.Counter
+	assigned   prometheus.Gauge
+	paused     *prometheus.GaugeVec
+	retrying   *prometheus.GaugeVec
+}
+
+// NewMetrics creates the consumer's metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "effectively_records_applied_total",
+			Help: "Records whose batch committed to PostgreSQL, by topic (every disposition).",
+		}, []string{"topic"}),
+		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "effectively_batch_records",
+			Help:    "Records per applied batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}, []string{"topic"}),
+		txLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "effectively_batch_apply_seconds",
+			Help:    "Time to apply one batch, retries included (claim, effects, offset, COMMIT).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"topic"}),
+		endToEnd: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "effectively_end_to_end_seconds",
+			Help:    "From a record's timestamp to the commit of its effects.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20),
+		}, []string{"topic"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "effectively_batch_retries_total",
+			Help: "Failed batch attempts retried with backoff (transient faults), by topic and partition.",
+		}, []string{"topic", "partition"}),
+		rebalances: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "effectively_rebalances_total",
+			Help: "Revocations or losses of partitions seen by this member.",
+		}),
+		assigned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "effectively_assigned_partitions",
+			Help: "Partitions this member owns.",
+		}),
+		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "effectively_partition_paused",
+			Help: "1 while a partition's fetching is paused (backpressure or retry).",
+		}, []string{"topic", "partition"}),
+		retrying: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "effectively_partition_retrying",
+			Help: "1 while a partition retries a failing batch.",
+		}, []string{"topic", "partition"}),
+	}
+	reg.MustRegister(m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.paused, m.retrying)
+	return m
+}
+
+func (m *Metrics) applied(b Batch, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.records.WithLabelValues(b.Topic).Add(float64(len(b.Records)))
+	m.batchSize.WithLabelValues(b.Topic).Observe(float64(len(b.Records)))
+	m.txLatency.WithLabelValues(b.Topic).Observe(took.Seconds())
+	now := time.Now()
+	e2e := m.endToEnd.WithLabelValues(b.Topic)
+	for _, r := range b.Records {
+		e2e.Observe(now.Sub(r.Timestamp).Seconds())
+	}
+}
+
+func (m *Metrics) retried(tp topicPartition) {
+	if m == nil {
+		return
+	}
+	m.retries.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Inc()
+}
+
+func (m *Metrics) rebalanced() {
+	if m == nil {
+		return
+	}
+	m.rebalances.Inc()
+}
+
+func (m *Metrics) setAssigned(n int) {
+	if m == nil {
+		return
+	}
+	m.assigned.Set(float64(n))
+}
+
+func (m *Metrics) setPaused(tp topicPartition, v bool) {
+	if m == nil {
+		return
+	}
+	m.paused.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(b2f(v))
+}
+
+func (m *Metrics) setRetrying(tp topicPartition, v bool) {
+	if m == nil {
+		return
+	}
+	m.retrying.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(b2f(v))
+}
+
+func b2f(v bool) float64 {
+	if v {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,208 @@
+package consumer
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"sync"
+)
+
+// partitionWorker applies one partition's records in offset order. The poll
+// loop pushes records into its queue; when the queue is full, or while a
+// batch is being retried, the partition is paused at the client instead of
+// blocking the poll loop (a blocked loop never allows a rebalance).
+type partitionWorker struct {
+	c   *Consumer
+	tp  topicPartition
+	log *zap.Logger
+
+	ctx    context.Context // cancelled on revoke or hard stop
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	queue    []*kgo.Record
+	paused   bool
+	retrying bool
+	stopping bool
+	wake     chan struct{} // capacity 1: records arrived or stop requested
+}
+
+func newPartitionWorker(c *Consumer, tp topicPartition) *partitionWorker {
+	ctx, cancel := context.WithCancel(c.hardCtx)
+	return &partitionWorker{
+		c:      c,
+		tp:     tp,
+		log:    c.log.With(zap.String("topic", tp.topic), zap.Int32("partition", tp.partition)),
+		ctx:    ctx,
+		cancel: cancel,
+		done:   make(chan struct{}),
+		wake:   make(chan struct{}, 1),
+	}
+}
+
+func (w *partitionWorker) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// push queues records from the poll loop.
+func (w *partitionWorker) push(recs []*kgo.Record) {
+	w.mu.Lock()
+	w.queue = append(w.queue, recs...)
+	w.updatePauseLocked()
+	w.mu.Unlock()
+	w.signal()
+}
+
+// stopGracefully lets the in-flight batch finish and commit, then stops.
+func (w *partitionWorker) stopGracefully() {
+	w.mu.Lock()
+	w.stopping = true
+	w.mu.Unlock()
+	w.signal()
+}
+
+// updatePauseLocked pauses the partition while its queue is full or a batch
+// is being retried, and resumes it once the queue is half empty. Paused
+// partitions' buffered fetches are dropped by the client and re-fetched from
+// the same position on resume, so nothing is skipped.
+func (w *partitionWorker) updatePauseLocked() {
+	want := w.retrying || len(w.queue) >= w.c.opts.MaxBufferedRecords
+	if !want && w.paused && len(w.queue) > w.c.opts.MaxBufferedRecords/2 {
+		want = true // hysteresis
+	}
+	if want == w.paused {
+		return
+	}
+	w.paused = want
+	tps := map[string][]int32{w.tp.topic: {w.tp.partition}}
+	if want {
+		w.c.cl.PauseFetchPartitions(tps)
+	} else {
+		w.c.cl.ResumeFetchPartitions(tps)
+	}
+	w.c.opts.Metrics.setPaused(w.tp, want)
+}
+
+func (w *partitionWorker) run() {
+	defer close(w.done)
+	for {
+		b, ok := w.next()
+		if !ok {
+			return
+		}
+		if !w.apply(b) {
+			return
+		}
+		w.commit(b)
+	}
+}
+
+// next waits for records and takes up to BatchMaxRecords of them, lingering
+// up to BatchLinger for a fuller batch.
+func (w *partitionWorker) next() (Batch, bool) {
+	var linger <-chan time.Time
+	for {
+		w.mu.Lock()
+		stopping, n := w.stopping, len(w.queue)
+		if !stopping && n > 0 && (n >= w.c.opts.BatchMaxRecords || w.c.opts.BatchLinger <= 0 || lingerDone(linger)) {
+			take := min(n, w.c.opts.BatchMaxRecords)
+			recs := make([]*kgo.Record, take)
+			copy(recs, w.queue)
+			w.queue = append(w.queue[:0], w.queue[take:]...)
+			w.updatePauseLocked()
+			w.mu.Unlock()
+			return Batch{Group: w.c.opts.Group, Topic: w.tp.topic, Partition: w.tp.partition, Records: recs}, true
+		}
+		w.mu.Unlock()
+		if stopping {
+			return Batch{}, false
+		}
+		if n > 0 && linger == nil {
+			t := time.NewTimer(w.c.opts.BatchLinger)
+			defer t.Stop()
+			linger = t.C
+		}
+		select {
+		case <-w.ctx.Done():
+			return Batch{}, false
+		case <-w.wake:
+		case <-linger:
+			linger = closedTimeChan
+		}
+	}
+}
+
+var closedTimeChan = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
+
+func lingerDone(c <-chan time.Time) bool { return c == closedTimeChan }
+
+// apply applies b, retrying transient failures with backoff while the
+// partition is paused. It returns false when the worker was cancelled.
+func (w *partitionWorker) apply(b Batch) bool {
+	start := time.Now()
+	attempt := 0
+	err := retry(w.ctx, w.c.opts.RetryInitial, w.c.opts.RetryMax, func() error {
+		attempt++
+		err := w.c.applier.Apply(w.ctx, b)
+		if err != nil && w.ctx.Err() == nil {
+			w.c.opts.Metrics.retried(w.tp)
+			w.log.Warn("applying batch failed; retrying with backoff while the partition is paused",
+				zap.Int64("first_offset", b.Records[0].Offset), zap.Int("records", len(b.Records)),
+				zap.Int("attempt", attempt), zap.Error(err))
+			w.setRetrying(true)
+		}
+		return err
+	})
+	w.setRetrying(false)
+	if err != nil {
+		return false
+	}
+	w.c.opts.Metrics.applied(b, time.Since(start))
+	return true
+}
+
+func (w *partitionWorker) setRetrying(v bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.retrying == v {
+		return
+	}
+	w.retrying = v
+	w.updatePauseLocked()
+	w.c.opts.Metrics.setRetrying(w.tp, v)
+}
+
+// commit commits the batch's next offset to Kafka, after the database
+// committed it. A failure is logged, not retried: PostgreSQL holds the
+// authoritative position, so a lagging Kafka commit costs only a re-read.
+func (w *partitionWorker) commit(b Batch) {
+	last := b.Records[len(b.Records)-1]
+	offsets := map[string]map[int32]kgo.EpochOffset{
+		b.Topic: {b.Partition: {Epoch: last.LeaderEpoch, Offset: last.Offset + 1}},
+	}
+	w.c.cl.CommitOffsetsSync(w.ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err == nil {
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					if p.ErrorCode != 0 {
+						err = kerrForCode(p.ErrorCode)
+					}
+				}
+			}
+		}
+		if err != nil && w.ctx.Err() == nil {
+			w.log.Warn("committing to Kafka failed (PostgreSQL holds the position; continuing)", zap.Int64("offset", last.Offset+1), zap.Error(err))
+		}
+	})
+}

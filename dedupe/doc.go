@@ -1,0 +1,5 @@
+// Package dedupe owns the tables that make delivery idempotent: claims of
+// event keys (processed_events) with their dispositions, and each partition's
+// authoritative position (consumer_offsets), written in the same transaction
+// as the effects.
+package dedupe

@@ -1,0 +1,74 @@
+package dedupe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Querier runs a query: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// ErrFenced means another member has already applied past the start of the
+// batch: this member lost the partition (a zombie) and must not apply it.
+var ErrFenced = errors.New("partition position is ahead of the batch: another member owns the partition")
+
+const positionsSQL = `
+SELECT "partition", next_offset FROM consumer_offsets
+WHERE consumer_group = $1 AND topic = $2 AND "partition" = ANY($3)`
+
+// Positions returns the stored next offset of each given partition; those
+// without one are absent.
+func Positions(ctx context.Context, db Querier, group, topic string, partitions []int32) (map[int32]int64, error) {
+	rows, err := db.Query(ctx, positionsSQL, group, topic, partitions)
+	if err != nil {
+		return nil, fmt.Errorf("reading positions of %s: %w", topic, err)
+	}
+	out := make(map[int32]int64, len(partitions))
+	var p int32
+	var next int64
+	_, err = pgx.ForEachRow(rows, []any{&p, &next}, func() error {
+		out[p] = next
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading positions of %s: %w", topic, err)
+	}
+	return out, nil
+}
+
+const lockPositionSQL = `
+INSERT INTO consumer_offsets (consumer_group, topic, "partition", next_offset)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (consumer_group, topic, "partition") DO UPDATE SET next_offset = consumer_offsets.next_offset
+RETURNING next_offset`
+
+// LockPosition locks the partition's position row for the rest of tx and
+// returns the stored next offset (creating the row at firstOffset when the
+// partition has none). Two members applying the same partition — the owner
+// and a zombie that has not noticed it lost the partition — serialise here,
+// and the second sees how far the first got.
+func LockPosition(ctx context.Context, tx pgx.Tx, group, topic string, partition int32, firstOffset int64) (int64, error) {
+	var next int64
+	if err := tx.QueryRow(ctx, lockPositionSQL, group, topic, partition, firstOffset).Scan(&next); err != nil {
+		return 0, fmt.Errorf("locking position of %s/%d: %w", topic, partition, err)
+	}
+	return next, nil
+}
+
+const advanceSQL = `
+UPDATE consumer_offsets SET next_offset = $4, updated_at = now()
+WHERE consumer_group = $1 AND topic = $2 AND "partition" = $3 AND next_offset < $4`
+
+// Advance moves the partition's stored position forward to next inside tx.
+// It never moves it backwards.
+func Advance(ctx context.Context, tx pgx.Tx, group, topic string, partition int32, next int64) error {
+	if _, err := tx.Exec(ctx, advanceSQL, group, topic, partition, next); err != nil {
+		return fmt.Errorf("advancing position of %s/%d to %d: %w", topic, partition, next, err)
+	}
+	return nil
+}

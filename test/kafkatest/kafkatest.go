@@ -1,0 +1,85 @@
+// Package kafkatest gives each test its own randomly named topics and
+// consumer group on the test broker, and deletes the topics afterwards.
+package kafkatest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/effectively-io/effectively/test/stacktest"
+)
+
+// Brokers returns the test broker's seed addresses.
+func Brokers(t testing.TB) []string {
+	t.Helper()
+	return stacktest.KafkaBrokers(t)
+}
+
+// Admin returns an admin client on the test broker, closed with the test.
+func Admin(t testing.TB) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(Brokers(t)...))
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+// NewTopic creates a uniquely named topic with the given partition count and
+// deletes it when the test ends.
+func NewTopic(t testing.TB, partitions int32) string {
+	t.Helper()
+	name := Name(t, "topic")
+	adm := Admin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, name)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("creating topic %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = adm.DeleteTopics(ctx, name)
+	})
+	return name
+}
+
+// NewGroup returns a unique consumer group name.
+func NewGroup(t testing.TB) string {
+	t.Helper()
+	return Name(t, "group")
+}
+
+// Name returns a unique, readable name for a test resource.
+func Name(t testing.TB, kind string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	n := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
+	if len(n) > 60 {
+		n = n[:60]
+	}
+	return "test." + n + "." + kind + "." + hex.EncodeToString(b)
+}
+
+// Producer returns a producer client on the test broker, closed with the test.
+func Producer(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(Brokers(t)...)}, opts...)...)
+	if err != nil {
+		t.Fatalf("kafka producer: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}

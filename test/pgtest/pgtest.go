@@ -1,0 +1,135 @@
+// Package pgtest gives each test its own freshly migrated PostgreSQL schema
+// (river's riverdbtest pattern), so tests run in parallel on one server
+// without seeing each other's rows.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/effectively-io/effectively/schema"
+	"github.com/effectively-io/effectively/test/stacktest"
+)
+
+// DB is a test's own schema.
+type DB struct {
+	// Schema is the schema's name.
+	Schema string
+	// URL connects with search_path set to Schema; hand it to the worker.
+	URL string
+	// Pool is a small pool on URL for the test's own queries.
+	Pool *pgxpool.Pool
+}
+
+// New creates a uniquely named schema, applies the migrations to it and drops
+// it when the test ends.
+func New(t testing.TB) DB {
+	t.Helper()
+	db := NewEmpty(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := schema.Migrate(ctx, db.URL, zap.NewNop()); err != nil {
+		t.Fatalf("migrating test schema %s: %v", db.Schema, err)
+	}
+	return db
+}
+
+// NewEmpty creates a uniquely named, empty schema (for tests of the
+// migrations themselves) and drops it when the test ends.
+func NewEmpty(t testing.TB) DB {
+	t.Helper()
+	base := stacktest.PostgresURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	name := "t_" + strings.ToLower(sanitize(t.Name())) + "_" + randomHex(4)
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("connecting to test postgres (%s): %v", stacktest.PostgresURLEnv, err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("creating schema %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("dropping schema %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("dropping schema %s: %v", name, err)
+		}
+	})
+
+	u := WithSearchPath(t, base, name)
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatalf("parsing %s: %v", u, err)
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("opening pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return DB{Schema: name, URL: u, Pool: pool}
+}
+
+// WithSearchPath returns base with its search_path set to schemaName; every
+// connection the worker opens from it then works inside that schema.
+func WithSearchPath(t testing.TB, base, schemaName string) string {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("parsing postgres url: %v", err)
+	}
+	q := u.Query()
+	q.Set("search_path", schemaName)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Count runs a count(*) query (or any query returning one integer).
+func (db DB) Count(t testing.TB, query string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := db.Pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+		if b.Len() >= 40 {
+			break
+		}
+	}
+	return b.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
