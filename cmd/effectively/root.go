@@ -89,6 +89,7 @@ transaction commits.`,
 
 	root.AddCommand(
 		newRunCmd(c),
+		newProduceCmd(c),
 		newMigrateCmd(c),
 		newConfigCmd(c),
 		newVersionCmd(c),

@@ -1,0 +1,53 @@
+# effectively — the commands a user and CI run. See README.md.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/effectively
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X main.version=$(VERSION)
+# Packages whose tests start goroutines or talk to the real stack run with
+# the race detector; the whole module is cheap enough to run that way.
+TEST_FLAGS ?= -race -count=1 -timeout 14m
+FUZZTIME ?= 10s
+
+.PHONY: build test unit vet demo bench chaos fuzz stack-up stack-down stack-status stack-logs clean
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/effectively
+
+## test: vet, format check, every test against the real stack (started and stopped here), short fuzz runs.
+test:
+	stack/with-stack.sh $(MAKE) --no-print-directory test-on-stack
+
+test-on-stack: vet build
+	$(GO) test $(TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+
+vet:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+## fuzz: each fuzz target for FUZZTIME (make test runs them briefly; make fuzz FUZZTIME=10m for long runs).
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$t ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+## demo: start the stack, migrate, run the worker (the main job).
+demo: build
+	EFFECTIVELY_KEEP_STACK=1 stack/with-stack.sh test/demo.sh
+
+stack-up:
+	stack/stack.sh up
+stack-down:
+	stack/stack.sh down
+stack-status:
+	stack/stack.sh status
+stack-logs:
+	stack/stack.sh logs
+
+clean:
+	rm -rf bin

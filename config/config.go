@@ -1,0 +1,497 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"net/url"
+	"reflect"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole effective configuration. Field tags are the key names
+// (kafka.session_timeout is Config.Kafka.SessionTimeout).
+type Config struct {
+	// Kafka is the consumer group and its client limits.
+	Kafka Kafka `mapstructure:"kafka"`
+	// Postgres is the database the effects, claims and offsets live in.
+	Postgres Postgres `mapstructure:"postgres"`
+	// HTTP is the health, readiness and metrics server.
+	HTTP HTTP `mapstructure:"http"`
+	// Log is the process log.
+	Log Log `mapstructure:"log"`
+	// Consumer is batching and input limits of the partition workers.
+	Consumer Consumer `mapstructure:"consumer"`
+	// Retry is the backoff for transient failures while a partition is paused.
+	Retry Retry `mapstructure:"retry"`
+	// Parking bounds events waiting for a prerequisite.
+	Parking Parking `mapstructure:"parking"`
+	// Dedupe is how long claims are kept.
+	Dedupe Dedupe `mapstructure:"dedupe"`
+	// Upstream describes the producers' retry behaviour, which bounds retention.
+	Upstream Upstream `mapstructure:"upstream"`
+	// Outbox is how long finished side-effect intents are kept.
+	Outbox Outbox `mapstructure:"outbox"`
+	// Effects are the downstream systems side effects are sent to.
+	Effects Effects `mapstructure:"effects"`
+	// Sources are the APIs doorbell events fetch current state from.
+	Sources Sources `mapstructure:"sources"`
+	// Topics are per-topic settings (file only, the topics: list). A topic in
+	// kafka.topics without an entry gets the defaults; see [Config.TopicSettings].
+	Topics []Topic `mapstructure:"topics"`
+}
+
+// Kafka configures the consumer group member.
+type Kafka struct {
+	// Brokers are the seed brokers, each host:port.
+	Brokers []string `mapstructure:"brokers"`
+	// Group is the consumer group ID; every member of the group shares it.
+	Group string `mapstructure:"group"`
+	// Topics are the topics consumed; each gets default topic settings unless
+	// a topics: entry overrides them.
+	Topics []string `mapstructure:"topics"`
+	// InstanceID enables static membership (e.g. the pod name), so a restart
+	// within the session timeout does not rebalance. Empty means dynamic.
+	InstanceID string `mapstructure:"instance_id"`
+	// GroupProtocol is "classic" or "consumer" (KIP-848, broker-side assignment).
+	GroupProtocol string `mapstructure:"group_protocol"`
+	// StartOffset is where a partition without a stored offset starts:
+	// "earliest" or "latest".
+	StartOffset string `mapstructure:"start_offset"`
+	// SessionTimeout is how long the broker waits for heartbeats before it
+	// evicts the member.
+	SessionTimeout time.Duration `mapstructure:"session_timeout"`
+	// RebalanceTimeout is how long members get to finish revoking during a
+	// rebalance (classic protocol only; under KIP-848 the broker decides).
+	RebalanceTimeout time.Duration `mapstructure:"rebalance_timeout"`
+	// ClientID names the client in broker logs and quotas.
+	ClientID string `mapstructure:"client_id"`
+	// FetchMaxBytes caps the bytes one fetch response may buffer, across
+	// partitions: the memory bound against a hostile topic.
+	FetchMaxBytes int32 `mapstructure:"fetch_max_bytes"`
+	// FetchMaxPartitionBytes caps the bytes buffered per partition per fetch.
+	FetchMaxPartitionBytes int32 `mapstructure:"fetch_max_partition_bytes"`
+}
+
+// Postgres configures the database connection pool.
+type Postgres struct {
+	// URL is a postgres:// URL or a libpq keyword/value DSN. It holds the
+	// password; use [Config.Redacted] before printing it.
+	URL string `mapstructure:"url"`
+	// MaxConns is the pool size; 0 sizes it from the owned partitions plus the
+	// dispatcher, relay and pruner.
+	MaxConns int32 `mapstructure:"max_conns"`
+}
+
+// HTTP configures the health, readiness and metrics server.
+type HTTP struct {
+	// Addr is the listen address, host:port; empty disables the server.
+	Addr string `mapstructure:"addr"`
+}
+
+// Log configures the process logger.
+type Log struct {
+	// Level is the lowest level logged: debug, info, warn or error.
+	Level string `mapstructure:"level"`
+	// Format is "json" or "console" (human-readable).
+	Format string `mapstructure:"format"`
+}
+
+// Consumer configures the partition workers.
+type Consumer struct {
+	// BatchMaxRecords is the most records applied in one transaction.
+	BatchMaxRecords int `mapstructure:"batch_max_records"`
+	// BatchLinger is how long a worker waits to fill a batch before applying
+	// what it has.
+	BatchLinger time.Duration `mapstructure:"batch_linger"`
+	// MaxPayloadBytes is the largest record value accepted; larger records
+	// are dead-lettered.
+	MaxPayloadBytes int `mapstructure:"max_payload_bytes"`
+	// RevokeTimeout bounds the wait for a revoked partition's worker to stop;
+	// it must end well inside kafka.rebalance_timeout.
+	RevokeTimeout time.Duration `mapstructure:"revoke_timeout"`
+	// CheckPartitioner checks each record's key against murmur2 and warns on a
+	// mismatch (a producer with another partitioner breaks per-resource order).
+	CheckPartitioner bool `mapstructure:"check_partitioner"`
+}
+
+// Retry configures the backoff for transient failures.
+type Retry struct {
+	// Initial is the first backoff.
+	Initial time.Duration `mapstructure:"initial"`
+	// Max is the longest backoff.
+	Max time.Duration `mapstructure:"max"`
+}
+
+// Parking bounds parked events; past a bound an event is dead-lettered with
+// reason prerequisite_missing.
+type Parking struct {
+	// MaxAge is how long an event may stay parked.
+	MaxAge time.Duration `mapstructure:"max_age"`
+	// MaxAttempts is how often a parked event may be retried.
+	MaxAttempts int `mapstructure:"max_attempts"`
+	// MaxPerResource is how many events one resource may have parked.
+	MaxPerResource int `mapstructure:"max_per_resource"`
+}
+
+// Dedupe configures claim retention. Retention must be at least
+// 2 × upstream.max_retry_horizon + reconciliation_window.
+type Dedupe struct {
+	// Retention is how long claims (and dead letters, resolved parked events)
+	// are kept.
+	Retention time.Duration `mapstructure:"retention"`
+	// ReconciliationWindow is the slack for late reconciliation runs.
+	ReconciliationWindow time.Duration `mapstructure:"reconciliation_window"`
+}
+
+// Upstream describes the producers.
+type Upstream struct {
+	// MaxRetryHorizon is the longest time any producer keeps retrying (or a
+	// provider keeps redelivering) one event.
+	MaxRetryHorizon time.Duration `mapstructure:"max_retry_horizon"`
+}
+
+// Outbox configures side-effect intents.
+type Outbox struct {
+	// Retention is how long sent and suppressed intents are kept.
+	Retention time.Duration `mapstructure:"retention"`
+}
+
+// Effects are the downstream systems of the reference domain.
+type Effects struct {
+	// CRM receives the account sync (HTTP with an idempotency key).
+	CRM Endpoint `mapstructure:"crm"`
+	// Mail sends the welcome mail (recorded intent).
+	Mail Endpoint `mapstructure:"mail"`
+}
+
+// Sources are the APIs doorbell events fetch from.
+type Sources struct {
+	// Accounts serves the current state of an account.
+	Accounts Endpoint `mapstructure:"accounts"`
+}
+
+// Endpoint is an HTTP service.
+type Endpoint struct {
+	// URL is the absolute http or https base URL; empty means not configured.
+	URL string `mapstructure:"url"`
+}
+
+// Topic formats.
+const (
+	// FormatCloudEvents is CloudEvents 1.0, structured or binary mode.
+	FormatCloudEvents = "cloudevents"
+	// FormatJSON is any JSON object, mapped with JSON pointers.
+	FormatJSON = "json"
+)
+
+// Key strategies: where the dedupe key of an event comes from.
+const (
+	// KeyStrategyCloudEvents keys by the CloudEvents (source, id).
+	KeyStrategyCloudEvents = "cloudevents"
+	// KeyStrategyField keys by a provider ID field (key_pointer).
+	KeyStrategyField = "field"
+	// KeyStrategyNatural keys by a natural key made of several fields (natural_key).
+	KeyStrategyNatural = "natural"
+	// KeyStrategyContentHash keys by the hash of the canonical payload; the
+	// last resort, warned about at start-up.
+	KeyStrategyContentHash = "content-hash"
+)
+
+// Group protocols.
+const (
+	// GroupProtocolClassic is the client-side assignment protocol.
+	GroupProtocolClassic = "classic"
+	// GroupProtocolConsumer is KIP-848, broker-side assignment.
+	GroupProtocolConsumer = "consumer"
+)
+
+// Start offsets for partitions without a stored offset.
+const (
+	// StartOffsetEarliest starts at the log start.
+	StartOffsetEarliest = "earliest"
+	// StartOffsetLatest starts at the high watermark.
+	StartOffsetLatest = "latest"
+)
+
+// Topic is the per-topic settings: how records are decoded and keyed, and
+// where dead letters go. JSON pointers (RFC 6901) select from the record's
+// JSON value; for format cloudevents they select from data.
+type Topic struct {
+	// Name is the topic; it must be listed in kafka.topics.
+	Name string `mapstructure:"name"`
+	// Format is "cloudevents" (default) or "json".
+	Format string `mapstructure:"format"`
+	// KeyStrategy is "cloudevents" (default), "field", "natural" or
+	// "content-hash". Format json needs one of the last three.
+	KeyStrategy string `mapstructure:"key_strategy"`
+	// IDPointer selects the event ID (format json); with key strategy field
+	// it is the key unless KeyPointer is set.
+	IDPointer string `mapstructure:"id_pointer"`
+	// TypePointer selects the event type (format json, required).
+	TypePointer string `mapstructure:"type_pointer"`
+	// SubjectPointer selects the resource ID (format json, required).
+	SubjectPointer string `mapstructure:"subject_pointer"`
+	// VersionPointer selects the resource version (format json); empty means
+	// the events are not versioned.
+	VersionPointer string `mapstructure:"version_pointer"`
+	// KeyPointer selects the dedupe key for key strategy field.
+	KeyPointer string `mapstructure:"key_pointer"`
+	// NaturalKey are the pointers whose values together make the dedupe key
+	// for key strategy natural.
+	NaturalKey []string `mapstructure:"natural_key"`
+	// DLQ is the dead-letter topic; default "<name>.dlq".
+	DLQ string `mapstructure:"dlq"`
+	// CheckPartitioner overrides consumer.check_partitioner for this topic;
+	// nil means inherit.
+	CheckPartitioner *bool `mapstructure:"check_partitioner"`
+}
+
+const (
+	kib = 1 << 10
+	mib = 1 << 20
+)
+
+// Default returns the embedded defaults: the local stack `make stack-up`
+// starts, the reference domain's topic, and the HTTP server on localhost.
+func Default() Config {
+	return Config{
+		Kafka: Kafka{
+			Brokers:                []string{"127.0.0.1:19092"},
+			Group:                  "effectively",
+			Topics:                 []string{"accounts"},
+			GroupProtocol:          GroupProtocolClassic,
+			StartOffset:            StartOffsetEarliest,
+			SessionTimeout:         45 * time.Second,
+			RebalanceTimeout:       60 * time.Second,
+			ClientID:               "effectively",
+			FetchMaxBytes:          50 * mib,
+			FetchMaxPartitionBytes: 1 * mib,
+		},
+		Postgres: Postgres{
+			URL: "postgres://effectively:effectively@127.0.0.1:15432/effectively?sslmode=disable",
+		},
+		HTTP: HTTP{Addr: "127.0.0.1:9410"},
+		Log:  Log{Level: "info", Format: "json"},
+		Consumer: Consumer{
+			BatchMaxRecords:  500,
+			BatchLinger:      5 * time.Millisecond,
+			MaxPayloadBytes:  1 * mib,
+			RevokeTimeout:    10 * time.Second,
+			CheckPartitioner: true,
+		},
+		Retry:    Retry{Initial: 100 * time.Millisecond, Max: 30 * time.Second},
+		Parking:  Parking{MaxAge: 24 * time.Hour, MaxAttempts: 20, MaxPerResource: 1000},
+		Dedupe:   Dedupe{Retention: 14 * 24 * time.Hour, ReconciliationWindow: 24 * time.Hour},
+		Upstream: Upstream{MaxRetryHorizon: 72 * time.Hour},
+		Outbox:   Outbox{Retention: 14 * 24 * time.Hour},
+	}
+}
+
+// TopicSettings returns the settings of the named topic with the defaults
+// filled in: format and key strategy cloudevents, dlq "<name>.dlq",
+// CheckPartitioner from consumer.check_partitioner (never nil), and, for key
+// strategy field, KeyPointer from IDPointer when only that is set. The first
+// topics: entry with the name wins; a name without an entry gets the defaults.
+func (c Config) TopicSettings(name string) Topic {
+	t := Topic{Name: name}
+	for _, e := range c.Topics {
+		if e.Name == name {
+			t = e
+			break
+		}
+	}
+	t.NaturalKey = append([]string(nil), t.NaturalKey...)
+	if t.Format == "" {
+		t.Format = FormatCloudEvents
+	}
+	if t.KeyStrategy == "" {
+		t.KeyStrategy = KeyStrategyCloudEvents
+	}
+	if t.KeyStrategy == KeyStrategyField && t.KeyPointer == "" {
+		t.KeyPointer = t.IDPointer
+	}
+	if t.DLQ == "" {
+		t.DLQ = name + ".dlq"
+	}
+	check := c.Consumer.CheckPartitioner
+	if t.CheckPartitioner != nil {
+		check = *t.CheckPartitioner
+	}
+	t.CheckPartitioner = &check
+	return t
+}
+
+// redactedPassword replaces passwords in [Config.Redacted].
+const redactedPassword = "xxxxx"
+
+// Redacted returns a copy of c with the passwords in every URL field
+// (postgres.url, effects.*.url, sources.*.url) replaced by "xxxxx". The user
+// name and everything else are kept.
+func (c Config) Redacted() Config {
+	r := c.clone()
+	rv := reflect.ValueOf(&r).Elem()
+	for _, l := range leaves {
+		if isURLKey(l.key) {
+			f := rv.FieldByIndex(l.index)
+			f.SetString(redactURL(f.String()))
+		}
+	}
+	return r
+}
+
+// clone copies c deeply enough that changing the copy's slices does not
+// change c.
+func (c Config) clone() Config {
+	r := c
+	r.Kafka.Brokers = append([]string(nil), c.Kafka.Brokers...)
+	r.Kafka.Topics = append([]string(nil), c.Kafka.Topics...)
+	if c.Topics != nil {
+		r.Topics = make([]Topic, len(c.Topics))
+		for i, t := range c.Topics {
+			t.NaturalKey = append([]string(nil), t.NaturalKey...)
+			if t.CheckPartitioner != nil {
+				b := *t.CheckPartitioner
+				t.CheckPartitioner = &b
+			}
+			r.Topics[i] = t
+		}
+	}
+	return r
+}
+
+func isURLKey(key string) bool { return key == "url" || strings.HasSuffix(key, ".url") }
+
+var (
+	// dsnPassword matches password=... in a libpq keyword/value DSN, quoted
+	// or not.
+	dsnPassword = regexp.MustCompile(`(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)`)
+	// urlUserinfo matches user:password@ in a URL net/url cannot parse.
+	urlUserinfo = regexp.MustCompile(`(://[^:/@?#]*:)[^/?#]*@`)
+)
+
+// redactURL replaces the password in a URL's userinfo and in a password query
+// parameter, or in password= of a keyword/value DSN. A value that does not
+// parse is redacted by pattern, so a malformed URL never leaks its password
+// into an error message.
+func redactURL(s string) string {
+	if s == "" {
+		return s
+	}
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.Opaque == "" {
+		changed := false
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), redactedPassword)
+			changed = true
+		}
+		if q, err := url.ParseQuery(u.RawQuery); err == nil {
+			for k := range q {
+				if strings.EqualFold(k, "password") {
+					q[k] = []string{redactedPassword}
+					u.RawQuery = q.Encode()
+					changed = true
+				}
+			}
+		} else if dsnPassword.MatchString(u.RawQuery) {
+			u.RawQuery = dsnPassword.ReplaceAllString(u.RawQuery, "${1}"+redactedPassword)
+			changed = true
+		}
+		if !changed {
+			return s
+		}
+		return u.String()
+	}
+	s = urlUserinfo.ReplaceAllString(s, "${1}"+redactedPassword+"@")
+	return dsnPassword.ReplaceAllString(s, "${1}"+redactedPassword)
+}
+
+// Dump renders the configuration as YAML with the key names [Load] reads, in
+// the order of the struct. Passwords are always redacted (see
+// [Config.Redacted]); topics entries leave out unset fields.
+func (c Config) Dump() ([]byte, error) {
+	node, err := yamlNode(reflect.ValueOf(c.Redacted()), false)
+	if err != nil {
+		return nil, fmt.Errorf("rendering config: %w", err)
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(node); err != nil {
+		return nil, fmt.Errorf("rendering config: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("rendering config: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// yamlNode renders v as a YAML node, mapping struct fields by their
+// mapstructure tags. omitEmpty leaves out zero fields (used inside topics).
+func yamlNode(v reflect.Value, omitEmpty bool) (*yaml.Node, error) {
+	switch {
+	case v.Kind() == reflect.Struct:
+		m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		for i := range v.NumField() {
+			sf := v.Type().Field(i)
+			fv := v.Field(i)
+			if omitEmpty && (fv.IsZero() || (fv.Kind() == reflect.Slice && fv.Len() == 0)) {
+				continue
+			}
+			child, err := yamlNode(fv, sf.Type.Kind() == reflect.Slice && sf.Type.Elem().Kind() == reflect.Struct)
+			if err != nil {
+				return nil, err
+			}
+			m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: tagName(sf)}, child)
+		}
+		return m, nil
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct:
+		s := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		for i := range v.Len() {
+			child, err := yamlNode(v.Index(i), omitEmpty)
+			if err != nil {
+				return nil, err
+			}
+			s.Content = append(s.Content, child)
+		}
+		return s, nil
+	case v.Kind() == reflect.Slice:
+		// An empty list renders as [] rather than null, so the dump reads back
+		// as the same (empty) list.
+		s := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
+		for i := range v.Len() {
+			child, err := yamlNode(v.Index(i), false)
+			if err != nil {
+				return nil, err
+			}
+			s.Content = append(s.Content, child)
+		}
+		if v.Len() > 0 {
+			s.Style = 0
+		}
+		return s, nil
+	case v.Type() == durationType:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: shortDur(time.Duration(v.Int()))}, nil
+	case v.Kind() == reflect.Pointer && v.IsNil():
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
+	case v.Kind() == reflect.Pointer:
+		return yamlNode(v.Elem(), omitEmpty)
+	default:
+		n := &yaml.Node{}
+		if err := n.Encode(v.Interface()); err != nil {
+			return nil, err
+		}
+		return n, nil
+	}
+}
+
+// tagName is a struct field's key segment: its mapstructure tag.
+func tagName(sf reflect.StructField) string {
+	name, _, _ := strings.Cut(sf.Tag.Get("mapstructure"), ",")
+	if name == "" {
+		return strings.ToLower(sf.Name)
+	}
+	return name
+}

@@ -1,0 +1,98 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestRedacted(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct{ in, want string }{
+		{"postgres://effectively:s3cret@db:5432/effectively?sslmode=disable", "postgres://effectively:xxxxx@db:5432/effectively?sslmode=disable"},
+		{"postgres://effectively@db/x", "postgres://effectively@db/x"},
+		{"postgres://u@db/x?password=s3cret&sslmode=require", "postgres://u@db/x?password=xxxxx&sslmode=require"},
+		{"host=db user=u password=s3cret dbname=x", "host=db user=u password=xxxxx dbname=x"},
+		{"host=db password='s3 cret' dbname=x", "host=db password=xxxxx dbname=x"},
+		{"postgres://u:s3cret@db:5432%zz/x", "postgres://u:xxxxx@db:5432%zz/x"}, // does not parse
+		{"", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, redactURL(tt.in))
+		})
+	}
+
+	c := Default()
+	c.Postgres.URL = "postgres://effectively:s3cret@db/effectively"
+	c.Effects.CRM.URL = "https://api:s3cret@crm.example.com/"
+	c.Sources.Accounts.URL = "https://accounts.example.com/"
+	r := c.Redacted()
+	require.Equal(t, "postgres://effectively:xxxxx@db/effectively", r.Postgres.URL)
+	require.Equal(t, "https://api:xxxxx@crm.example.com/", r.Effects.CRM.URL)
+	require.Equal(t, "https://accounts.example.com/", r.Sources.Accounts.URL)
+	require.Equal(t, "postgres://effectively:s3cret@db/effectively", c.Postgres.URL, "the original is unchanged")
+}
+
+func TestDump(t *testing.T) {
+	t.Parallel()
+
+	c := Default()
+	c.Postgres.URL = "postgres://effectively:s3cret@db:5432/effectively"
+	c.Kafka.Topics = []string{"accounts", "stripe"}
+	no := false
+	c.Topics = []Topic{{Name: "stripe", Format: FormatJSON, KeyStrategy: KeyStrategyField, IDPointer: "/id", TypePointer: "/type", SubjectPointer: "/customer", CheckPartitioner: &no}}
+	require.NoError(t, c.Validate())
+
+	out, err := c.Redacted().Dump()
+	require.NoError(t, err)
+	require.NotContains(t, string(out), "s3cret")
+	require.Contains(t, string(out), "effectively:xxxxx@db")
+	require.Contains(t, string(out), "session_timeout: 45s")
+	require.Contains(t, string(out), "instance_id: \"\"")
+	require.Contains(t, string(out), "retention: 336h")
+
+	again, err := c.Dump() // Dump redacts on its own, too
+	require.NoError(t, err)
+	require.Equal(t, out, again)
+
+	// The dump reads back as the same configuration (except the password).
+	path := filepath.Join(t.TempDir(), "dump.yaml")
+	require.NoError(t, os.WriteFile(path, out, 0o600))
+	loaded, err := Load(path, nil)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, c.Redacted(), loaded)
+}
+
+func TestTopicSettings(t *testing.T) {
+	t.Parallel()
+
+	c := Default()
+	st := c.TopicSettings("accounts")
+	require.Equal(t, "accounts", st.Name)
+	require.Equal(t, FormatCloudEvents, st.Format)
+	require.Equal(t, KeyStrategyCloudEvents, st.KeyStrategy)
+	require.Equal(t, "accounts.dlq", st.DLQ)
+	require.NotNil(t, st.CheckPartitioner)
+	require.True(t, *st.CheckPartitioner)
+
+	yes := true
+	c.Consumer.CheckPartitioner = false
+	c.Topics = []Topic{
+		{Name: "a", KeyStrategy: KeyStrategyField, IDPointer: "/id", DLQ: "dead"},
+		{Name: "b", KeyStrategy: KeyStrategyField, IDPointer: "/id", KeyPointer: "/key", CheckPartitioner: &yes},
+	}
+	a := c.TopicSettings("a")
+	require.Equal(t, "/id", a.KeyPointer)
+	require.Equal(t, "dead", a.DLQ)
+	require.False(t, *a.CheckPartitioner)
+	b := c.TopicSettings("b")
+	require.Equal(t, "/key", b.KeyPointer)
+	require.True(t, *b.CheckPartitioner)
+	*b.CheckPartitioner = false
+	require.True(t, *c.Topics[1].CheckPartitioner, "the result does not alias the config")
+}
