@@ -1,0 +1,175 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/effectively-io/effectively/test/kafkatest"
+	"github.com/effectively-io/effectively/test/pgtest"
+)
+
+// Three `effectively migrate` processes started at the same moment on an
+// empty schema: the library's advisory lock lets one apply the migrations,
+// the others wait and find nothing to do, and the schema ends up complete
+// and recorded once.
+func TestMigrateFromThreeProcessesAtOnce(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmpty(t)
+	env := []string{"EFFECTIVELY_POSTGRES_URL=" + db.URL}
+
+	procs := make([]*proc, 3)
+	for i := range procs {
+		procs[i] = start(t, env, "migrate")
+	}
+	applied := 0
+	for _, p := range procs {
+		require.Equal(t, 0, p.wait(t, 2*time.Minute), "stderr: %s", p.stderr.String())
+		if strings.Contains(p.stdout.String(), "applied") {
+			applied++
+		}
+	}
+	require.Equal(t, 1, applied, "exactly one process applies the migrations")
+
+	// Each migration is recorded once.
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM goose_db_version WHERE version_id = 1 AND is_applied`))
+	// The schema has every table and view of the design.
+	var names []string
+	rows, err := db.Pool.Query(context.Background(),
+		`SELECT table_name FROM information_schema.tables WHERE table_schema = $1 AND table_name <> 'goose_db_version' ORDER BY 1`, db.Schema)
+	require.NoError(t, err)
+	for rows.Next() {
+		var n string
+		require.NoError(t, rows.Scan(&n))
+		names = append(names, n)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"account_balances", "accounts", "consumer_offsets", "dead_letters", "ledger_entries", "processed_events"}, names)
+
+	// A fourth run is a no-op.
+	code, out, _ := runCmd(t, env, "migrate")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "up to date")
+}
+
+// closedPort returns a local port nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// `run` against a closed port fails, names the address and the config key,
+// and exits non-zero instead of retrying silently.
+func TestRunFailsFastWhenAServiceIsUnreachable(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	t.Run("kafka", func(t *testing.T) {
+		t.Parallel()
+		addr := closedPort(t)
+		started := time.Now()
+		code, _, stderr := runCmd(t, []string{
+			"EFFECTIVELY_KAFKA_BROKERS=" + addr, "EFFECTIVELY_POSTGRES_URL=" + db.URL, "EFFECTIVELY_HTTP_ADDR=",
+		}, "run")
+		require.NotEqual(t, 0, code)
+		require.Contains(t, stderr, "cannot reach Kafka at "+addr+" (kafka.brokers)")
+		require.Contains(t, stderr, "EFFECTIVELY_KAFKA_BROKERS")
+		t.Logf("failed after %s", time.Since(started))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		addr := closedPort(t)
+		code, _, stderr := runCmd(t, []string{
+			"EFFECTIVELY_POSTGRES_URL=postgres://effectively:secret-pw@" + addr + "/effectively?sslmode=disable", "EFFECTIVELY_HTTP_ADDR=",
+		}, "run")
+		require.NotEqual(t, 0, code)
+		require.Contains(t, stderr, "cannot reach PostgreSQL at "+addr+" (postgres.url)")
+		require.NotContains(t, stderr, "secret-pw", "the password never reaches the output")
+	})
+	t.Run("unmigrated schema", func(t *testing.T) {
+		t.Parallel()
+		empty := pgtest.NewEmpty(t)
+		code, _, stderr := runCmd(t, []string{"EFFECTIVELY_POSTGRES_URL=" + empty.URL, "EFFECTIVELY_HTTP_ADDR="}, "run")
+		require.NotEqual(t, 0, code)
+		require.Contains(t, stderr, "effectively migrate")
+	})
+}
+
+// Precedence through the real binary: flag > env > file > default, and the
+// password is redacted in `effectively config`.
+func TestConfigCommandPrecedenceAndRedaction(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "effectively.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(`
+kafka:
+  group: from-file
+  instance_id: from-file
+  client_id: from-file
+postgres:
+  url: postgres://u:hunter2@db.example:5432/app
+`), 0o600))
+	code, out, stderr := runCmd(t, []string{"EFFECTIVELY_KAFKA_GROUP=from-env", "EFFECTIVELY_KAFKA_INSTANCE_ID=from-env"},
+		"config", "--config", file, "--kafka-group", "from-flag")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "group: from-flag")
+	require.Contains(t, out, "instance_id: from-env")
+	require.Contains(t, out, "client_id: from-file")
+	require.Contains(t, out, "session_timeout: 45s") // default
+	require.Contains(t, out, "db.example:5432")
+	require.NotContains(t, out, "hunter2")
+
+	// A bad value: exit code 2, the key, the value and the fix.
+	code, _, stderr = runCmd(t, []string{"EFFECTIVELY_CONSUMER_BATCH_LINGER=soon"}, "config")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "consumer.batch_linger")
+	require.Contains(t, stderr, "soon")
+	require.Contains(t, stderr, "EFFECTIVELY_CONSUMER_BATCH_LINGER")
+}
+
+// The worker joins the group on the real broker, applies what is produced,
+// stores each partition's position in PostgreSQL, commits it to Kafka after,
+// and shuts down cleanly on SIGTERM.
+func TestWorkerConsumesThroughTheRealStack(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	topic := kafkatest.NewTopic(t, 3)
+	group := kafkatest.NewGroup(t)
+	brokers := strings.Join(kafkatest.Brokers(t), ",")
+
+	cl := kafkatest.Producer(t, kgo.DefaultProduceTopic(topic))
+	recs := make([]*kgo.Record, 300)
+	for i := range recs {
+		recs[i] = &kgo.Record{Key: []byte(fmt.Sprintf("acct-%d", i%17)), Value: []byte(`{}`)}
+	}
+	require.NoError(t, cl.ProduceSync(context.Background(), recs...).FirstErr())
+
+	w := start(t, []string{
+		"EFFECTIVELY_KAFKA_BROKERS=" + brokers, "EFFECTIVELY_KAFKA_GROUP=" + group, "EFFECTIVELY_KAFKA_TOPICS=" + topic,
+		"EFFECTIVELY_POSTGRES_URL=" + db.URL, "EFFECTIVELY_HTTP_ADDR=127.0.0.1:0",
+	}, "run")
+	waitUntil(t, "all 300 positions stored", 90*time.Second, func(ctx context.Context) bool {
+		return db.Count(t, `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets WHERE consumer_group = $1 AND topic = $2`, group, topic) == 300
+	})
+	w.signal(t, syscall.SIGTERM)
+	require.Equal(t, 0, w.wait(t, time.Minute), "a SIGTERMed worker exits 0")
+	require.Contains(t, w.stderr.String(), "worker stopped")
+
+	committed, err := kafkatest.Admin(t).FetchOffsets(context.Background(), group)
+	require.NoError(t, err)
+	var sum int64
+	committed.Each(func(o kadm.OffsetResponse) { sum += o.At })
+	require.Equal(t, int64(300), sum, "Kafka's commit follows the stored positions")
+}
