@@ -34,7 +34,7 @@ const (
 // Container images used when Docker is available (the same as docker-compose.yml).
 const (
 	PostgresImage = "postgres:15-alpine"
-	KafkaImage    = "apache/kafka:4.1.1"
+	KafkaImage    = "apache/kafka:4.4.0"
 )
 
 const missingHint = "set %s (run the tests with `make test`, which starts the local stack and exports it) or make a Docker engine reachable (`docker info` must succeed)"
