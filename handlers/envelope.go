@@ -1,0 +1,602 @@
+package handlers
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"mime"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Topic formats.
+const (
+	// FormatCloudEvents: CloudEvents 1.0 in JSON structured mode or Kafka
+	// binary mode.
+	FormatCloudEvents = "cloudevents"
+	// FormatJSON: a provider's JSON (webhook payloads), mapped to events by
+	// JSON pointers.
+	FormatJSON = "json"
+)
+
+// DecoderConfig configures the decoding of one topic.
+//
+// JSON pointers (RFC 6901) resolve against the event's data for format
+// cloudevents (the same in structured and binary mode) and against the whole
+// value for format json. An empty pointer means "not set".
+type DecoderConfig struct {
+	// Topic is the topic's name. Format json uses it as the events' Source.
+	Topic string
+	// Format is FormatCloudEvents (the default when empty) or FormatJSON.
+	Format string
+	// KeyStrategy is StrategyCloudEvents (the default for format
+	// cloudevents, and invalid for format json, whose events have no
+	// CloudEvents id), StrategyField, StrategyNatural or StrategyContentHash.
+	KeyStrategy string
+	// KeyPointer points at the provider ID field, for strategy field. The
+	// field is a non-empty string or an integer; "42" and 42 give the same
+	// key.
+	KeyPointer string
+	// NaturalKey points at the fields that together identify the work, for
+	// strategy natural; each is a non-empty string or an integer.
+	NaturalKey []string
+	// IDPointer points at the event ID, for format json (optional: without
+	// it the event's ID is its Key). A non-empty string or an integer.
+	IDPointer string
+	// TypePointer points at the event type, for format json (required). A
+	// non-empty string.
+	TypePointer string
+	// SubjectPointer points at the resource ID, for format json (required).
+	// A non-empty string or an integer; it must equal the record key.
+	SubjectPointer string
+	// VersionPointer points at the resource version, for format json
+	// (optional). Where it finds nothing or null the event is relative
+	// (Version 0); anything else must be an integer ≥ 1.
+	VersionPointer string
+	// MaxPayloadBytes refuses larger record values with ReasonTooLarge; 0
+	// means no limit.
+	MaxPayloadBytes int
+}
+
+// Decoder decodes and validates the records of one topic and derives their
+// dedupe keys. It is safe for concurrent use.
+type Decoder struct {
+	topic      string
+	format     string
+	strategy   string
+	keyPointer *pointer
+	natural    []*pointer
+	idPtr      *pointer
+	typePtr    *pointer
+	subjectPtr *pointer
+	versionPtr *pointer
+	maxBytes   int
+	warnings   []string
+}
+
+// NewDecoder validates cfg and returns a decoder for its topic. Its errors
+// name the setting at fault and the fix.
+func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
+	if cfg.Topic == "" {
+		return nil, errors.New("topic: must not be empty")
+	}
+	d := &Decoder{topic: cfg.Topic, format: cfg.Format, strategy: cfg.KeyStrategy, maxBytes: cfg.MaxPayloadBytes}
+	if d.format == "" {
+		d.format = FormatCloudEvents
+	}
+	if cfg.MaxPayloadBytes < 0 {
+		return nil, fmt.Errorf("topic %s: max payload bytes %d: must be 0 (no limit) or more", cfg.Topic, cfg.MaxPayloadBytes)
+	}
+	var err error
+	ptr := func(name, s string) *pointer {
+		if err != nil || s == "" {
+			return nil
+		}
+		p, perr := parsePointer(s)
+		if perr != nil {
+			err = fmt.Errorf("topic %s: %s %q is not a JSON pointer (RFC 6901): %w", cfg.Topic, name, s, perr)
+		}
+		return p
+	}
+	switch d.format {
+	case FormatCloudEvents:
+		if d.strategy == "" {
+			d.strategy = StrategyCloudEvents
+		}
+		for _, f := range [...]struct{ name, value string }{
+			{"id pointer", cfg.IDPointer}, {"type pointer", cfg.TypePointer},
+			{"subject pointer", cfg.SubjectPointer}, {"version pointer", cfg.VersionPointer},
+		} {
+			if f.value != "" {
+				return nil, fmt.Errorf("topic %s: %s is only for format %q; CloudEvents carry their own attributes: remove it or set format %q",
+					cfg.Topic, f.name, FormatJSON, FormatJSON)
+			}
+		}
+	case FormatJSON:
+		if d.strategy == "" || d.strategy == StrategyCloudEvents {
+			return nil, fmt.Errorf("topic %s: format %q needs key strategy %q, %q or %q (its events have no CloudEvents id)",
+				cfg.Topic, FormatJSON, StrategyField, StrategyNatural, StrategyContentHash)
+		}
+		if cfg.TypePointer == "" {
+			return nil, fmt.Errorf("topic %s: format %q needs a type pointer (the event type handlers are registered by)", cfg.Topic, FormatJSON)
+		}
+		if cfg.SubjectPointer == "" {
+			return nil, fmt.Errorf("topic %s: format %q needs a subject pointer (the resource ID, equal to the record key)", cfg.Topic, FormatJSON)
+		}
+		d.idPtr = ptr("id pointer", cfg.IDPointer)
+		d.typePtr = ptr("type pointer", cfg.TypePointer)
+		d.subjectPtr = ptr("subject pointer", cfg.SubjectPointer)
+		d.versionPtr = ptr("version pointer", cfg.VersionPointer)
+	default:
+		return nil, fmt.Errorf("topic %s: format %q: must be %q or %q", cfg.Topic, cfg.Format, FormatCloudEvents, FormatJSON)
+	}
+	switch d.strategy {
+	case StrategyCloudEvents, StrategyContentHash:
+	case StrategyField:
+		if cfg.KeyPointer == "" {
+			return nil, fmt.Errorf("topic %s: key strategy %q needs a key pointer to the provider ID field", cfg.Topic, StrategyField)
+		}
+	case StrategyNatural:
+		if len(cfg.NaturalKey) == 0 {
+			return nil, fmt.Errorf("topic %s: key strategy %q needs at least one natural key pointer", cfg.Topic, StrategyNatural)
+		}
+	default:
+		return nil, fmt.Errorf("topic %s: key strategy %q: must be %q, %q, %q or %q", cfg.Topic, cfg.KeyStrategy,
+			StrategyCloudEvents, StrategyField, StrategyNatural, StrategyContentHash)
+	}
+	if cfg.KeyPointer != "" && d.strategy != StrategyField {
+		return nil, fmt.Errorf("topic %s: a key pointer is only for key strategy %q: remove it or change the strategy", cfg.Topic, StrategyField)
+	}
+	if len(cfg.NaturalKey) > 0 && d.strategy != StrategyNatural {
+		return nil, fmt.Errorf("topic %s: natural key pointers are only for key strategy %q: remove them or change the strategy", cfg.Topic, StrategyNatural)
+	}
+	d.keyPointer = ptr("key pointer", cfg.KeyPointer)
+	seen := make(map[string]bool)
+	for i, s := range cfg.NaturalKey {
+		if s == "" {
+			return nil, fmt.Errorf("topic %s: natural key pointer %d is empty: point at a field", cfg.Topic, i+1)
+		}
+		if seen[s] {
+			return nil, fmt.Errorf("topic %s: natural key pointer %q is listed twice", cfg.Topic, s)
+		}
+		seen[s] = true
+		d.natural = append(d.natural, ptr("natural key pointer", s))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if d.strategy == StrategyContentHash {
+		d.warnings = append(d.warnings, fmt.Sprintf(
+			"topic %s uses key strategy content-hash: distinct events with identical content will collide and be treated as duplicates", d.topic))
+	}
+	return d, nil
+}
+
+// Warnings returns what an operator should hear about the configuration at
+// start-up (the content-hash strategy's collision risk).
+func (d *Decoder) Warnings() []string {
+	return append([]string(nil), d.warnings...)
+}
+
+// Decode decodes r into an Event. Its errors are *DecodeError: permanent,
+// with one Reason per kind of bad input. Checks run from the outside in: the
+// value's size and encoding, the headers, the JSON, the envelope and its
+// attributes, the data, the key; the first failure is reported.
+//
+// Format cloudevents: binary mode when a ce_specversion header is present,
+// unless a content-type header declares application/cloudevents (then
+// structured mode, and ce_ headers are ignored); ce_ headers without
+// ce_specversion are ReasonMissingBinaryHeaders; otherwise structured mode.
+// The headers Decode reads must be valid UTF-8; others are ignored (retry or
+// attempt counters a client may add change nothing).
+func (d *Decoder) Decode(r Record) (Event, error) {
+	switch {
+	case len(r.Value) == 0:
+		return Event{}, decodeErr(ReasonEmptyValue, "the record value is empty (a tombstone?)")
+	case d.maxBytes > 0 && len(r.Value) > d.maxBytes:
+		return Event{}, decodeErr(ReasonTooLarge, "the record value has %d bytes, more than the limit of %d", len(r.Value), d.maxBytes)
+	case !utf8.Valid(r.Value):
+		return Event{}, decodeErr(ReasonInvalidUTF8, "the record value is not valid UTF-8 at byte %d", invalidUTF8Offset(r.Value))
+	}
+	if d.format == FormatJSON {
+		return d.decodeJSON(r)
+	}
+	ct, hasCT, err := contentType(r.Headers)
+	if err != nil {
+		return Event{}, err
+	}
+	if hasCT && strings.HasPrefix(ct, "application/cloudevents") {
+		if ct != "application/cloudevents+json" {
+			return Event{}, decodeErr(ReasonNotCloudEvents, "content-type %s: only application/cloudevents+json (one event in JSON) is supported", excerpt(ct))
+		}
+		return d.decodeStructured(r)
+	}
+	var hasCE, hasSpec bool
+	for _, h := range r.Headers {
+		if name, ok := strings.CutPrefix(h.Key, "ce_"); ok {
+			hasCE = true
+			hasSpec = hasSpec || name == "specversion"
+		}
+	}
+	switch {
+	case hasSpec:
+		return d.decodeBinary(r, ct, hasCT)
+	case hasCE:
+		return Event{}, decodeErr(ReasonMissingBinaryHeaders, "the record has ce_ headers but no ce_specversion: send all of ce_specversion, ce_id, ce_source, ce_type and ce_subject, or none")
+	default:
+		return d.decodeStructured(r)
+	}
+}
+
+// contentType returns the media type of the first content-type header
+// (lowercased, parameters dropped).
+func contentType(headers []Header) (string, bool, error) {
+	for _, h := range headers {
+		if !strings.EqualFold(h.Key, "content-type") {
+			continue
+		}
+		if !utf8.Valid(h.Value) {
+			return "", false, decodeErr(ReasonInvalidUTF8, "header content-type is not valid UTF-8")
+		}
+		mt, _, err := mime.ParseMediaType(string(h.Value))
+		if err != nil {
+			// Not a media type at all: keep it for the JSON check to refuse.
+			mt = strings.ToLower(strings.TrimSpace(string(h.Value)))
+		}
+		return mt, true, nil
+	}
+	return "", false, nil
+}
+
+// isJSONMediaType reports whether data of media type mt is JSON.
+func isJSONMediaType(mt string) bool {
+	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
+}
+
+// attribute is one CloudEvents attribute as found in the envelope: a JSON
+// value in structured mode, a header (always a string) in binary mode.
+type attribute struct {
+	present bool
+	kind    jsonKind
+	text    string // decoded string, number literal or "true"/"false"
+	raw     string // the start of the JSON text, for messages
+}
+
+// head returns enough of b for an excerpt.
+func head(b []byte) string {
+	return string(b[:min(len(b), excerptBytes+utf8.UTFMax)])
+}
+
+func (d *Decoder) decodeStructured(r Record) (Event, error) {
+	doc, err := parseJSON(r.Value)
+	if err != nil {
+		return Event{}, decodeErr(ReasonNotJSON, "the value is not JSON: %v", err)
+	}
+	root := &doc.root
+	if root.kind != kindObject {
+		return Event{}, decodeErr(ReasonNotCloudEvents, "the value is %s, not a JSON object", article(root.kind))
+	}
+	if msg, ok := doc.rootIssue(); ok {
+		return Event{}, decodeErr(ReasonNotCloudEvents, "the envelope has a %s", msg)
+	}
+	attrs := make(map[string]attribute, len(root.members))
+	var data *jsonValue
+	var base64 bool
+	for i := range root.members {
+		m := &root.members[i]
+		switch m.name {
+		case "data":
+			if m.value.kind != kindNull {
+				data = &m.value
+			}
+			continue
+		case "data_base64":
+			base64 = m.value.kind != kindNull
+			continue
+		}
+		if !validAttributeName(m.name) {
+			return Event{}, decodeErr(ReasonNotCloudEvents, "attribute name %s: CloudEvents attribute names are lowercase letters and digits", excerpt(m.name))
+		}
+		if m.value.kind == kindNull {
+			continue // null is absent (CloudEvents JSON format)
+		}
+		attrs[m.name] = attribute{present: true, kind: m.value.kind, text: m.value.text, raw: head(m.value.raw)}
+	}
+	if sv, ok := attrs["specversion"]; !ok {
+		return Event{}, decodeErr(ReasonNotCloudEvents, "the object has no specversion: not a CloudEvent")
+	} else if sv.kind != kindString || sv.text != "1.0" {
+		return Event{}, decodeErr(ReasonNotCloudEvents, "specversion %s: only CloudEvents 1.0 is supported", excerpt(sv.raw))
+	}
+	for i := range root.members {
+		// In input order, so that the message is deterministic.
+		m := &root.members[i]
+		if m.name == "data" || m.name == "data_base64" {
+			continue
+		}
+		if k := m.value.kind; k == kindArray || k == kindObject {
+			return Event{}, decodeErr(ReasonInvalidAttribute, "attribute %s is %s; CloudEvents attributes are strings, numbers or booleans", m.name, article(k))
+		}
+		if msg, ok := doc.memberIssue(m.name); ok {
+			return Event{}, decodeErr(ReasonInvalidAttribute, "attribute %s: %s", m.name, msg)
+		}
+	}
+	ev, err := d.envelope(r, attrs, false)
+	if err != nil {
+		return Event{}, err
+	}
+	if base64 {
+		return Event{}, decodeErr(ReasonUnsupportedData, "data_base64: only JSON data is supported")
+	}
+	if msg, ok := doc.memberIssue("data"); ok && data != nil {
+		return Event{}, decodeErr(ReasonInvalidData, "data is not I-JSON: %s", msg)
+	}
+	if data != nil {
+		ev.Data = bytes.Clone(data.raw)
+	}
+	return d.finish(ev, data)
+}
+
+func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
+	attrs := make(map[string]attribute)
+	for _, h := range r.Headers {
+		name, ok := strings.CutPrefix(h.Key, "ce_")
+		if !ok {
+			continue
+		}
+		if !validAttributeName(name) {
+			return Event{}, decodeErr(ReasonNotCloudEvents, "header %s: CloudEvents attribute names are lowercase letters and digits", excerpt(h.Key))
+		}
+		if !utf8.Valid(h.Value) {
+			return Event{}, decodeErr(ReasonInvalidUTF8, "header %s is not valid UTF-8", h.Key)
+		}
+		if _, dup := attrs[name]; dup {
+			return Event{}, decodeErr(ReasonNotCloudEvents, "header %s appears twice", h.Key)
+		}
+		attrs[name] = attribute{present: true, kind: kindString, text: string(h.Value), raw: string(h.Value)}
+	}
+	if sv := attrs["specversion"]; sv.text != "1.0" {
+		return Event{}, decodeErr(ReasonNotCloudEvents, "header ce_specversion %s: only CloudEvents 1.0 is supported", excerpt(sv.text))
+	}
+	if hasCT {
+		attrs["datacontenttype"] = attribute{present: true, kind: kindString, text: ct, raw: ct}
+	} else {
+		delete(attrs, "datacontenttype") // the binding carries it in content-type only
+	}
+	ev, err := d.envelope(r, attrs, true)
+	if err != nil {
+		return Event{}, err
+	}
+	doc, err := parseJSON(r.Value)
+	if err != nil {
+		return Event{}, decodeErr(ReasonNotJSON, "the value (the event's data) is not JSON: %v", err)
+	}
+	if len(doc.issues) > 0 {
+		return Event{}, decodeErr(ReasonInvalidData, "data is not I-JSON: %s", doc.issues[0].msg)
+	}
+	ev.Data = bytes.Clone(r.Value)
+	return d.finish(ev, &doc.root)
+}
+
+// envelope validates the CloudEvents attributes common to both modes, in
+// one fixed order: id, source, type, subject, the subject against the key,
+// forbidden characters, time, resourceversion, datacontenttype. In binary mode every attribute is a string, so
+// resourceversion arrives as decimal text; in structured mode it must be a
+// JSON number.
+func (d *Decoder) envelope(r Record, attrs map[string]attribute, binary bool) (Event, error) {
+	var ev Event
+	var err error
+	req := func(name string, reason Reason) string {
+		if err != nil {
+			return ""
+		}
+		a := attrs[name]
+		switch {
+		case !a.present || (a.kind == kindString && a.text == ""):
+			err = decodeErr(reason, "the event has no %s", name)
+		case a.kind != kindString:
+			err = decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, excerpt(a.raw), article(a.kind))
+		}
+		return a.text
+	}
+	ev.ID = req("id", ReasonMissingID)
+	ev.Source = req("source", ReasonMissingSource)
+	ev.Type = req("type", ReasonMissingType)
+	ev.Subject = req("subject", ReasonMissingSubject)
+	if err != nil {
+		return Event{}, err
+	}
+	if err := checkSubject(ev.Subject, r.Key); err != nil {
+		return Event{}, err
+	}
+	for _, name := range []string{"id", "source", "type", "subject", "datacontenttype"} {
+		if a := attrs[name]; a.present && a.kind == kindString {
+			if err := checkChars(name, a.text); err != nil {
+				return Event{}, err
+			}
+		}
+	}
+	if a := attrs["time"]; a.present {
+		t, terr := time.Parse(time.RFC3339Nano, a.text)
+		if a.kind != kindString || terr != nil {
+			return Event{}, decodeErr(ReasonInvalidAttribute, "time %s is not an RFC 3339 timestamp", excerpt(a.raw))
+		}
+		ev.Time = t
+	}
+	if a := attrs["resourceversion"]; a.present {
+		if !binary && a.kind != kindNumber {
+			return Event{}, decodeErr(ReasonInvalidVersion, "resourceversion %s is %s; want an integer ≥ 1", excerpt(a.raw), article(a.kind))
+		}
+		if ev.Version, err = parseVersion(a.text); err != nil {
+			return Event{}, err
+		}
+	}
+	if a := attrs["datacontenttype"]; a.present {
+		mt := a.text
+		if !binary {
+			if a.kind != kindString {
+				return Event{}, decodeErr(ReasonInvalidAttribute, "datacontenttype %s is %s, not a string", excerpt(a.raw), article(a.kind))
+			}
+			if parsed, _, perr := mime.ParseMediaType(mt); perr == nil {
+				mt = parsed
+			}
+		}
+		if !isJSONMediaType(strings.ToLower(mt)) {
+			return Event{}, decodeErr(ReasonUnsupportedData, "data content type %s: only JSON data is supported", excerpt(a.text))
+		}
+	}
+	return ev, nil
+}
+
+func (d *Decoder) decodeJSON(r Record) (Event, error) {
+	doc, err := parseJSON(r.Value)
+	if err != nil {
+		return Event{}, decodeErr(ReasonNotJSON, "the value is not JSON: %v", err)
+	}
+	if len(doc.issues) > 0 {
+		return Event{}, decodeErr(ReasonInvalidData, "the payload is not I-JSON: %s", doc.issues[0].msg)
+	}
+	root := &doc.root
+	ev := Event{Source: d.topic}
+	if d.idPtr != nil {
+		if ev.ID, err = field(root, d.idPtr, "id", ReasonMissingID, true); err != nil {
+			return Event{}, err
+		}
+	}
+	if ev.Type, err = field(root, d.typePtr, "type", ReasonMissingType, false); err != nil {
+		return Event{}, err
+	}
+	if ev.Subject, err = field(root, d.subjectPtr, "subject", ReasonMissingSubject, true); err != nil {
+		return Event{}, err
+	}
+	if err := checkSubject(ev.Subject, r.Key); err != nil {
+		return Event{}, err
+	}
+	for _, f := range [...]struct{ name, value string }{{"id", ev.ID}, {"type", ev.Type}, {"subject", ev.Subject}} {
+		if err := checkChars(f.name, f.value); err != nil {
+			return Event{}, err
+		}
+	}
+	if d.versionPtr != nil {
+		if v := d.versionPtr.resolve(root); v != nil && v.kind != kindNull {
+			if v.kind != kindNumber {
+				return Event{}, decodeErr(ReasonInvalidVersion, "version %s is %s; want an integer ≥ 1", excerpt(head(v.raw)), article(v.kind))
+			}
+			if ev.Version, err = parseVersion(v.text); err != nil {
+				return Event{}, err
+			}
+		}
+	}
+	ev.Data = bytes.Clone(r.Value)
+	ev, err = d.finish(ev, root)
+	if err != nil {
+		return Event{}, err
+	}
+	if d.idPtr == nil {
+		ev.ID = ev.Key
+	}
+	return ev, nil
+}
+
+// field reads a required event field of format json through p: a non-empty
+// string or, when integers is set, an integer literal.
+func field(root *jsonValue, p *pointer, name string, reason Reason, integers bool) (string, error) {
+	v := p.resolve(root)
+	switch {
+	case v == nil || v.kind == kindNull || (v.kind == kindString && v.text == ""):
+		return "", decodeErr(reason, "the payload has no %s at %s", name, excerpt(p.text))
+	case v.kind == kindString:
+		return v.text, nil
+	case integers && v.kind == kindNumber && isIntegerLiteral(v.text):
+		return v.canon, nil
+	default:
+		want := "a non-empty string"
+		if integers {
+			want += " or an integer"
+		}
+		return "", decodeErr(ReasonInvalidAttribute, "%s at %s is %s %s; want %s", name, excerpt(p.text), article(v.kind), excerpt(head(v.raw)), want)
+	}
+}
+
+// finish computes the payload hash and the key.
+func (d *Decoder) finish(ev Event, payload *jsonValue) (Event, error) {
+	ev.PayloadHash = payloadHash(ev.Type, ev.Subject, ev.Version, payload)
+	if err := d.deriveKey(&ev, payload); err != nil {
+		return Event{}, err
+	}
+	return ev, nil
+}
+
+// checkSubject requires the subject to equal the record key: records are
+// partitioned by key, so a record keyed otherwise may sit in another
+// partition than its resource's other events, and its order is unknown.
+func checkSubject(subject string, key []byte) error {
+	if string(key) == subject {
+		return nil
+	}
+	if len(key) == 0 {
+		return decodeErr(ReasonSubjectMismatch, "subject %s but the record has no key; key records by resource ID", excerpt(subject))
+	}
+	return decodeErr(ReasonSubjectMismatch, "subject %s differs from the record key %s", excerpt(subject), excerpt(string(key)))
+}
+
+// parseVersion parses a resourceversion: an integer from 1 to 2^63-1 in
+// plain decimal digits, no sign, no leading zero, no fraction or exponent.
+func parseVersion(s string) (int64, error) {
+	ok := s != "" && s[0] >= '1' && s[0] <= '9'
+	for i := 0; ok && i < len(s); i++ {
+		ok = s[i] >= '0' && s[i] <= '9'
+	}
+	if !ok {
+		return 0, decodeErr(ReasonInvalidVersion, "resourceversion %s is not an integer ≥ 1 in plain decimal digits", excerpt(s))
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, decodeErr(ReasonInvalidVersion, "resourceversion %s is larger than 2^63-1", excerpt(s))
+	}
+	return v, nil
+}
+
+// validAttributeName reports whether name is a CloudEvents attribute name:
+// lowercase ASCII letters and digits.
+func validAttributeName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkChars refuses the characters CloudEvents forbids in strings: control
+// characters (which no database column or log line should receive either;
+// PostgreSQL text cannot even hold NUL) and noncharacters.
+func checkChars(name, s string) error {
+	for _, r := range s {
+		if isControl(r) || isNoncharacter(r) {
+			return decodeErr(ReasonInvalidAttribute, "%s %s contains %U, which CloudEvents strings must not", name, excerpt(s), r)
+		}
+	}
+	return nil
+}
+
+func isControl(r rune) bool {
+	return r < 0x20 || (r >= 0x7f && r <= 0x9f)
+}
+
+func isNoncharacter(r rune) bool {
+	return (r >= 0xfdd0 && r <= 0xfdef) || r&0xfffe == 0xfffe
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if isControl(r) {
+			return true
+		}
+	}
+	return false
+}

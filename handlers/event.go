@@ -1,0 +1,67 @@
+package handlers
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Record is what the decoder needs of a Kafka record. The consumer copies it
+// from a *kgo.Record, so this package needs no Kafka client.
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	// Key is the record key: the producer's resource ID.
+	Key []byte
+	// Value is the record value; nil for a tombstone.
+	Value   []byte
+	Headers []Header
+	// Timestamp is the broker or producer timestamp. It is never part of an
+	// event's identity.
+	Timestamp time.Time
+}
+
+// Header is one Kafka record header. Kafka allows a key to repeat.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Event is a decoded, validated event. Its fields are the same whether it
+// arrived in structured mode, in binary mode or (for topics configured with
+// format json) as provider JSON mapped by JSON pointers.
+type Event struct {
+	// Source is the CloudEvents source; for format json, the topic name.
+	Source string
+	// ID is the CloudEvents id; for format json, the value at IDPointer or,
+	// without one, the event's Key.
+	ID string
+	// Type is the event type the domain handlers are registered by.
+	Type string
+	// Subject is the resource ID. It equals the record key.
+	Subject string
+	// Version is the resourceversion extension (≥ 1) of an absolute-state
+	// event, 0 when absent (relative events, doorbells).
+	Version int64
+	// Time is the CloudEvents time attribute; zero when absent.
+	Time time.Time
+	// Data is the data member as received (structured mode), the record
+	// value (binary mode), or the whole payload (format json); nil when a
+	// structured event has no data. It does not alias the record.
+	Data json.RawMessage
+	// Key is the dedupe key, derived by the topic's key strategy: the
+	// identity of the work, claimed once in the database.
+	Key string
+	// Strategy names the key strategy that made Key: cloudevents, field,
+	// natural or content-hash. Claims record it so that a topic's strategy
+	// cannot change while its claims are retained.
+	Strategy string
+	// PayloadHash is the SHA-256 of the RFC 8785 canonical JSON of
+	// {"data": D, "resourceversion": V, "subject": S, "type": T}, where D is
+	// Data (null when absent) and V is Version (the number 0 when absent).
+	// A redelivery with the same Key and another PayloadHash is a conflict.
+	// Time, id, source, extensions and the transport mode are not part of
+	// it: a structured and a binary copy of one event, or one with a new
+	// time, hash alike.
+	PayloadHash [32]byte
+}

@@ -1,0 +1,235 @@
+package handlers
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Key strategies: how a topic derives the dedupe key of its events.
+const (
+	// StrategyCloudEvents keys an event by its CloudEvents (source, id),
+	// which the spec makes unique per distinct event.
+	StrategyCloudEvents = "cloudevents"
+	// StrategyField keys an event by one provider ID field of its payload.
+	StrategyField = "field"
+	// StrategyNatural keys an event by a combination of payload fields that
+	// identifies the work (a natural key).
+	StrategyNatural = "natural"
+	// StrategyContentHash keys an event by the hash of its canonical
+	// content. The last resort: distinct events with identical content
+	// collide and all but the first are dropped as duplicates.
+	StrategyContentHash = "content-hash"
+)
+
+// MaxKeyBytes bounds the length of a dedupe key. A derived key that is
+// longer, or that contains a control character, is replaced by
+// "sha256:" + the hex SHA-256 of it; no other key starts with "sha256:".
+const MaxKeyBytes = 512
+
+// The key formats. <source> is the event's Source (for format json, the
+// topic), length-prefixed so that no choice of source and value can make two
+// distinct pairs spell the same key:
+//
+//	cloudevents   ce:<len(source)>:<source>:<id>
+//	field         field:<len(source)>:<source>:<value>
+//	natural       natural:<len(source)>:<source>:<hex SHA-256 of the canonical JSON array of the values>
+//	content-hash  content:<len(source)>:<source>:<hex PayloadHash>
+//
+// Keys are unique database-wide, so the three payload strategies are scoped
+// by source too: two providers' webhook topics may well both number their
+// events 1, 2, 3.
+func scopedKey(prefix, source, value string) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + len(source) + len(value) + 8)
+	b.WriteString(prefix)
+	b.WriteByte(':')
+	b.WriteString(strconv.Itoa(len(source)))
+	b.WriteByte(':')
+	b.WriteString(source)
+	b.WriteByte(':')
+	b.WriteString(value)
+	return b.String()
+}
+
+// boundKey applies MaxKeyBytes and keeps keys printable (a NUL would not even
+// fit a PostgreSQL text column).
+func boundKey(k string) string {
+	if len(k) <= MaxKeyBytes && !hasControl(k) {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// deriveKey sets ev.Key and ev.Strategy. payload is what key pointers resolve
+// against: the data of a CloudEvent, the whole value for format json; nil
+// when the event has no data. ev.PayloadHash must be set.
+func (d *Decoder) deriveKey(ev *Event, payload *jsonValue) error {
+	var k string
+	switch d.strategy {
+	case StrategyCloudEvents:
+		k = scopedKey("ce", ev.Source, ev.ID)
+	case StrategyField:
+		v, err := keyValue(payload, d.keyPointer)
+		if err != nil {
+			return err
+		}
+		if v.kind == kindString {
+			k = scopedKey("field", ev.Source, v.text)
+		} else {
+			k = scopedKey("field", ev.Source, v.canon)
+		}
+	case StrategyNatural:
+		buf := []byte{'['}
+		for i, p := range d.natural {
+			v, err := keyValue(payload, p)
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = v.appendCanonical(buf)
+		}
+		buf = append(buf, ']')
+		sum := sha256.Sum256(buf)
+		k = scopedKey("natural", ev.Source, hex.EncodeToString(sum[:]))
+	case StrategyContentHash:
+		k = scopedKey("content", ev.Source, hex.EncodeToString(ev.PayloadHash[:]))
+	}
+	ev.Key = boundKey(k)
+	ev.Strategy = d.strategy
+	return nil
+}
+
+// keyValue resolves a key pointer of strategy field or natural. A key value
+// is a non-empty string or an integer written without fraction or exponent
+// (kept digit for digit, so large provider IDs never round together). A
+// fraction, a boolean, null, an array or an object is more likely a wrong
+// pointer than an identity, and is refused.
+func keyValue(payload *jsonValue, p *pointer) (*jsonValue, error) {
+	if payload == nil {
+		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: the event has no data", excerpt(p.text))
+	}
+	v := p.resolve(payload)
+	switch {
+	case v == nil:
+		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: not found", excerpt(p.text))
+	case v.kind == kindString && v.text != "":
+		return v, nil
+	case v.kind == kindNumber && isIntegerLiteral(v.text):
+		return v, nil
+	case v.kind == kindString:
+		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: empty string", excerpt(p.text))
+	default:
+		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: found %s %s, want a non-empty string or an integer",
+			excerpt(p.text), article(v.kind), excerpt(head(v.raw)))
+	}
+}
+
+func article(k jsonKind) string {
+	switch k {
+	case kindArray, kindObject:
+		return "an " + k.String()
+	default:
+		return "a " + k.String()
+	}
+}
+
+// payloadHash computes Event.PayloadHash: the SHA-256 of the RFC 8785
+// canonical JSON of {"data","resourceversion","subject","type"} (members in
+// canonical order). data nil stands for JSON null.
+func payloadHash(typ, subject string, version int64, data *jsonValue) [32]byte {
+	b := make([]byte, 0, 128+len(subject)+len(typ))
+	b = append(b, `{"data":`...)
+	if data == nil {
+		b = append(b, "null"...)
+	} else {
+		b = data.appendCanonical(b)
+	}
+	b = append(b, `,"resourceversion":`...)
+	v, _ := canonicalNumber(strconv.FormatInt(version, 10))
+	b = append(b, v...)
+	b = append(b, `,"subject":`...)
+	b = appendCanonicalString(b, subject)
+	b = append(b, `,"type":`...)
+	b = appendCanonicalString(b, typ)
+	b = append(b, '}')
+	return sha256.Sum256(b)
+}
+
+// pointer is a parsed JSON pointer (RFC 6901).
+type pointer struct {
+	text   string
+	tokens []string
+}
+
+// parsePointer parses an RFC 6901 JSON pointer: "" for the whole document,
+// else "/"-separated reference tokens in which "~1" stands for "/" and "~0"
+// for "~".
+func parsePointer(s string) (*pointer, error) {
+	if !utf8.ValidString(s) {
+		return nil, errors.New("not valid UTF-8")
+	}
+	if s == "" {
+		return &pointer{}, nil
+	}
+	if s[0] != '/' {
+		return nil, errors.New("must be empty or start with '/'")
+	}
+	p := &pointer{text: s}
+	for _, tok := range strings.Split(s[1:], "/") {
+		for i := 0; i < len(tok); i++ {
+			if tok[i] == '~' && (i+1 == len(tok) || (tok[i+1] != '0' && tok[i+1] != '1')) {
+				return nil, errors.New("'~' must be followed by '0' or '1'")
+			}
+		}
+		// ~1 first: "~01" is "~1", not "/".
+		tok = strings.ReplaceAll(tok, "~1", "/")
+		tok = strings.ReplaceAll(tok, "~0", "~")
+		p.tokens = append(p.tokens, tok)
+	}
+	return p, nil
+}
+
+// resolve returns the value p refers to in v, or nil.
+func (p *pointer) resolve(v *jsonValue) *jsonValue {
+	for _, tok := range p.tokens {
+		switch v.kind {
+		case kindObject:
+			v = v.member(tok)
+		case kindArray:
+			i, ok := arrayIndex(tok)
+			if !ok || i >= len(v.elems) {
+				return nil
+			}
+			v = &v.elems[i]
+		default:
+			return nil
+		}
+		if v == nil {
+			return nil
+		}
+	}
+	return v
+}
+
+// arrayIndex parses an RFC 6901 array index: "0" or digits without a leading
+// zero. "-" (past the end) never refers to a value.
+func arrayIndex(tok string) (int, bool) {
+	if tok == "" || len(tok) > 9 || (len(tok) > 1 && tok[0] == '0') {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(tok); i++ {
+		if tok[i] < '0' || tok[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(tok[i]-'0')
+	}
+	return n, true
+}
