@@ -72,3 +72,8 @@ func Advance(ctx context.Context, tx pgx.Tx, group, topic string, partition int3
 	}
 	return nil
 }
+
+// QueueAdvance queues, on b, the forward move of the partition's position.
+func QueueAdvance(b *pgx.Batch, group, topic string, partition int32, next int64) {
+	b.Queue(advanceSQL, group, topic, partition, next)
+}

@@ -1,26 +1,51 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/consumer"
+	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/handlers"
 )
 
-// Applier applies batches in one transaction each.
+// Options configure an Applier.
+type Options struct {
+	// Decoders decode each topic's records.
+	Decoders map[string]*handlers.Decoder
+	// Handlers apply events by type.
+	Handlers handlers.Registry
+	// Logger receives per-batch problems.
+	Logger *zap.Logger
+	// Metrics, when set, counts dispositions.
+	Metrics *Metrics
+}
+
+// Applier applies batches, one transaction each: lock the partition's
+// position, claim the batch's event keys, run the handlers of the newly
+// claimed events in offset order, record dispositions and dead letters, and
+// move the position forward.
 type Applier struct {
 	pool *pgxpool.Pool
+	opts Options
 	log  *zap.Logger
 }
 
 // NewApplier returns an Applier on pool.
-func NewApplier(pool *pgxpool.Pool, log *zap.Logger) *Applier {
-	return &Applier{pool: pool, log: log}
+func NewApplier(pool *pgxpool.Pool, opts Options) *Applier {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	return &Applier{pool: pool, opts: opts, log: opts.Logger}
 }
 
 var _ consumer.Applier = (*Applier)(nil)
@@ -30,37 +55,327 @@ func (a *Applier) Positions(ctx context.Context, group, topic string, partitions
 	return dedupe.Positions(ctx, a.pool, group, topic, partitions)
 }
 
+// item is one record of a batch on its way to a disposition.
+type item struct {
+	rec *kgo.Record
+	ev  handlers.Event
+	// disposition is the outcome; reason and err explain a dead letter.
+	disposition dedupe.Disposition
+	reason      handlers.Reason
+	err         error
+	// claimed: this transaction claimed ev.Key (the handlers run).
+	claimed bool
+}
+
+func (it *item) deadLetter(err error) {
+	it.disposition = dedupe.DeadLettered
+	it.reason = handlers.ReasonOf(err)
+	if it.reason == "" {
+		it.reason = handlers.ReasonHandlerError
+	}
+	it.err = err
+}
+
+// Result counts what a batch did, by disposition.
+type Result struct {
+	Counts map[dedupe.Disposition]int
+	// DeadLetters by reason (conflicts included, reason "conflict").
+	DeadLetters map[handlers.Reason]int
+	// Isolated is true when a statement failed and the batch was redone one
+	// event at a time to isolate the culprit.
+	Isolated bool
+}
+
 // Apply implements consumer.Applier.
 func (a *Applier) Apply(ctx context.Context, b consumer.Batch) error {
+	_, err := a.ApplyBatch(ctx, b)
+	return err
+}
+
+// ApplyBatch applies b and reports what became of its records.
+func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, error) {
+	items := a.decode(b)
+	res, err := a.inTx(ctx, b, items, false)
+	if err != nil && isStatementFailure(err) {
+		// A statement failed for a reason that retrying cannot fix (a
+		// constraint or data error). The transaction is gone; redo the
+		// batch with each event's effects in a savepoint, so the culprit is
+		// dead-lettered and its batch-mates commit.
+		a.log.Warn("a statement failed; redoing the batch one event at a time",
+			zap.String("topic", b.Topic), zap.Int32("partition", b.Partition),
+			zap.Int64("first_offset", b.Records[0].Offset), zap.Error(err))
+		items = a.decode(b)
+		res, err = a.inTx(ctx, b, items, true)
+		res.Isolated = true
+	}
+	if err != nil {
+		return res, err
+	}
+	a.opts.Metrics.record(b.Topic, res)
+	return res, nil
+}
+
+// decode decodes every record outside the transaction (CPU work that need
+// not hold locks).
+func (a *Applier) decode(b consumer.Batch) []*item {
+	dec := a.opts.Decoders[b.Topic]
+	items := make([]*item, len(b.Records))
+	for i, r := range b.Records {
+		it := &item{rec: r}
+		items[i] = it
+		if dec == nil {
+			it.deadLetter(handlers.PermanentWithReason("unconfigured_topic", fmt.Errorf("no decoder for topic %s", b.Topic)))
+			continue
+		}
+		hs := make([]handlers.Header, len(r.Headers))
+		for j, h := range r.Headers {
+			hs[j] = handlers.Header{Key: h.Key, Value: h.Value}
+		}
+		ev, err := dec.Decode(handlers.Record{
+			Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+			Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp,
+		})
+		if err != nil {
+			it.deadLetter(err)
+			continue
+		}
+		it.ev = ev
+	}
+	return items
+}
+
+func (a *Applier) inTx(ctx context.Context, b consumer.Batch, items []*item, isolated bool) (Result, error) {
 	tx, err := a.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("beginning transaction: %w", err)
+		return Result{}, fmt.Errorf("beginning transaction: %w", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 
-	if err := a.apply(ctx, tx, b); err != nil {
-		return err
+	res, err := a.apply(ctx, tx, b, items, isolated)
+	if err != nil {
+		return res, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("committing batch of %s/%d at %d: %w", b.Topic, b.Partition, b.Records[0].Offset, err)
+		return res, fmt.Errorf("committing batch of %s/%d at %d: %w", b.Topic, b.Partition, b.Records[0].Offset, err)
+	}
+	return res, nil
+}
+
+func (a *Applier) apply(ctx context.Context, tx pgx.Tx, b consumer.Batch, items []*item, isolated bool) (Result, error) {
+	stored, err := dedupe.LockPosition(ctx, tx, b.Group, b.Topic, b.Partition, b.Records[0].Offset)
+	if err != nil {
+		return Result{}, err
+	}
+	// Records below the stored position were applied by another member:
+	// the partition's new owner if this member is a zombie, or the previous
+	// owner whose last batch committed just before the revoke.
+	for len(items) > 0 && items[0].rec.Offset < stored {
+		items = items[1:]
+	}
+	if len(items) == 0 {
+		return Result{}, nil
+	}
+
+	if err := a.claim(ctx, tx, b, items); err != nil {
+		return Result{}, err
+	}
+	if err := a.runHandlers(ctx, tx, items, isolated); err != nil {
+		return Result{}, err
+	}
+
+	// Record: dispositions other than applied, dead letters, the position.
+	rec := &pgx.Batch{}
+	var keys []string
+	var disps []dedupe.Disposition
+	res := Result{Counts: map[dedupe.Disposition]int{}, DeadLetters: map[handlers.Reason]int{}}
+	for _, it := range items {
+		res.Counts[it.disposition]++
+		if it.claimed && it.disposition != dedupe.Applied {
+			keys = append(keys, it.ev.Key)
+			disps = append(disps, it.disposition)
+		}
+		if it.disposition == dedupe.DeadLettered {
+			res.DeadLetters[it.reason]++
+			deadletter.Queue(rec, a.letter(b, it))
+		}
+	}
+	dedupe.QueueDispositions(rec, keys, disps)
+	dedupe.QueueAdvance(rec, b.Group, b.Topic, b.Partition, b.NextOffset())
+	if err := tx.SendBatch(ctx, rec).Close(); err != nil {
+		return Result{}, fmt.Errorf("recording dispositions of %s/%d: %w", b.Topic, b.Partition, err)
+	}
+	return res, nil
+}
+
+// claim claims the keys of the decoded items. A key seen earlier in the
+// batch, or claimed before, is a duplicate when the payload hash matches and
+// a conflict (dead-lettered, never dropped) when it does not.
+func (a *Applier) claim(ctx context.Context, tx pgx.Tx, b consumer.Batch, items []*item) error {
+	first := make(map[string]*item, len(items))
+	var claims []dedupe.Claim
+	for _, it := range items {
+		if it.disposition != "" {
+			continue // undecodable: dead-lettered without a claim
+		}
+		if prev, ok := first[it.ev.Key]; ok {
+			a.settleRepeat(it, prev.ev.PayloadHash[:])
+			continue
+		}
+		first[it.ev.Key] = it
+		claims = append(claims, dedupe.Claim{
+			Key: it.ev.Key, Strategy: it.ev.Strategy, PayloadHash: it.ev.PayloadHash[:],
+			Type: it.ev.Type, Subject: it.ev.Subject, Topic: b.Topic, Partition: b.Partition, Offset: it.rec.Offset,
+		})
+	}
+	claimed, err := dedupe.ClaimAll(ctx, tx, b.Group, claims)
+	if err != nil {
+		return err
+	}
+	var taken []string
+	for _, c := range claims {
+		if claimed[c.Key] {
+			first[c.Key].claimed = true
+		} else {
+			taken = append(taken, c.Key)
+		}
+	}
+	stored, err := dedupe.Lookup(ctx, tx, taken)
+	if err != nil {
+		return err
+	}
+	for _, k := range taken {
+		h, ok := stored[k]
+		if !ok {
+			return fmt.Errorf("claim of %s neither inserted nor found (pruned concurrently?)", k)
+		}
+		a.settleRepeat(first[k], h)
 	}
 	return nil
 }
 
-func (a *Applier) apply(ctx context.Context, tx pgx.Tx, b consumer.Batch) error {
-	stored, err := dedupe.LockPosition(ctx, tx, b.Group, b.Topic, b.Partition, b.Records[0].Offset)
+// ReasonConflict: the same event key arrived with a different payload.
+const ReasonConflict handlers.Reason = "conflict"
+
+func (a *Applier) settleRepeat(it *item, storedHash []byte) {
+	if bytes.Equal(storedHash, it.ev.PayloadHash[:]) {
+		it.disposition = dedupe.Duplicate
+		return
+	}
+	it.deadLetter(handlers.PermanentWithReason(ReasonConflict,
+		fmt.Errorf("event key %s was claimed with a different payload (stored hash %x, this one %x)",
+			truncateKey(it.ev.Key), storedHash[:8], it.ev.PayloadHash[:8])))
+}
+
+func truncateKey(k string) string {
+	if len(k) > 80 {
+		return k[:80] + "…"
+	}
+	return k
+}
+
+// runHandlers runs the handlers of the claimed items in offset order and
+// sends their statements: all in one round trip, or, isolated, each event's
+// in a savepoint of its own.
+func (a *Applier) runHandlers(ctx context.Context, tx pgx.Tx, items []*item, isolated bool) error {
+	effects := handlers.NewEffects()
+	type pending struct {
+		it  *item
+		out *handlers.Outcome
+	}
+	var queued []pending
+	for _, it := range items {
+		if !it.claimed {
+			continue
+		}
+		h, ok := a.opts.Handlers[it.ev.Type]
+		if !ok {
+			it.deadLetter(handlers.UnknownType(it.ev.Type))
+			continue
+		}
+		if isolated {
+			effects = handlers.NewEffects()
+		}
+		out := effects.Begin()
+		if err := h.Handle(ctx, effects, it.ev); err != nil {
+			if !handlers.IsPermanent(err) {
+				return fmt.Errorf("handling %s %s: %w", it.ev.Type, truncateKey(it.ev.Key), err)
+			}
+			if effects.Queued() > 0 {
+				return fmt.Errorf("handler of %s queued statements and then failed: handlers must validate before queueing", it.ev.Type)
+			}
+			it.deadLetter(err)
+			continue
+		}
+		queued = append(queued, pending{it, out})
+		if isolated {
+			if err := sendIsolated(ctx, tx, effects); err != nil {
+				if !isStatementFailure(err) {
+					return err
+				}
+				it.deadLetter(handlers.Permanent(fmt.Errorf("applying %s: %w", it.ev.Type, err)))
+				queued = queued[:len(queued)-1]
+			}
+		}
+	}
+	if !isolated && effects.Len() > 0 {
+		if err := tx.SendBatch(ctx, effects.Batch()).Close(); err != nil {
+			return fmt.Errorf("applying %d events: %w", len(queued), err)
+		}
+	}
+	for _, p := range queued {
+		if p.out.Err != nil {
+			p.it.deadLetter(p.out.Err)
+			continue
+		}
+		p.it.disposition = p.out.Disposition
+	}
+	return nil
+}
+
+// sendIsolated sends one event's statements inside a savepoint, rolling back
+// to it when a statement fails.
+func sendIsolated(ctx context.Context, tx pgx.Tx, effects *handlers.Effects) error {
+	if effects.Len() == 0 {
+		return nil
+	}
+	sp, err := tx.Begin(ctx) // a savepoint
 	if err != nil {
 		return err
 	}
-	// Records below the stored position were applied by another member
-	// (the partition's new owner, if this member is a zombie, or the old
-	// owner whose batch committed just before the revoke reached it).
-	recs := b.Records
-	for len(recs) > 0 && recs[0].Offset < stored {
-		recs = recs[1:]
+	if err := sp.SendBatch(ctx, effects.Batch()).Close(); err != nil {
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return rerr
+		}
+		return err
 	}
-	if len(recs) == 0 {
-		return nil
+	return sp.Commit(ctx)
+}
+
+// isStatementFailure reports whether err is a statement's data or
+// constraint error (SQLSTATE class 22 or 23): one event's fault, which
+// retrying cannot fix. Everything else (connection loss, serialization
+// failure, deadlock, timeouts, a bug in a statement) is retried with
+// backoff and never dead-lettered.
+func isStatementFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
 	}
-	return dedupe.Advance(ctx, tx, b.Group, b.Topic, b.Partition, b.NextOffset())
+	return len(pgErr.Code) == 5 && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23")
+}
+
+func (a *Applier) letter(b consumer.Batch, it *item) deadletter.Letter {
+	hs := make([]deadletter.Header, len(it.rec.Headers))
+	for i, h := range it.rec.Headers {
+		hs[i] = deadletter.NewHeader(h.Key, h.Value)
+	}
+	msg := ""
+	if it.err != nil {
+		msg = it.err.Error()
+	}
+	return deadletter.Letter{
+		Group: b.Group, Topic: b.Topic, Partition: b.Partition, Offset: it.rec.Offset,
+		EventKey: it.ev.Key, RecordKey: it.rec.Key, Value: it.rec.Value, Headers: hs,
+		Reason: string(it.reason), Error: msg,
+	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/consumer"
+	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/httpserver"
 	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/schema"
@@ -59,7 +60,16 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 		return err
 	}
 
-	applier := pipeline.NewApplier(pool, log.Named("pipeline"))
+	decoders, err := newDecoders(cfg, log)
+	if err != nil {
+		return err
+	}
+	applier := pipeline.NewApplier(pool, pipeline.Options{
+		Decoders: decoders,
+		Handlers: handlers.Reference(),
+		Logger:   log.Named("pipeline"),
+		Metrics:  pipeline.NewMetrics(reg),
+	})
 	cons, err := consumer.New(consumerOptions(cfg, log, consumer.NewMetrics(reg), kmetrics), applier)
 	if err != nil {
 		return err
@@ -100,6 +110,28 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	err = cons.Run(ctx)
 	log.Info("worker stopped")
 	return err
+}
+
+// newDecoders builds each topic's decoder from its settings and logs the
+// start-up warnings (the content-hash key strategy's collisions).
+func newDecoders(cfg config.Config, log *zap.Logger) (map[string]*handlers.Decoder, error) {
+	decoders := make(map[string]*handlers.Decoder, len(cfg.Kafka.Topics))
+	for _, name := range cfg.Kafka.Topics {
+		t := cfg.TopicSettings(name)
+		d, err := handlers.NewDecoder(handlers.DecoderConfig{
+			Topic: name, Format: t.Format, KeyStrategy: t.KeyStrategy, KeyPointer: t.KeyPointer, NaturalKey: t.NaturalKey,
+			IDPointer: t.IDPointer, TypePointer: t.TypePointer, SubjectPointer: t.SubjectPointer, VersionPointer: t.VersionPointer,
+			MaxPayloadBytes: cfg.Consumer.MaxPayloadBytes,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("topic %s: %w", name, err)
+		}
+		for _, w := range d.Warnings() {
+			log.Warn(w, zap.String("topic", name))
+		}
+		decoders[name] = d
+	}
+	return decoders, nil
 }
 
 func consumerOptions(cfg config.Config, log *zap.Logger, m *consumer.Metrics, kmetrics *kprom.Metrics) consumer.Options {

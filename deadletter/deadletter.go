@@ -1,0 +1,96 @@
+// Package deadletter records what could not be applied — undecodable
+// records, conflicts, permanent handler failures — with the reason and the
+// origin, in the transaction that moves the partition past it.
+package deadletter
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Letter is one dead letter.
+type Letter struct {
+	Group     string
+	Topic     string
+	Partition int32
+	Offset    int64
+	// EventKey is the dedupe key when the record decoded far enough to have
+	// one; empty otherwise.
+	EventKey  string
+	RecordKey []byte
+	Value     []byte
+	Headers   []Header
+	// Reason is the reason code (one per kind of bad input).
+	Reason string
+	// Error explains the reason; it never holds a whole payload.
+	Error string
+}
+
+// Header is a record header as stored: text when it is valid UTF-8 without
+// NUL (which jsonb cannot hold), base64 otherwise.
+type Header struct {
+	Key         string `json:"key"`
+	Value       string `json:"value,omitempty"`
+	ValueBase64 string `json:"value_base64,omitempty"`
+}
+
+// NewHeader makes the stored form of a record header.
+func NewHeader(key string, value []byte) Header {
+	if !utf8.ValidString(key) || strings.ContainsRune(key, 0) {
+		key = base64.StdEncoding.EncodeToString([]byte(key))
+	}
+	if utf8.Valid(value) && !bytes.ContainsRune(value, 0) {
+		return Header{Key: key, Value: string(value)}
+	}
+	return Header{Key: key, ValueBase64: base64.StdEncoding.EncodeToString(value)}
+}
+
+// Bounds on what a dead letter keeps: enough to diagnose, never a whole
+// hostile payload.
+const (
+	MaxValueBytes = 4096
+	MaxErrorBytes = 1024
+)
+
+const insertSQL = `
+INSERT INTO dead_letters
+    (consumer_group, topic, "partition", "offset", event_key, record_key, value_prefix, value_size, headers, reason, error)
+VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6, $7, $8, $9, $10, $11)
+ON CONFLICT (topic, "partition", "offset") DO UPDATE
+SET attempts = dead_letters.attempts + 1, last_seen_at = now()`
+
+// Queue queues, on b, the insert of l. A redelivered record (same origin)
+// makes no second dead letter; its attempts count goes up.
+func Queue(b *pgx.Batch, l Letter) {
+	value := l.Value
+	if len(value) > MaxValueBytes {
+		value = value[:MaxValueBytes]
+	}
+	headers, _ := json.Marshal(l.Headers) // strings only: cannot fail
+	if l.Headers == nil {
+		headers = []byte("[]")
+	}
+	b.Queue(insertSQL, l.Group, l.Topic, l.Partition, l.Offset, l.EventKey, l.RecordKey, value, len(l.Value),
+		headers, l.Reason, truncate(cleanText(l.Error), MaxErrorBytes))
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// cleanText makes s storable as PostgreSQL text: valid UTF-8, no NUL.
+func cleanText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\\0")
+}

@@ -1,0 +1,118 @@
+package dedupe
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Disposition is what became of an event. A claim row holds one of Applied,
+// Stale, Parked or DeadLettered; Duplicate has no row of its own (metrics
+// count it, the audit derives it from the topic).
+type Disposition string
+
+// The dispositions.
+const (
+	Applied      Disposition = "applied"
+	Stale        Disposition = "stale"
+	Parked       Disposition = "parked"
+	DeadLettered Disposition = "dead_lettered"
+	Duplicate    Disposition = "duplicate"
+)
+
+// Claim is one event key to claim.
+type Claim struct {
+	Key         string
+	Strategy    string
+	PayloadHash []byte
+	Type        string
+	Subject     string
+	Topic       string
+	Partition   int32
+	Offset      int64
+}
+
+// Existing is a key that was already claimed, with the payload hash stored
+// when it was.
+type Existing struct {
+	Key         string
+	PayloadHash []byte
+}
+
+const claimSQL = `
+INSERT INTO processed_events
+    (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset")
+SELECT k, s, h, t, subj, 'applied', $1, $2, $3, o
+FROM unnest($4::text[], $5::text[], $6::bytea[], $7::text[], $8::text[], $9::bigint[]) AS c(k, s, h, t, subj, o)
+ORDER BY k
+ON CONFLICT (event_key) DO NOTHING
+RETURNING event_key`
+
+// ClaimAll claims every key in claims with one multi-row INSERT … ON
+// CONFLICT DO NOTHING (rows sorted by key, so two transactions never lock
+// keys in opposite orders) and returns the keys this transaction claimed.
+// Claims start as applied; Record sets any other disposition before commit.
+// Keys must be distinct and all claims of one topic and partition.
+func ClaimAll(ctx context.Context, tx pgx.Tx, group string, claims []Claim) (map[string]bool, error) {
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	n := len(claims)
+	keys, strategies, types, subjects := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	hashes, offsets := make([][]byte, n), make([]int64, n)
+	for i, c := range claims {
+		keys[i], strategies[i], hashes[i], types[i], subjects[i], offsets[i] = c.Key, c.Strategy, c.PayloadHash, c.Type, c.Subject, c.Offset
+	}
+	rows, err := tx.Query(ctx, claimSQL, group, claims[0].Topic, claims[0].Partition, keys, strategies, hashes, types, subjects, offsets)
+	if err != nil {
+		return nil, fmt.Errorf("claiming %d events: %w", n, err)
+	}
+	claimed := make(map[string]bool, n)
+	var k string
+	if _, err := pgx.ForEachRow(rows, []any{&k}, func() error { claimed[k] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("claiming %d events: %w", n, err)
+	}
+	return claimed, nil
+}
+
+const existingSQL = `SELECT event_key, payload_hash FROM processed_events WHERE event_key = ANY($1)`
+
+// Lookup returns the stored payload hash of each key that has a claim. A key
+// claimed by a concurrent transaction that committed after ClaimAll waited
+// for it is visible here (a new statement, a new snapshot).
+func Lookup(ctx context.Context, tx pgx.Tx, keys []string) (map[string][]byte, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, existingSQL, keys)
+	if err != nil {
+		return nil, fmt.Errorf("reading %d existing claims: %w", len(keys), err)
+	}
+	out := make(map[string][]byte, len(keys))
+	var k string
+	var h []byte
+	if _, err := pgx.ForEachRow(rows, []any{&k, &h}, func() error { out[k] = slices.Clone(h); return nil }); err != nil {
+		return nil, fmt.Errorf("reading %d existing claims: %w", len(keys), err)
+	}
+	return out, nil
+}
+
+const setDispositionsSQL = `
+UPDATE processed_events p SET disposition = d.disposition, updated_at = now()
+FROM unnest($1::text[], $2::text[]) AS d(event_key, disposition)
+WHERE p.event_key = d.event_key`
+
+// QueueDispositions queues, on b, the update of claims whose disposition is
+// not applied.
+func QueueDispositions(b *pgx.Batch, keys []string, dispositions []Disposition) {
+	if len(keys) == 0 {
+		return
+	}
+	ds := make([]string, len(dispositions))
+	for i, d := range dispositions {
+		ds[i] = string(d)
+	}
+	b.Queue(setDispositionsSQL, keys, ds)
+}

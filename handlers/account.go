@@ -1,0 +1,113 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The reference domain's event types.
+const (
+	TypeAccountOpened  = "account.opened"
+	TypeAccountUpdated = "account.updated"
+	TypeAccountClosed  = "account.closed"
+	TypeLedgerCredited = "ledger.credited"
+	TypeLedgerDebited  = "ledger.debited"
+)
+
+// Reference returns the reference domain's handlers.
+func Reference() Registry {
+	acct := HandlerFunc(handleAccount)
+	ledger := HandlerFunc(handleLedger)
+	return Registry{
+		TypeAccountOpened:  acct,
+		TypeAccountUpdated: acct,
+		TypeAccountClosed:  acct,
+		TypeLedgerCredited: ledger,
+		TypeLedgerDebited:  ledger,
+	}
+}
+
+// AccountState is an account's whole state: account events are absolute
+// (an update is not a patch).
+type AccountState struct {
+	Name  string `json:"name"`
+	Email string `json:"email"`
+	Plan  string `json:"plan"`
+}
+
+// ReasonInvalidPayload: the data does not fit the event type (a missing or
+// mistyped field, an amount that is not a positive integer, a bad currency).
+const ReasonInvalidPayload Reason = "invalid_payload"
+
+// ReasonMissingVersion: an absolute-state event without resourceversion.
+const ReasonMissingVersion Reason = "missing_version"
+
+func invalidPayload(format string, args ...any) error {
+	return PermanentWithReason(ReasonInvalidPayload, fmt.Errorf(format, args...))
+}
+
+// ParseAccount validates an account event's data.
+func ParseAccount(ev Event) (AccountState, error) {
+	if ev.Version < 1 {
+		return AccountState{}, PermanentWithReason(ReasonMissingVersion, fmt.Errorf("%s needs the resourceversion extension (an integer ≥ 1)", ev.Type))
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(ev.Data, &raw); err != nil || raw == nil {
+		return AccountState{}, invalidPayload("%s data must be an object with name, email and plan", ev.Type)
+	}
+	var s AccountState
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"name", &s.Name}, {"email", &s.Email}, {"plan", &s.Plan}} {
+		v, ok := raw[f.name]
+		if !ok {
+			return AccountState{}, invalidPayload("%s data lacks %s", ev.Type, f.name)
+		}
+		if err := json.Unmarshal(v, f.dst); err != nil || strings.TrimSpace(*f.dst) == "" {
+			return AccountState{}, invalidPayload("%s data.%s must be a non-empty string", ev.Type, f.name)
+		}
+	}
+	if !strings.Contains(s.Email, "@") {
+		return AccountState{}, invalidPayload("%s data.email is not an email address", ev.Type)
+	}
+	return s, nil
+}
+
+// upsertAccountSQL is the version gate: the row changes only when the
+// event's version is newer than the stored one. The WHERE is evaluated on
+// the latest locked row version, so it holds under concurrency.
+const upsertAccountSQL = `
+INSERT INTO accounts (id, version, name, email, plan, status, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, now())
+ON CONFLICT (id) DO UPDATE
+SET version = excluded.version, name = excluded.name, email = excluded.email,
+    plan = excluded.plan, status = excluded.status, updated_at = excluded.updated_at
+WHERE accounts.version < excluded.version`
+
+func handleAccount(_ context.Context, e *Effects, ev Event) error {
+	s, err := ParseAccount(ev)
+	if err != nil {
+		return err
+	}
+	status := "open"
+	if ev.Type == TypeAccountClosed {
+		status = "closed"
+	}
+	e.Exec(AppliedOrStale, upsertAccountSQL, ev.Subject, ev.Version, s.Name, s.Email, s.Plan, status)
+	return nil
+}
+
+// UpsertAccount applies an account state through the version gate outside a
+// batch (the doorbell path and tools); it reports whether the row changed.
+func UpsertAccount(ctx context.Context, tx pgx.Tx, id string, version int64, s AccountState, status string) (bool, error) {
+	ct, err := tx.Exec(ctx, upsertAccountSQL, id, version, s.Name, s.Email, s.Plan, status)
+	if err != nil {
+		return false, fmt.Errorf("upserting account %s: %w", id, err)
+	}
+	return ct.RowsAffected() == 1, nil
+}

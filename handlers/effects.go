@@ -1,0 +1,117 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/effectively-io/effectively/dedupe"
+)
+
+// Handler applies the effect of one newly claimed event. It validates the
+// event's data (returning a Permanent error for data it can never apply)
+// and queues its statements on e. Handlers never call the outside world.
+type Handler interface {
+	Handle(ctx context.Context, e *Effects, ev Event) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, e *Effects, ev Event) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, e *Effects, ev Event) error { return f(ctx, e, ev) }
+
+// Registry maps event types to their handlers.
+type Registry map[string]Handler
+
+// Outcome is what became of one event's effects once its statements ran.
+type Outcome struct {
+	// Disposition is Applied unless a statement's result decided otherwise.
+	Disposition dedupe.Disposition
+	// Err is a permanent failure decided from a result (a missing
+	// prerequisite, say); the event is dead-lettered with its reason.
+	Err error
+}
+
+// Effects collects the statements of a batch's events, in offset order, to
+// send in one round trip. Each statement belongs to the event being handled
+// when it was queued; its result callback decides that event's outcome.
+type Effects struct {
+	batch    *pgx.Batch
+	outcomes []*Outcome
+	current  *Outcome
+	queued   int // statements queued for the current event
+}
+
+// NewEffects returns an empty collection.
+func NewEffects() *Effects { return &Effects{batch: &pgx.Batch{}} }
+
+// Begin starts collecting the statements of the next event and returns its
+// outcome, filled in when the batch runs.
+func (e *Effects) Begin() *Outcome {
+	o := &Outcome{Disposition: dedupe.Applied}
+	e.outcomes = append(e.outcomes, o)
+	e.current = o
+	e.queued = 0
+	return o
+}
+
+// Queued is the number of statements queued for the current event.
+func (e *Effects) Queued() int { return e.queued }
+
+// Exec queues a statement; decide (nil: always applied) maps its command
+// tag to the event's disposition.
+func (e *Effects) Exec(decide func(pgconn.CommandTag) (dedupe.Disposition, error), sql string, args ...any) {
+	o := e.current
+	e.queued++
+	e.batch.Queue(sql, args...).Exec(func(ct pgconn.CommandTag) error {
+		if decide != nil {
+			o.Disposition, o.Err = decide(ct)
+		}
+		return nil
+	})
+}
+
+// QueryRow queues a statement returning one row; decide scans it and maps
+// it to the event's disposition.
+func (e *Effects) QueryRow(decide func(pgx.Row) (dedupe.Disposition, error), sql string, args ...any) {
+	o := e.current
+	e.queued++
+	e.batch.Queue(sql, args...).QueryRow(func(row pgx.Row) error {
+		d, err := decide(row)
+		if err != nil && !IsPermanent(err) {
+			return err // a scan failure: fail the batch
+		}
+		o.Disposition, o.Err = d, err
+		return nil
+	})
+}
+
+// Len is the number of statements queued in all.
+func (e *Effects) Len() int { return e.batch.Len() }
+
+// Batch is the statements to send.
+func (e *Effects) Batch() *pgx.Batch { return e.batch }
+
+// AppliedOrStale is the decision of a version-gated upsert: a row written
+// means applied, none means the stored version was as new or newer.
+func AppliedOrStale(ct pgconn.CommandTag) (dedupe.Disposition, error) {
+	if ct.RowsAffected() == 0 {
+		return dedupe.Stale, nil
+	}
+	return dedupe.Applied, nil
+}
+
+// ReasonPrerequisiteMissing: a relative event for a resource that does not
+// exist (a ledger entry for an account never opened).
+const ReasonPrerequisiteMissing Reason = "prerequisite_missing"
+
+// ReasonUnknownType: no handler is registered for the event's type.
+const ReasonUnknownType Reason = "unknown_type"
+
+// UnknownType is the permanent error of an event no handler takes.
+func UnknownType(typ string) error {
+	return PermanentWithReason(ReasonUnknownType, fmt.Errorf("no handler for event type %s", excerpt(typ)))
+}

@@ -1,0 +1,47 @@
+package pipeline
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics count what became of events.
+type Metrics struct {
+	events      *prometheus.CounterVec
+	deadLetters *prometheus.CounterVec
+	isolated    *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "effectively_events_total",
+			Help: "Records by topic and disposition (applied, stale, duplicate, dead_lettered, parked).",
+		}, []string{"topic", "disposition"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "effectively_dead_letters_total",
+			Help: "Dead-lettered records by topic and reason.",
+		}, []string{"topic", "reason"}),
+		isolated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "effectively_isolated_batches_total",
+			Help: "Batches redone one event at a time because a statement failed.",
+		}, []string{"topic"}),
+	}
+	reg.MustRegister(m.events, m.deadLetters, m.isolated)
+	return m
+}
+
+func (m *Metrics) record(topic string, r Result) {
+	if m == nil {
+		return
+	}
+	for d, n := range r.Counts {
+		m.events.WithLabelValues(topic, string(d)).Add(float64(n))
+	}
+	for reason, n := range r.DeadLetters {
+		m.deadLetters.WithLabelValues(topic, string(reason)).Add(float64(n))
+	}
+	if r.Isolated {
+		m.isolated.WithLabelValues(topic).Inc()
+	}
+}
