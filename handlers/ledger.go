@@ -66,7 +66,6 @@ func ParseLedger(ev Event) (LedgerEntry, error) {
 	return LedgerEntry{AmountCents: n, Currency: code}, nil
 }
 
-
 // ReasonInvalidCurrency: a ledger event's currency is not an ISO 4217 code.
 const ReasonInvalidCurrency Reason = "invalid_currency"
 
