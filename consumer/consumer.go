@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -102,6 +103,10 @@ type Consumer struct {
 	hardCtx    context.Context
 	hardCancel context.CancelFunc
 
+	// partitioner is set after the client exists, when the topics'
+	// partition counts are known; workers may already be running.
+	partitioner atomic.Pointer[partitionerCheck]
+
 	mu      sync.Mutex
 	workers map[topicPartition]*partitionWorker
 	joined  bool // the group assigned us at least once (possibly nothing)
@@ -128,6 +133,7 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 		hardCancel: hardCancel,
 		workers:    make(map[topicPartition]*partitionWorker),
 	}
+
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(opts.Brokers...),
 		kgo.ConsumerGroup(opts.Group),
@@ -183,6 +189,13 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 	return c, nil
 }
 
+// CheckPartitioner makes the member check each record of the given topics
+// (topic → partition count) against murmur2 of its key: the producer
+// contract.
+func (c *Consumer) CheckPartitioner(counts map[string]int) {
+	c.partitioner.Store(newPartitionerCheck(c.log, c.opts.Metrics, counts))
+}
+
 // Client is the underlying franz-go client (for admin requests sharing its
 // connections).
 func (c *Consumer) Client() *kgo.Client { return c.cl }
@@ -227,6 +240,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.log.Error("records for a partition without a worker", zap.String("topic", p.Topic), zap.Int32("partition", p.Partition))
 				return
 			}
+			w.hwm.Store(p.HighWatermark)
 			w.push(p.Records)
 		})
 		c.cl.AllowRebalance()
@@ -327,6 +341,7 @@ func (c *Consumer) revoked(_ context.Context, cl *kgo.Client, revoked map[string
 				zap.String("topic", w.tp.topic), zap.Int32("partition", w.tp.partition), zap.Duration("revoke_timeout", c.opts.RevokeTimeout))
 		}
 		resume[w.tp.topic] = append(resume[w.tp.topic], w.tp.partition)
+		c.opts.Metrics.forget(w.tp)
 		c.log.Info("partition revoked", zap.String("topic", w.tp.topic), zap.Int32("partition", w.tp.partition))
 	}
 	// Pauses are client-wide and survive a revoke: clear them so the

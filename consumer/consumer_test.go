@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -210,6 +212,50 @@ func TestStartOffsetLatest(t *testing.T) {
 		require.True(t, ok)
 		for _, o := range offs {
 			require.GreaterOrEqual(t, o, end.Offset, "partition %d: a record produced before the group joined was applied", p)
+		}
+	}
+}
+
+// Records a producer placed with another partitioner than murmur2 are
+// counted and warned about; they are still applied.
+func TestPartitionerMismatchIsCounted(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.NewTopic(t, 4)
+	// Every record to partition 3, whatever murmur2 of its key says.
+	cl := kafkatest.Producer(t, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	var recs []*kgo.Record
+	wrong := 0
+	for i := 0; i < 40; i++ {
+		r := &kgo.Record{Key: []byte(fmt.Sprintf("acct-%d", i)), Value: []byte("{}"), Partition: 3}
+		if kgo.StickyKeyPartitioner(nil).ForTopic(topic).Partition(r, 4) != 3 {
+			wrong++
+		}
+		recs = append(recs, r)
+	}
+	require.NoError(t, cl.ProduceSync(context.Background(), recs...).FirstErr())
+	require.Positive(t, wrong)
+
+	reg := prometheus.NewRegistry()
+	a := newMemApplier()
+	opts := consumer.Options{Brokers: kafkatest.Brokers(t), Group: kafkatest.NewGroup(t), Topics: []string{topic},
+		Logger: zaptest.NewLogger(t), Metrics: consumer.NewMetrics(reg)}
+	c, err := consumer.New(opts, a)
+	require.NoError(t, err)
+	c.CheckPartitioner(map[string]int{topic: 4})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	waitFor(t, "40 records applied", func() bool { return a.total() == 40 })
+	cancel()
+	require.NoError(t, <-done)
+	n, err := testutil.GatherAndCount(reg, "effectively_partitioner_mismatches_total")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "effectively_partitioner_mismatches_total" {
+			require.Equal(t, float64(wrong), mf.GetMetric()[0].GetCounter().GetValue())
 		}
 	}
 }

@@ -19,6 +19,8 @@ type Metrics struct {
 	assigned   prometheus.Gauge
 	paused     *prometheus.GaugeVec
 	retrying   *prometheus.GaugeVec
+	lag        *prometheus.GaugeVec
+	mismatches *prometheus.CounterVec
 }
 
 // NewMetrics creates the consumer's metrics and registers them with reg.
@@ -64,7 +66,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while a partition retries a failing batch.",
 		}, []string{"topic", "partition"}),
 	}
-	reg.MustRegister(m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.paused, m.retrying)
+	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "effectively_consumer_lag",
+		Help: "Records between a partition's high watermark (at the last fetch) and its applied position.",
+	}, []string{"topic", "partition"})
+	m.mismatches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "effectively_partitioner_mismatches_total",
+		Help: "Records whose partition is not murmur2 of their key (a producer uses another partitioner).",
+	}, []string{"topic"})
+	reg.MustRegister(m.mismatches, m.lag, m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.paused, m.retrying)
 	return m
 }
 
@@ -122,4 +132,29 @@ func b2f(v bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+func (m *Metrics) setLag(tp topicPartition, lag int64) {
+	if m == nil {
+		return
+	}
+	m.lag.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(float64(max(lag, 0)))
+}
+
+// forget drops a revoked partition's series: another member reports it now.
+func (m *Metrics) forget(tp topicPartition) {
+	if m == nil {
+		return
+	}
+	p := strconv.Itoa(int(tp.partition))
+	for _, v := range []*prometheus.GaugeVec{m.lag, m.paused, m.retrying} {
+		v.DeleteLabelValues(tp.topic, p)
+	}
+}
+
+func (m *Metrics) partitionerMismatch(topic string, n int) {
+	if m == nil {
+		return
+	}
+	m.mismatches.WithLabelValues(topic).Add(float64(n))
 }

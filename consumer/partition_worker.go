@@ -2,12 +2,15 @@ package consumer
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
-	"sync"
+
+	"github.com/effectively-io/effectively/crashpoint"
 )
 
 // partitionWorker applies one partition's records in offset order. The poll
@@ -22,6 +25,9 @@ type partitionWorker struct {
 	ctx    context.Context // cancelled on revoke or hard stop
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// hwm is the partition's high watermark at the last fetch, for lag.
+	hwm atomic.Int64
 
 	mu       sync.Mutex
 	queue    []*kgo.Record
@@ -100,7 +106,9 @@ func (w *partitionWorker) run() {
 		if !w.apply(b) {
 			return
 		}
+		crashpoint.Hit(crashpoint.AfterDBCommit)
 		w.commit(b)
+		crashpoint.Hit(crashpoint.AfterKafkaCommit)
 	}
 }
 
@@ -150,6 +158,7 @@ func lingerDone(c <-chan time.Time) bool { return c == closedTimeChan }
 // apply applies b, retrying transient failures with backoff while the
 // partition is paused. It returns false when the worker was cancelled.
 func (w *partitionWorker) apply(b Batch) bool {
+	w.c.partitioner.Load().check(b)
 	start := time.Now()
 	attempt := 0
 	err := retry(w.ctx, w.c.opts.RetryInitial, w.c.opts.RetryMax, func() error {
@@ -169,6 +178,7 @@ func (w *partitionWorker) apply(b Batch) bool {
 		return false
 	}
 	w.c.opts.Metrics.applied(b, time.Since(start))
+	w.c.opts.Metrics.setLag(w.tp, w.hwm.Load()-b.NextOffset())
 	return true
 }
 

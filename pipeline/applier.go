@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/consumer"
+	"github.com/effectively-io/effectively/crashpoint"
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/handlers"
@@ -155,6 +156,7 @@ func (a *Applier) inTx(ctx context.Context, b consumer.Batch, items []*item, iso
 	if err != nil {
 		return res, err
 	}
+	crashpoint.Hit(crashpoint.BeforeDBCommit)
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("committing batch of %s/%d at %d: %w", b.Topic, b.Partition, b.Records[0].Offset, err)
 	}

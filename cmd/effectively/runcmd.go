@@ -74,10 +74,12 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	if err != nil {
 		return err
 	}
-	if _, err := checkKafka(ctx, cons.Client(), cfg.Kafka.Brokers, cfg.Kafka.Topics); err != nil {
+	counts, err := checkKafka(ctx, cons.Client(), cfg.Kafka.Brokers, cfg.Kafka.Topics)
+	if err != nil {
 		cons.Close()
 		return err
 	}
+	cons.CheckPartitioner(checkedTopics(cfg, counts))
 
 	var srv *httpserver.Server
 	if cfg.HTTP.Addr != "" {
@@ -132,6 +134,18 @@ func newDecoders(cfg config.Config, log *zap.Logger) (map[string]*handlers.Decod
 		decoders[name] = d
 	}
 	return decoders, nil
+}
+
+// checkedTopics are the partition counts of the topics whose records are
+// checked against murmur2 of their key.
+func checkedTopics(cfg config.Config, counts map[string]int) map[string]int {
+	out := make(map[string]int, len(counts))
+	for t, n := range counts {
+		if cp := cfg.TopicSettings(t).CheckPartitioner; cp != nil && *cp {
+			out[t] = n
+		}
+	}
+	return out
 }
 
 func consumerOptions(cfg config.Config, log *zap.Logger, m *consumer.Metrics, kmetrics *kprom.Metrics) consumer.Options {
