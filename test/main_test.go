@@ -90,6 +90,16 @@ func (p *proc) wait(t *testing.T, guard time.Duration) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {

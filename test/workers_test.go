@@ -1,0 +1,204 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/effectively-io/effectively/test/kafkatest"
+	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/workload"
+)
+
+// rig is one end-to-end setup: a schema, a topic, a group, and the
+// environment a worker process needs to use them.
+type rig struct {
+	db    pgtest.DB
+	topic string
+	group string
+	env   []string
+}
+
+func newRig(t *testing.T, partitions int32, extraEnv ...string) *rig {
+	t.Helper()
+	r := &rig{db: pgtest.New(t), topic: kafkatest.NewTopic(t, partitions), group: kafkatest.NewGroup(t)}
+	r.env = append([]string{
+		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(t), ","),
+		"EFFECTIVELY_KAFKA_GROUP=" + r.group,
+		"EFFECTIVELY_KAFKA_TOPICS=" + r.topic,
+		"EFFECTIVELY_POSTGRES_URL=" + r.db.URL,
+		"EFFECTIVELY_HTTP_ADDR=",
+		// Short sessions so a killed member's partitions move on quickly.
+		"EFFECTIVELY_KAFKA_SESSION_TIMEOUT=6s",
+		"EFFECTIVELY_KAFKA_REBALANCE_TIMEOUT=20s",
+	}, extraEnv...)
+	return r
+}
+
+// produce sends a generated workload to the rig's topic and returns what a
+// correct worker ends with.
+func (r *rig) produce(t *testing.T, cfg workload.Config) workload.Expected {
+	t.Helper()
+	cl := kafkatest.Producer(t, kgo.DefaultProduceTopic(r.topic))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var recs []*kgo.Record
+	flush := func() error {
+		err := cl.ProduceSync(ctx, recs...).FirstErr()
+		recs = recs[:0]
+		return err
+	}
+	exp, err := workload.Generate(cfg, func(rec workload.Record) error {
+		recs = append(recs, &kgo.Record{Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp,
+			Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte(workload.ContentType)}}})
+		if len(recs) == 1000 {
+			return flush()
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, flush())
+	return exp
+}
+
+// worker starts a worker process with the rig's environment plus extra.
+func (r *rig) worker(t *testing.T, extra ...string) *proc {
+	t.Helper()
+	return start(t, append(append([]string{}, r.env...), extra...), "run")
+}
+
+// applied is the sum of the stored positions: the records the group has
+// gone past (offsets start at 0 and the workload has no gaps).
+func (r *rig) applied(t *testing.T) int64 {
+	return r.db.Count(t, `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets WHERE consumer_group = $1 AND topic = $2`, r.group, r.topic)
+}
+
+// positions reads every stored position.
+func (r *rig) positions(ctx context.Context) (map[int32]int64, error) {
+	rows, err := r.db.Pool.Query(ctx, `SELECT "partition", next_offset FROM consumer_offsets WHERE consumer_group = $1 AND topic = $2`, r.group, r.topic)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int32]int64{}
+	for rows.Next() {
+		var p int32
+		var o int64
+		if err := rows.Scan(&p, &o); err != nil {
+			return nil, err
+		}
+		out[p] = o
+	}
+	return out, rows.Err()
+}
+
+// watchPositions samples the stored positions every 50 ms until stop is
+// called, and fails the test if any partition's position ever moves
+// backwards: a stale commit would show up here during the run, not only at
+// the end.
+func (r *rig) watchPositions(t *testing.T) (stop func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	samples := 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		last := map[int32]int64{}
+		for ctx.Err() == nil {
+			pos, err := r.positions(ctx)
+			if err == nil {
+				samples++
+				for p, o := range pos {
+					if o < last[p] {
+						t.Errorf("partition %d's stored position moved backwards: %d → %d", p, last[p], o)
+					}
+					last[p] = o
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return func() int {
+		cancel()
+		wg.Wait()
+		return samples
+	}
+}
+
+// verify compares the database with the state computed from the produced
+// events alone: every event exactly one effect, no version regression.
+func (r *rig) verify(t *testing.T, exp workload.Expected) {
+	t.Helper()
+	ctx := context.Background()
+	db := r.db
+
+	// Claims: one per distinct event, none twice (the primary key).
+	require.Equal(t, int64(exp.Distinct), db.Count(t, `SELECT count(*) FROM processed_events`), "one claim per distinct event")
+	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM dead_letters`), "a clean workload dead-letters nothing")
+
+	// Accounts: exactly the expected final state (latest version).
+	rows, err := db.Pool.Query(ctx, `SELECT id, version, name, email, plan, status FROM accounts`)
+	require.NoError(t, err)
+	got := map[string]workload.AccountState{}
+	for rows.Next() {
+		var id string
+		var s workload.AccountState
+		require.NoError(t, rows.Scan(&id, &s.Version, &s.Name, &s.Email, &s.Plan, &s.Status))
+		got[id] = s
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, len(exp.Accounts), len(got), "accounts")
+	regressions := 0
+	for id, want := range exp.Accounts {
+		if got[id] != want {
+			regressions++
+			if regressions < 5 {
+				t.Errorf("account %s: got %+v, want %+v", id, got[id], want)
+			}
+		}
+	}
+	require.Zero(t, regressions, "accounts differing from their latest version")
+
+	// Ledger: one entry per distinct ledger event; balances as computed.
+	ledgerEvents := exp.ByType["ledger.credited"] + exp.ByType["ledger.debited"]
+	require.Equal(t, int64(ledgerEvents), db.Count(t, `SELECT count(*) FROM ledger_entries`), "ledger entries")
+	brows, err := db.Pool.Query(ctx, `SELECT account_id, currency, balance_cents::bigint FROM account_balances`)
+	require.NoError(t, err)
+	balances := map[string]map[string]int64{}
+	for brows.Next() {
+		var a, c string
+		var v int64
+		require.NoError(t, brows.Scan(&a, &c, &v))
+		if balances[a] == nil {
+			balances[a] = map[string]int64{}
+		}
+		balances[a][c] = v
+	}
+	require.NoError(t, brows.Err())
+	require.Equal(t, exp.Balances, balances, "balances")
+
+	// Stale: the version gate dropped exactly the events that arrived after
+	// a newer version.
+	require.Equal(t, int64(exp.StaleExpected), db.Count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'stale'`), "stale")
+}
+
+func testWorkload(events, accounts int, seed uint64) workload.Config {
+	return workload.Config{Accounts: accounts, Events: events, Duplicates: 0.1, OutOfOrder: 0.1, Seed: seed}
+}
+
+// waitApplied waits (a hang guard) until the group has gone past n records,
+// restarting workers that exited (killed at a crash point) via restart.
+func (r *rig) waitApplied(t *testing.T, n int, guard time.Duration) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("%d records applied", n), guard, func(context.Context) bool { return r.applied(t) >= int64(n) })
+}
