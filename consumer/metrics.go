@@ -43,7 +43,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		endToEnd: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "effectively_end_to_end_seconds",
 			Help:    "From a record's timestamp to the commit of its effects.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20),
+			// Fine buckets (about 22% apart): benchmarks read p50/p99 from them.
+			Buckets: prometheus.ExponentialBucketsRange(0.0005, 120, 64),
 		}, []string{"topic"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "effectively_batch_retries_total",
