@@ -1,37 +1,76 @@
 #!/usr/bin/env bash
-# demo.sh — the main job on the local stack: migrate, make sure the topic
-# exists, run the worker, show it connected and ready. `make demo` runs this
-# with the stack up (stack/with-stack.sh) and leaves the stack running;
-# `make stack-down` stops it.
+# demo.sh — the main job on the local stack (make demo runs it with the stack
+# up and leaves the stack running; `make stack-down` stops it):
+#   1. migrate a fresh schema "demo";
+#   2. produce a generated workload with duplicates and disorder to a fresh
+#      topic "demo", remembering the end state it implies;
+#   3. run the worker until it has caught up, and check the database against
+#      that end state;
+#   4. produce the same workload again and show it changed nothing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bin=bin/effectively
-export EFFECTIVELY_LOG_FORMAT=console
-export EFFECTIVELY_KAFKA_GROUP=${EFFECTIVELY_KAFKA_GROUP:-effectively-demo}
-http=127.0.0.1:9410
+EVENTS=${DEMO_EVENTS:-100000}
+ACCOUNTS=${DEMO_ACCOUNTS:-10000}
+SEED=${DEMO_SEED:-42}
 
-echo "== migrate"
+base=${EFFECTIVELY_TEST_POSTGRES_URL:-postgres://effectively:effectively@127.0.0.1:15432/effectively?sslmode=disable}
+sep='?'; [[ $base == *\?* ]] && sep='&'
+export EFFECTIVELY_POSTGRES_URL="${base}${sep}search_path=demo"
+export EFFECTIVELY_KAFKA_BROKERS=${EFFECTIVELY_TEST_KAFKA_BROKERS:-127.0.0.1:19092}
+export EFFECTIVELY_KAFKA_TOPICS=demo
+export EFFECTIVELY_KAFKA_GROUP=demo
+export EFFECTIVELY_LOG_FORMAT=console
+export EFFECTIVELY_HTTP_ADDR=${DEMO_HTTP_ADDR:-127.0.0.1:9410}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+step() { printf '\n== %s\n' "$*"; }
+sql() { psql -X -q -t -A "$base" -c "$1"; }
+caught_up() { # wait until the group's stored positions reach $1 records
+  local want=$1 got=0
+  for _ in $(seq 1 1200); do
+    got=$(sql "SELECT coalesce(sum(next_offset),0) FROM demo.consumer_offsets WHERE consumer_group='demo'" 2>/dev/null || echo 0)
+    [ "$got" -ge "$want" ] && return 0
+    kill -0 "$worker" 2>/dev/null || { tail -20 "$work/worker.log"; echo "demo: the worker exited"; exit 1; }
+    sleep 0.25
+  done
+  echo "demo: the worker applied $got of $want records in 5 minutes"; exit 1
+}
+
+step "fresh schema 'demo' and topic 'demo' (8 partitions)"
+sql "SET client_min_messages = warning; DROP SCHEMA IF EXISTS demo CASCADE; CREATE SCHEMA demo"
 $bin migrate
-echo "== topic"
-$bin produce --topic accounts --partitions 8
-echo "== worker"
-log=$(mktemp)
-$bin run >"$log" 2>&1 &
-pid=$!
-trap 'kill -TERM $pid 2>/dev/null || true' EXIT
-for _ in $(seq 1 120); do
-  if curl -fsS "http://$http/readyz" >/dev/null 2>&1; then break; fi
-  kill -0 $pid 2>/dev/null || { cat "$log"; echo "demo: the worker exited"; exit 1; }
-  sleep 0.5
-done
-echo "readyz: $(curl -sS "http://$http/readyz")"
-echo "metrics: $(curl -sS "http://$http/metrics" | grep -c '^effectively_') effectively_* series, e.g.:"
-curl -sS "http://$http/metrics" | grep -E '^effectively_(assigned_partitions|rebalances_total)' || true
-kill -TERM $pid
-wait $pid || { cat "$log"; exit 1; }
-trap - EXIT
-echo "== worker log (tail)"
-tail -n 5 "$log"
-rm -f "$log"
+$bin produce --topic demo --partitions 8 --recreate
+
+step "produce $EVENTS events for $ACCOUNTS accounts: 10% re-sent duplicates, 10% out of order"
+$bin produce --topic demo --events "$EVENTS" --accounts "$ACCOUNTS" --seed "$SEED" --expect "$work/expected.json"
+
+step "run the worker until it has caught up"
+started=$(date +%s.%N)
+$bin run >"$work/worker.log" 2>&1 &
+worker=$!
+caught_up "$EVENTS"
+printf 'applied %d records in %.1f s (worker start-up included)\n' "$EVENTS" "$(echo "$(date +%s.%N) - $started" | bc)"
+
+step "check the database against the generator's end state"
+$bin verify --expect "$work/expected.json" | tee "$work/first.txt"
+
+step "produce the same $EVENTS events again: every one is a duplicate now"
+$bin produce --topic demo --events "$EVENTS" --accounts "$ACCOUNTS" --seed "$SEED" --expect "$work/expected2.json" >/dev/null
+caught_up $((2 * EVENTS))
+$bin verify --expect "$work/expected.json" >"$work/second.txt"
+grep -E '^(claims|effects digest)' "$work/second.txt"
+if [ "$(grep '^effects digest' "$work/first.txt")" = "$(grep '^effects digest' "$work/second.txt")" ]; then
+  echo "re-produced $EVENTS records: zero new effects (same claims, same accounts, ledger and balances)"
+else
+  echo "demo: the second produce changed the effects"; exit 1
+fi
+
+step "the worker's own account (http://$EFFECTIVELY_HTTP_ADDR/metrics)"
+curl -fsS "http://$EFFECTIVELY_HTTP_ADDR/metrics" | grep -E '^effectively_events_total' || true
+echo "readyz: $(curl -sS "http://$EFFECTIVELY_HTTP_ADDR/readyz")"
+kill -TERM "$worker"
+wait "$worker"
 echo
-echo "demo: stack up, schema migrated, worker connected and ready. Stop the stack with: make stack-down"
+echo "demo: done. The stack keeps running (schema 'demo', topic 'demo'); stop it with: make stack-down"

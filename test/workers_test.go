@@ -136,60 +136,14 @@ func (r *rig) watchPositions(t *testing.T) (stop func() int) {
 }
 
 // verify compares the database with the state computed from the produced
-// events alone: every event exactly one effect, no version regression.
+// events alone (workload.Verify): every event exactly one effect, every
+// account at its latest version, every balance, no dead letters.
 func (r *rig) verify(t *testing.T, exp workload.Expected) {
 	t.Helper()
-	ctx := context.Background()
-	db := r.db
-
-	// Claims: one per distinct event, none twice (the primary key).
-	require.Equal(t, int64(exp.Distinct), db.Count(t, `SELECT count(*) FROM processed_events`), "one claim per distinct event")
-	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM dead_letters`), "a clean workload dead-letters nothing")
-
-	// Accounts: exactly the expected final state (latest version).
-	rows, err := db.Pool.Query(ctx, `SELECT id, version, name, email, plan, status FROM accounts`)
+	rep, err := workload.Verify(context.Background(), r.db.Pool, exp, 0)
 	require.NoError(t, err)
-	got := map[string]workload.AccountState{}
-	for rows.Next() {
-		var id string
-		var s workload.AccountState
-		require.NoError(t, rows.Scan(&id, &s.Version, &s.Name, &s.Email, &s.Plan, &s.Status))
-		got[id] = s
-	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, len(exp.Accounts), len(got), "accounts")
-	regressions := 0
-	for id, want := range exp.Accounts {
-		if got[id] != want {
-			regressions++
-			if regressions < 5 {
-				t.Errorf("account %s: got %+v, want %+v", id, got[id], want)
-			}
-		}
-	}
-	require.Zero(t, regressions, "accounts differing from their latest version")
-
-	// Ledger: one entry per distinct ledger event; balances as computed.
-	ledgerEvents := exp.ByType["ledger.credited"] + exp.ByType["ledger.debited"]
-	require.Equal(t, int64(ledgerEvents), db.Count(t, `SELECT count(*) FROM ledger_entries`), "ledger entries")
-	brows, err := db.Pool.Query(ctx, `SELECT account_id, currency, balance_cents::bigint FROM account_balances`)
-	require.NoError(t, err)
-	balances := map[string]map[string]int64{}
-	for brows.Next() {
-		var a, c string
-		var v int64
-		require.NoError(t, brows.Scan(&a, &c, &v))
-		if balances[a] == nil {
-			balances[a] = map[string]int64{}
-		}
-		balances[a][c] = v
-	}
-	require.NoError(t, brows.Err())
-	require.Equal(t, exp.Balances, balances, "balances")
-
-	// Stale: the version gate dropped exactly the events that arrived after
-	// a newer version.
-	require.Equal(t, int64(exp.StaleExpected), db.Count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'stale'`), "stale")
+	require.Empty(t, rep.Problems, "the database differs from the expected effects")
+	require.Equal(t, int64(exp.Distinct), rep.Claims["applied"]+rep.Claims["stale"])
 }
 
 func testWorkload(events, accounts int, seed uint64) workload.Config {

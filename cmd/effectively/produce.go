@@ -113,6 +113,7 @@ func newProduceCmd(c *cli) *cobra.Command {
 		topic      string
 		file       string
 		partitions int32
+		recreate   bool
 		gen        generateFlags
 	)
 	cmd := &cobra.Command{
@@ -154,7 +155,7 @@ The topic is created with --partitions partitions when it does not exist.`,
 				return err
 			}
 			defer cl.Close()
-			if err := ensureTopic(ctx, cl, c.cfg.Kafka.Brokers, topic, partitions); err != nil {
+			if err := ensureTopic(ctx, cl, c.cfg.Kafka.Brokers, topic, partitions, recreate); err != nil {
 				return err
 			}
 			if g != nil {
@@ -183,6 +184,7 @@ The topic is created with --partitions partitions when it does not exist.`,
 	cmd.Flags().StringVar(&topic, "topic", "", "topic to produce to (default: the first of kafka.topics)")
 	cmd.Flags().StringVar(&file, "file", "", "JSON-lines file of records to send ('-' for stdin)")
 	cmd.Flags().Int32Var(&partitions, "partitions", 8, "partitions of the topic when it is created")
+	cmd.Flags().BoolVar(&recreate, "recreate", false, "delete the topic and create it empty first (demos and tests; destroys its records)")
 	gen.register(cmd.Flags())
 	return cmd
 }
@@ -259,22 +261,46 @@ func produceGenerated(ctx context.Context, cl *kgo.Client, g *workload.Generator
 	return nil
 }
 
-// ensureTopic creates topic when it does not exist.
-func ensureTopic(ctx context.Context, cl *kgo.Client, brokers []string, topic string, partitions int32) error {
-	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
+// ensureTopic creates topic when it does not exist, or, with recreate,
+// deletes it and creates it empty.
+func ensureTopic(ctx context.Context, cl *kgo.Client, brokers []string, topic string, partitions int32, recreate bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*startupTimeout)
 	defer cancel()
 	if err := cl.Ping(ctx); err != nil {
 		return fmt.Errorf("cannot reach Kafka at %s (kafka.brokers): %w; fix: start the broker (make stack-up) or set kafka.brokers",
 			strings.Join(brokers, ","), err)
 	}
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, 1, nil, topic)
-	if err == nil {
-		err = resp.Err
+	adm := kadm.NewClient(cl)
+	if recreate {
+		resp, err := adm.DeleteTopic(ctx, topic)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			return fmt.Errorf("deleting topic %s: %w", topic, err)
+		}
 	}
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("creating topic %s: %w", topic, err)
+	for {
+		resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+		if err == nil {
+			err = resp.Err
+		}
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, kerr.TopicAlreadyExists) && !recreate:
+			return nil
+		case errors.Is(err, kerr.TopicAlreadyExists):
+			// The deletion is still being applied; try again shortly.
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("recreating topic %s: the old one is still being deleted: %w", topic, ctx.Err())
+			case <-time.After(200 * time.Millisecond):
+			}
+		default:
+			return fmt.Errorf("creating topic %s: %w", topic, err)
+		}
 	}
-	return nil
 }
 
 // produceLines sends each JSON line of in and waits for every

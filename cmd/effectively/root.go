@@ -90,6 +90,7 @@ transaction commits.`,
 	root.AddCommand(
 		newRunCmd(c),
 		newProduceCmd(c),
+		newVerifyCmd(c),
 		newMigrateCmd(c),
 		newConfigCmd(c),
 		newVersionCmd(c),
