@@ -144,6 +144,15 @@ postgres:
 // and shuts down cleanly on SIGTERM.
 func TestWorkerConsumesThroughTheRealStack(t *testing.T) {
 	t.Parallel()
+	for _, protocol := range []string{"classic", "consumer"} {
+		t.Run(protocol, func(t *testing.T) {
+			t.Parallel()
+			testWorkerConsumes(t, protocol)
+		})
+	}
+}
+
+func testWorkerConsumes(t *testing.T, protocol string) {
 	db := pgtest.New(t)
 	topic := kafkatest.NewTopic(t, 3)
 	group := kafkatest.NewGroup(t)
@@ -159,10 +168,14 @@ func TestWorkerConsumesThroughTheRealStack(t *testing.T) {
 	w := start(t, []string{
 		"EFFECTIVELY_KAFKA_BROKERS=" + brokers, "EFFECTIVELY_KAFKA_GROUP=" + group, "EFFECTIVELY_KAFKA_TOPICS=" + topic,
 		"EFFECTIVELY_POSTGRES_URL=" + db.URL, "EFFECTIVELY_HTTP_ADDR=127.0.0.1:0",
+		"EFFECTIVELY_KAFKA_GROUP_PROTOCOL=" + protocol,
 	}, "run")
 	waitUntil(t, "all 300 positions stored", 90*time.Second, func(ctx context.Context) bool {
 		return db.Count(t, `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets WHERE consumer_group = $1 AND topic = $2`, group, topic) == 300
 	})
+	// Those records are not CloudEvents: each has a dead letter, with its
+	// origin, and none stopped the partition.
+	require.Equal(t, int64(300), db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'not_cloudevents' AND topic = $1`, topic))
 	w.signal(t, syscall.SIGTERM)
 	require.Equal(t, 0, w.wait(t, time.Minute), "a SIGTERMed worker exits 0")
 	require.Contains(t, w.stderr.String(), "worker stopped")
