@@ -43,6 +43,7 @@ func TestMigrateFromThreeProcessesAtOnce(t *testing.T) {
 
 	// Each migration is recorded once.
 	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM goose_db_version WHERE version_id = 1 AND is_applied`))
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM goose_db_version WHERE version_id = 2 AND is_applied`))
 	// The schema has every table and view of the design.
 	var names []string
 	rows, err := db.Pool.Query(context.Background(),
@@ -54,7 +55,7 @@ func TestMigrateFromThreeProcessesAtOnce(t *testing.T) {
 		names = append(names, n)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"account_balances", "accounts", "consumer_offsets", "dead_letters", "ledger_entries", "processed_events"}, names)
+	require.Equal(t, []string{"account_balances", "accounts", "consumer_offsets", "dead_letters", "ledger_entries", "processed_events", "topic_strategies"}, names)
 
 	// A fourth run is a no-op.
 	code, out, _ := runCmd(t, env, "migrate")

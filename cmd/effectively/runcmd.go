@@ -15,6 +15,7 @@ import (
 
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/consumer"
+	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/httpserver"
 	"github.com/effectively-io/effectively/pipeline"
@@ -62,6 +63,13 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 
 	decoders, err := newDecoders(cfg, log)
 	if err != nil {
+		return err
+	}
+	strategies := make(map[string]string, len(cfg.Kafka.Topics))
+	for _, t := range cfg.Kafka.Topics {
+		strategies[t] = cfg.TopicSettings(t).KeyStrategy
+	}
+	if err := dedupe.RecordStrategies(ctx, pool, strategies); err != nil {
 		return err
 	}
 	applier := pipeline.NewApplier(pool, pipeline.Options{
