@@ -326,7 +326,11 @@ func (c *Consumer) revoked(_ context.Context, cl *kgo.Client, revoked map[string
 	}
 	c.opts.Metrics.setAssigned(len(c.workers))
 	c.mu.Unlock()
-	c.opts.Metrics.rebalanced()
+	if len(stopped) > 0 {
+		// Cooperative rebalances call this with nothing to revoke too;
+		// only a partition moving counts.
+		c.opts.Metrics.rebalanced()
+	}
 
 	timer := time.NewTimer(c.opts.RevokeTimeout)
 	defer timer.Stop()

@@ -107,6 +107,14 @@ func (w *partitionWorker) run() {
 			return
 		}
 		crashpoint.Hit(crashpoint.AfterDBCommit)
+		if w.ctx.Err() != nil {
+			// Revoked while the batch was being applied: the partition is
+			// someone else's now, and a commit from here would rewind them.
+			// (A revoke landing between this check and the commit below
+			// waits for it: the callback waits for this goroutine, and the
+			// new owner is assigned only after the callback returns.)
+			return
+		}
 		w.commit(b)
 		crashpoint.Hit(crashpoint.AfterKafkaCommit)
 	}
@@ -117,6 +125,9 @@ func (w *partitionWorker) run() {
 func (w *partitionWorker) next() (Batch, bool) {
 	var linger <-chan time.Time
 	for {
+		if w.ctx.Err() != nil {
+			return Batch{}, false
+		}
 		w.mu.Lock()
 		stopping, n := w.stopping, len(w.queue)
 		if !stopping && n > 0 && (n >= w.c.opts.BatchMaxRecords || w.c.opts.BatchLinger <= 0 || lingerDone(linger)) {

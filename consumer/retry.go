@@ -16,6 +16,9 @@ func retry(ctx context.Context, initial, maxInterval time.Duration, fn func() er
 	bo.MaxInterval = maxInterval
 	bo.RandomizationFactor = 0.5
 	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		err := fn()
 		if err == nil {
 			return nil
