@@ -41,8 +41,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"topic"}),
 		endToEnd: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "effectively_end_to_end_seconds",
-			Help:    "From a record's timestamp to the commit of its effects.",
+			Name: "effectively_end_to_end_seconds",
+			Help: "From a record's timestamp to the commit of its effects.",
 			// Fine buckets (about 22% apart): benchmarks read p50/p99 from them.
 			Buckets: prometheus.ExponentialBucketsRange(0.0005, 120, 64),
 		}, []string{"topic"}),
