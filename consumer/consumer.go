@@ -147,6 +147,12 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 		kgo.AdjustFetchOffsetsFn(c.adjustOffsets),
 		kgo.WithLogger(kzap.New(opts.Logger.Named("kafka"), kzap.Level(kgo.LogLevelInfo))),
 		kgo.DialTimeout(5 * time.Second),
+		// A resumed partition is fetched only once the in-flight fetch
+		// returns, and an idle broker holds a fetch for up to this long.
+		// franz-go's 5 s default would leave a paused-then-resumed
+		// partition idle for seconds whenever the other partitions are
+		// quiet; 500 ms is the Java client's default.
+		kgo.FetchMaxWait(500 * time.Millisecond),
 	}
 	if opts.StartOffset == "latest" {
 		kopts = append(kopts, kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))

@@ -1,0 +1,128 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/effectively-io/effectively/consumer"
+)
+
+// blockingApplier blocks every batch of one partition until released.
+type blockingApplier struct {
+	*memApplier
+	blocked int32
+	release chan struct{}
+}
+
+func (b *blockingApplier) Apply(ctx context.Context, batch consumer.Batch) error {
+	if batch.Partition == b.blocked {
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return b.memApplier.Apply(ctx, batch)
+}
+
+// A slow partition is paused, not waited for: the poll loop keeps serving
+// the other partitions, and the slow one resumes and catches up once its
+// queue drains. (kfake: fast and deterministic.)
+func TestSlowPartitionIsPausedNotBlockingThePollLoop(t *testing.T) {
+	t.Parallel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	require.NoError(t, err)
+	defer cluster.Close()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DefaultProduceTopic("t"))
+	require.NoError(t, err)
+	defer prod.Close()
+	const perPartition = 500
+	for p := int32(0); p < 2; p++ {
+		recs := make([]*kgo.Record, perPartition)
+		for i := range recs {
+			recs[i] = &kgo.Record{Partition: p, Value: []byte(fmt.Sprint(i))}
+		}
+		require.NoError(t, prod.ProduceSync(context.Background(), recs...).FirstErr())
+	}
+
+	reg := prometheus.NewRegistry()
+	a := &blockingApplier{memApplier: newMemApplier(), blocked: 0, release: make(chan struct{})}
+	c, err := consumer.New(consumer.Options{
+		Brokers: cluster.ListenAddrs(), Group: "g", Topics: []string{"t"},
+		BatchMaxRecords: 10, MaxBufferedRecords: 30, SessionTimeout: 6 * time.Second, RebalanceTimeout: 5 * time.Second,
+		FetchMaxPartitionBytes: 1 << 10, // small fetches: the queue fills in steps
+		Logger:                 zaptest.NewLogger(t), Metrics: consumer.NewMetrics(reg),
+	}, a)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+
+	// Partition 1 is applied completely while partition 0 is stuck.
+	applied := func(p int32) int {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.applied[p])
+	}
+	waitFor(t, "partition 1 applied while partition 0 is stuck", func() bool { return applied(1) == perPartition })
+	require.Zero(t, applied(0))
+	paused := func() float64 {
+		return testutil.ToFloat64(pausedGauge(t, reg, "0"))
+	}
+	waitFor(t, "partition 0 paused", func() bool { return paused() == 1 })
+
+	close(a.release)
+	waitFor(t, "partition 0 caught up", func() bool { return applied(0) == perPartition })
+	waitFor(t, "partition 0 resumed", func() bool { return paused() == 0 })
+	a.mu.Lock()
+	for i, o := range a.applied[0] {
+		require.Equal(t, int64(i), o, "after resuming, nothing skipped or repeated")
+	}
+	a.mu.Unlock()
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("consumer did not stop")
+	}
+}
+
+// pausedGauge finds effectively_partition_paused{partition=p}.
+func pausedGauge(t *testing.T, reg *prometheus.Registry, p string) prometheus.Collector {
+	t.Helper()
+	return gaugeCollector{reg: reg, name: "effectively_partition_paused", partition: p}
+}
+
+type gaugeCollector struct {
+	reg       *prometheus.Registry
+	name      string
+	partition string
+}
+
+func (g gaugeCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (g gaugeCollector) Collect(ch chan<- prometheus.Metric) {
+	mfs, _ := g.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != g.name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "partition" && l.GetValue() == g.partition {
+					ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(g.name, "", nil, nil), prometheus.GaugeValue, m.GetGauge().GetValue())
+				}
+			}
+		}
+	}
+}
