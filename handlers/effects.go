@@ -39,24 +39,51 @@ type Outcome struct {
 // send in one round trip. Each statement belongs to the event being handled
 // when it was queued; its result callback decides that event's outcome.
 type Effects struct {
-	batch    *pgx.Batch
-	outcomes []*Outcome
-	current  *Outcome
-	queued   int // statements queued for the current event
+	batch   *pgx.Batch
+	limits  ParkingLimits
+	current *Outcome
+	origin  Origin
+	queued  int // statements queued for the current event
+}
+
+// Origin is where an event was read: its group, topic, partition and offset.
+type Origin struct {
+	Group     string
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// ParkingLimits bound what may wait for a prerequisite.
+type ParkingLimits struct {
+	// MaxPerResource is the most events parked for one resource; the next
+	// is dead-lettered (prerequisite_missing).
+	MaxPerResource int
 }
 
 // NewEffects returns an empty collection.
-func NewEffects() *Effects { return &Effects{batch: &pgx.Batch{}} }
+func NewEffects(limits ParkingLimits) *Effects {
+	if limits.MaxPerResource <= 0 {
+		limits.MaxPerResource = 1000
+	}
+	return &Effects{batch: &pgx.Batch{}, limits: limits}
+}
 
-// Begin starts collecting the statements of the next event and returns its
-// outcome, filled in when the batch runs.
-func (e *Effects) Begin() *Outcome {
+// Begin starts collecting the statements of the next event, read at
+// origin, and returns its outcome, filled in when the batch runs.
+func (e *Effects) Begin(origin Origin) *Outcome {
 	o := &Outcome{Disposition: dedupe.Applied}
-	e.outcomes = append(e.outcomes, o)
 	e.current = o
+	e.origin = origin
 	e.queued = 0
 	return o
 }
+
+// Origin is where the current event was read.
+func (e *Effects) Origin() Origin { return e.origin }
+
+// Limits are the parking bounds.
+func (e *Effects) Limits() ParkingLimits { return e.limits }
 
 // Queued is the number of statements queued for the current event.
 func (e *Effects) Queued() int { return e.queued }

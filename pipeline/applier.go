@@ -29,6 +29,8 @@ type Options struct {
 	Logger *zap.Logger
 	// Metrics, when set, counts dispositions.
 	Metrics *Metrics
+	// Parking bounds what waits for a prerequisite.
+	Parking handlers.ParkingLimits
 }
 
 // Applier applies batches, one transaction each: lock the partition's
@@ -85,6 +87,9 @@ type Result struct {
 	// Isolated is true when a statement failed and the batch was redone one
 	// event at a time to isolate the culprit.
 	Isolated bool
+	// Released counts parked events (of this batch or earlier ones) that
+	// their prerequisite's arrival in this batch released, by outcome.
+	Released map[dedupe.Disposition]int
 }
 
 // Apply implements consumer.Applier.
@@ -181,7 +186,11 @@ func (a *Applier) apply(ctx context.Context, tx pgx.Tx, b consumer.Batch, items 
 	if err := a.claim(ctx, tx, b, items); err != nil {
 		return Result{}, err
 	}
-	if err := a.runHandlers(ctx, tx, items, isolated); err != nil {
+	if err := a.runJobs(ctx, tx, a.itemJobs(b, items), isolated); err != nil {
+		return Result{}, err
+	}
+	released, err := a.releaseParked(ctx, tx, arrivals(items), isolated)
+	if err != nil {
 		return Result{}, err
 	}
 
@@ -189,7 +198,27 @@ func (a *Applier) apply(ctx context.Context, tx pgx.Tx, b consumer.Batch, items 
 	rec := &pgx.Batch{}
 	var keys []string
 	var disps []dedupe.Disposition
-	res := Result{Counts: map[dedupe.Disposition]int{}, DeadLetters: map[handlers.Reason]int{}}
+	res := Result{Counts: map[dedupe.Disposition]int{}, DeadLetters: map[handlers.Reason]int{}, Released: map[dedupe.Disposition]int{}}
+	inBatch := make(map[string]*item, len(items))
+	for _, it := range items {
+		if it.claimed {
+			inBatch[it.ev.Key] = it
+		}
+	}
+	for _, r := range released {
+		res.Released[r.disposition]++
+		if it := inBatch[r.ev.Key]; it != nil {
+			// Parked and released within this batch: one disposition.
+			it.disposition, it.reason, it.err = r.disposition, r.reason, r.err
+			continue
+		}
+		keys = append(keys, r.ev.Key)
+		disps = append(disps, r.disposition)
+		if r.disposition == dedupe.DeadLettered {
+			res.DeadLetters[r.reason]++
+			deadletter.Queue(rec, r.letter())
+		}
+	}
 	for _, it := range items {
 		res.Counts[it.disposition]++
 		if it.claimed && it.disposition != dedupe.Applied {
@@ -275,46 +304,72 @@ func truncateKey(k string) string {
 	return k
 }
 
-// runHandlers runs the handlers of the claimed items in offset order and
-// sends their statements: all in one round trip, or, isolated, each event's
-// in a savepoint of its own.
-func (a *Applier) runHandlers(ctx context.Context, tx pgx.Tx, items []*item, isolated bool) error {
-	effects := handlers.NewEffects()
-	type pending struct {
-		it  *item
-		out *handlers.Outcome
-	}
-	var queued []pending
+// job is one event to hand to its handler, and where its outcome goes.
+type job struct {
+	ev     handlers.Event
+	origin handlers.Origin
+	// settle records the outcome: a disposition, or a permanent error.
+	settle func(d dedupe.Disposition, err error)
+}
+
+// itemJobs are the batch's newly claimed events, in offset order.
+func (a *Applier) itemJobs(b consumer.Batch, items []*item) []job {
+	var jobs []job
 	for _, it := range items {
 		if !it.claimed {
 			continue
 		}
-		h, ok := a.opts.Handlers[it.ev.Type]
+		jobs = append(jobs, job{
+			ev:     it.ev,
+			origin: handlers.Origin{Group: b.Group, Topic: b.Topic, Partition: b.Partition, Offset: it.rec.Offset},
+			settle: func(d dedupe.Disposition, err error) {
+				if err != nil {
+					it.deadLetter(err)
+					return
+				}
+				it.disposition = d
+			},
+		})
+	}
+	return jobs
+}
+
+// runJobs runs the jobs' handlers in order and sends their statements: all
+// in one round trip, or, isolated, each event's in a savepoint of its own.
+func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated bool) error {
+	effects := handlers.NewEffects(a.opts.Parking)
+	type pending struct {
+		j   job
+		out *handlers.Outcome
+	}
+	var queued []pending
+	for _, j := range jobs {
+		h, ok := a.opts.Handlers[j.ev.Type]
 		if !ok {
-			it.deadLetter(handlers.UnknownType(it.ev.Type))
+			j.settle("", handlers.UnknownType(j.ev.Type))
 			continue
 		}
 		if isolated {
-			effects = handlers.NewEffects()
+			effects = handlers.NewEffects(a.opts.Parking)
 		}
-		out := effects.Begin()
-		if err := h.Handle(ctx, effects, it.ev); err != nil {
+		out := effects.Begin(j.origin)
+		if err := h.Handle(ctx, effects, j.ev); err != nil {
 			if !handlers.IsPermanent(err) {
-				return fmt.Errorf("handling %s %s: %w", it.ev.Type, truncateKey(it.ev.Key), err)
+				return fmt.Errorf("handling %s %s: %w", j.ev.Type, truncateKey(j.ev.Key), err)
 			}
 			if effects.Queued() > 0 {
-				return fmt.Errorf("handler of %s queued statements and then failed: handlers must validate before queueing", it.ev.Type)
+				return fmt.Errorf("handler of %s queued statements and then failed: handlers must validate before queueing", j.ev.Type)
 			}
-			it.deadLetter(err)
+			j.settle("", err)
 			continue
 		}
-		queued = append(queued, pending{it, out})
+		queued = append(queued, pending{j, out})
 		if isolated {
 			if err := sendIsolated(ctx, tx, effects); err != nil {
 				if !isStatementFailure(err) {
 					return err
 				}
-				it.deadLetter(handlers.Permanent(fmt.Errorf("applying %s: %w", it.ev.Type, err)))
+				j.settle("", handlers.Permanent(fmt.Errorf("applying %s: %w", j.ev.Type, err)))
 				queued = queued[:len(queued)-1]
 			}
 		}
@@ -325,11 +380,7 @@ func (a *Applier) runHandlers(ctx context.Context, tx pgx.Tx, items []*item, iso
 		}
 	}
 	for _, p := range queued {
-		if p.out.Err != nil {
-			p.it.deadLetter(p.out.Err)
-			continue
-		}
-		p.it.disposition = p.out.Disposition
+		p.j.settle(p.out.Disposition, p.out.Err)
 	}
 	return nil
 }

@@ -42,8 +42,8 @@ func TestMigrateFromThreeProcessesAtOnce(t *testing.T) {
 	require.Equal(t, 1, applied, "exactly one process applies the migrations")
 
 	// Each migration is recorded once.
-	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM goose_db_version WHERE version_id = 1 AND is_applied`))
-	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM goose_db_version WHERE version_id = 2 AND is_applied`))
+	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM (SELECT version_id FROM goose_db_version WHERE version_id > 0 GROUP BY 1 HAVING count(*) > 1) d`))
+	require.GreaterOrEqual(t, db.Count(t, `SELECT count(*) FROM goose_db_version WHERE version_id > 0 AND is_applied`), int64(3))
 	// The schema has every table and view of the design.
 	var names []string
 	rows, err := db.Pool.Query(context.Background(),
@@ -55,7 +55,7 @@ func TestMigrateFromThreeProcessesAtOnce(t *testing.T) {
 		names = append(names, n)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"account_balances", "accounts", "consumer_offsets", "dead_letters", "ledger_entries", "processed_events", "topic_strategies"}, names)
+	require.Equal(t, []string{"account_balances", "accounts", "consumer_offsets", "dead_letters", "ledger_entries", "parked_events", "processed_events", "topic_strategies"}, names)
 
 	// A fourth run is a no-op.
 	code, out, _ := runCmd(t, env, "migrate")

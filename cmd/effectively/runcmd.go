@@ -77,6 +77,7 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 		Handlers: handlers.Reference(),
 		Logger:   log.Named("pipeline"),
 		Metrics:  pipeline.NewMetrics(reg),
+		Parking:  handlers.ParkingLimits{MaxPerResource: cfg.Parking.MaxPerResource},
 	})
 	cons, err := consumer.New(consumerOptions(cfg, log, consumer.NewMetrics(reg), kmetrics), applier)
 	if err != nil {

@@ -1,0 +1,50 @@
+package handlers
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// parkedEvent is an Event as stored in parked_events.event, so that it can
+// be applied when its prerequisite arrives without the original record.
+type parkedEvent struct {
+	Source      string          `json:"source"`
+	ID          string          `json:"id"`
+	Type        string          `json:"type"`
+	Subject     string          `json:"subject"`
+	Version     int64           `json:"resourceversion,omitempty"`
+	Time        *time.Time      `json:"time,omitempty"`
+	Data        json.RawMessage `json:"data,omitempty"`
+	Key         string          `json:"key"`
+	Strategy    string          `json:"strategy"`
+	PayloadHash []byte          `json:"payload_hash"`
+}
+
+// MarshalParked encodes ev for parked_events.event.
+func MarshalParked(ev Event) ([]byte, error) {
+	p := parkedEvent{Source: ev.Source, ID: ev.ID, Type: ev.Type, Subject: ev.Subject, Version: ev.Version,
+		Data: ev.Data, Key: ev.Key, Strategy: ev.Strategy, PayloadHash: ev.PayloadHash[:]}
+	if !ev.Time.IsZero() {
+		p.Time = &ev.Time
+	}
+	return json.Marshal(p)
+}
+
+// UnmarshalParked decodes parked_events.event.
+func UnmarshalParked(b []byte) (Event, error) {
+	var p parkedEvent
+	if err := json.Unmarshal(b, &p); err != nil {
+		return Event{}, fmt.Errorf("decoding a parked event: %w", err)
+	}
+	if len(p.PayloadHash) != 32 {
+		return Event{}, fmt.Errorf("decoding a parked event: payload hash of %d bytes", len(p.PayloadHash))
+	}
+	ev := Event{Source: p.Source, ID: p.ID, Type: p.Type, Subject: p.Subject, Version: p.Version,
+		Data: p.Data, Key: p.Key, Strategy: p.Strategy}
+	if p.Time != nil {
+		ev.Time = *p.Time
+	}
+	copy(ev.PayloadHash[:], p.PayloadHash)
+	return ev, nil
+}
