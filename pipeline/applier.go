@@ -212,12 +212,10 @@ func (a *Applier) apply(ctx context.Context, tx pgx.Tx, b consumer.Batch, items 
 			it.disposition, it.reason, it.err = r.disposition, r.reason, r.err
 			continue
 		}
-		keys = append(keys, r.ev.Key)
-		disps = append(disps, r.disposition)
 		if r.disposition == dedupe.DeadLettered {
 			res.DeadLetters[r.reason]++
-			deadletter.Queue(rec, r.letter())
 		}
+		recordReleased(rec, r)
 	}
 	for _, it := range items {
 		res.Counts[it.disposition]++

@@ -9,6 +9,7 @@ type Metrics struct {
 	events      *prometheus.CounterVec
 	deadLetters *prometheus.CounterVec
 	isolated    *prometheus.CounterVec
+	parked      prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -27,7 +28,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Batches redone one event at a time because a statement failed.",
 		}, []string{"topic"}),
 	}
-	reg.MustRegister(m.events, m.deadLetters, m.isolated)
+	m.parked = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "effectively_parked_events",
+		Help: "Events waiting for a prerequisite (as of the last sweep).",
+	})
+	reg.MustRegister(m.events, m.deadLetters, m.isolated, m.parked)
 	return m
 }
 
@@ -44,4 +49,11 @@ func (m *Metrics) record(topic string, r Result) {
 	if r.Isolated {
 		m.isolated.WithLabelValues(topic).Inc()
 	}
+}
+
+func (m *Metrics) setParked(n int64) {
+	if m == nil {
+		return
+	}
+	m.parked.Set(float64(n))
 }

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -85,4 +86,55 @@ func TestParkingIsBoundedPerResource(t *testing.T) {
 	require.Equal(t, map[dedupe.Disposition]int{dedupe.Parked: 3, dedupe.DeadLettered: 1}, res.Counts)
 	require.Equal(t, 1, res.DeadLetters[handlers.ReasonPrerequisiteMissing])
 	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'prerequisite_missing' AND event_key = $1`, key("l3")))
+}
+
+func sweeper(b *bundle, opts pipeline.SweeperOptions) *pipeline.Sweeper {
+	return pipeline.NewSweeper(b.db.Pool, b.applier, opts)
+}
+
+// An account that never arrives: its parked events are dead-lettered with
+// prerequisite_missing once they pass the age bound, or the attempts bound.
+func TestNeverArrivingPrerequisiteIsDeadLetteredPastTheBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.apply(t, 0, ledger("l1", "ledger.credited", "ghost", 1, "EUR"), ledger("l2", "ledger.credited", "ghost2", 1, "EUR"))
+	ctx := context.Background()
+	sw := sweeper(b, pipeline.SweeperOptions{MaxAge: time.Hour, MaxAttempts: 3})
+
+	// Not yet past a bound: retried later, with backoff.
+	res, err := sw.SweepOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.SweepResult{Retried: 2, Parked: 2}, res)
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM parked_events WHERE attempts = 1 AND next_attempt_at > now()`))
+
+	// l1 ages past max_age; l2 runs out of attempts.
+	_, err = b.db.Pool.Exec(ctx, `UPDATE parked_events SET next_attempt_at = now(), parked_at = now() - interval '2 hours' WHERE event_key = $1`, key("l1"))
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, `UPDATE parked_events SET next_attempt_at = now(), attempts = 2 WHERE event_key = $1`, key("l2"))
+	require.NoError(t, err)
+	res, err = sw.SweepOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.SweepResult{DeadLettered: 2, Parked: 0}, res)
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'prerequisite_missing'`))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM dead_letters WHERE event_key = $1 AND error LIKE '%parking.max_age%'`, key("l1")))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM dead_letters WHERE event_key = $1 AND error LIKE '%parking.max_attempts%'`, key("l2")))
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'dead_lettered'`))
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM ledger_entries`))
+}
+
+// A prerequisite that appears by another path (not an event on this
+// partition) is found by the sweeper, which releases the parked events in
+// order.
+func TestSweeperReleasesWhenThePrerequisiteAppearsElsewhere(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.apply(t, 0, ledger("l1", "ledger.credited", "a9", 7, "EUR"), ledger("l2", "ledger.debited", "a9", 2, "EUR"))
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO accounts (id, version, name, email, plan, status) VALUES ('a9', 1, 'n', 'n@x', 'pro', 'open')`)
+	require.NoError(t, err)
+	res, err := sweeper(b, pipeline.SweeperOptions{MaxAge: time.Hour, MaxAttempts: 3}).SweepOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.SweepResult{Released: 2, Parked: 0}, res)
+	require.Equal(t, []string{key("l1"), key("l2")}, b.ledgerOrder(t, "a9"))
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition <> 'applied'`))
 }

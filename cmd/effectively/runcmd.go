@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -112,6 +113,22 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 			_ = srv.Stop(sctx)
 		}()
 	}
+
+	sweeper := pipeline.NewSweeper(pool, applier, pipeline.SweeperOptions{
+		MaxAge: cfg.Parking.MaxAge, MaxAttempts: cfg.Parking.MaxAttempts, Logger: log.Named("parking"),
+	})
+	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = sweeper.Run(bg)
+	}()
+	// Background work stops after the consumer has drained.
+	defer func() {
+		stopBackground()
+		wg.Wait()
+	}()
 
 	log.Info("worker started",
 		zap.Strings("brokers", cfg.Kafka.Brokers), zap.String("group", cfg.Kafka.Group),

@@ -1,0 +1,223 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/effectively-io/effectively/deadletter"
+	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/handlers"
+)
+
+// SweeperOptions bound parking.
+type SweeperOptions struct {
+	// MaxAge is how long an event may stay parked (parking.max_age).
+	MaxAge time.Duration
+	// MaxAttempts is how many times the sweeper looks for its prerequisite
+	// (parking.max_attempts).
+	MaxAttempts int
+	// Interval between sweeps (default 1 s).
+	Interval time.Duration
+	// BatchSize is the most parked events one sweep looks at (default 500).
+	BatchSize int
+	// BackoffMax caps the wait between attempts for one event (default 5
+	// min); the wait starts at 1 s and doubles.
+	BackoffMax time.Duration
+	// Logger receives what the sweeper does.
+	Logger *zap.Logger
+}
+
+// Sweeper retries parked events whose prerequisite appeared by another path
+// (an account written by a doorbell or by hand), and dead-letters those past
+// their bound with reason prerequisite_missing.
+type Sweeper struct {
+	pool    *pgxpool.Pool
+	applier *Applier
+	opts    SweeperOptions
+	log     *zap.Logger
+}
+
+// NewSweeper returns a sweeper applying released events with applier.
+func NewSweeper(pool *pgxpool.Pool, applier *Applier, opts SweeperOptions) *Sweeper {
+	if opts.Interval <= 0 {
+		opts.Interval = time.Second
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 500
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = 5 * time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	return &Sweeper{pool: pool, applier: applier, opts: opts, log: opts.Logger}
+}
+
+// SweepResult counts what one sweep did.
+type SweepResult struct {
+	Released     int
+	DeadLettered int
+	Retried      int
+	// Parked is the number still parked after the sweep.
+	Parked int64
+}
+
+// Run sweeps every Interval until ctx is done. Failures are logged and the
+// next sweep tries again.
+func (s *Sweeper) Run(ctx context.Context) error {
+	t := time.NewTicker(s.opts.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		res, err := s.SweepOnce(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("sweeping parked events failed; trying again", zap.Error(err))
+			}
+			continue
+		}
+		s.applier.opts.Metrics.setParked(res.Parked)
+		if res.Released+res.DeadLettered > 0 {
+			s.log.Info("swept parked events", zap.Int("released", res.Released), zap.Int("dead_lettered", res.DeadLettered), zap.Int64("parked", res.Parked))
+		}
+	}
+}
+
+const dueSQL = `
+SELECT event_key, consumer_group, topic, "partition", "offset", resource, event, attempts, parked_at,
+       EXISTS (SELECT 1 FROM accounts WHERE id = p.resource)
+FROM parked_events p
+WHERE state = 'parked' AND next_attempt_at <= now()
+ORDER BY next_attempt_at
+LIMIT $1
+FOR UPDATE SKIP LOCKED`
+
+type dueRow struct {
+	released
+	resource  string
+	attempts  int
+	parkedAt  time.Time
+	hasPrereq bool
+}
+
+// SweepOnce looks at the parked events that are due, in one transaction.
+func (s *Sweeper) SweepOnce(ctx context.Context) (SweepResult, error) {
+	var res SweepResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		res = SweepResult{}
+		rows, err := tx.Query(ctx, dueSQL, s.opts.BatchSize)
+		if err != nil {
+			return fmt.Errorf("finding due parked events: %w", err)
+		}
+		var due []*dueRow
+		var key string
+		r := dueRow{}
+		_, err = pgx.ForEachRow(rows, []any{&key, &r.origin.Group, &r.origin.Topic, &r.origin.Partition, &r.origin.Offset,
+			&r.resource, &r.raw, &r.attempts, &r.parkedAt, &r.hasPrereq}, func() error {
+			d := r
+			ev, err := handlers.UnmarshalParked(d.raw)
+			if err != nil {
+				return err
+			}
+			d.ev = ev
+			due = append(due, &d)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("finding due parked events: %w", err)
+		}
+
+		// Resources whose prerequisite now exists: release all their parked
+		// events, in order, as the prerequisite's arrival would have.
+		var ready []string
+		seen := map[string]bool{}
+		for _, d := range due {
+			if d.hasPrereq && !seen[d.resource] {
+				seen[d.resource] = true
+				ready = append(ready, d.resource)
+			}
+		}
+		rels, err := s.applier.releaseParked(ctx, tx, ready, false)
+		if err != nil {
+			return err
+		}
+		rec := &pgx.Batch{}
+		for _, rel := range rels {
+			recordReleased(rec, rel)
+			res.Released++
+		}
+
+		// The others: past a bound, dead-lettered; otherwise retried later.
+		now := time.Now()
+		var retryKeys []string
+		var retryAt []time.Time
+		var deadKeys []string
+		for _, d := range due {
+			if d.hasPrereq {
+				continue
+			}
+			var why string
+			switch {
+			case s.opts.MaxAge > 0 && now.Sub(d.parkedAt) >= s.opts.MaxAge:
+				why = fmt.Sprintf("parked for %s (parking.max_age %s)", now.Sub(d.parkedAt).Round(time.Second), s.opts.MaxAge)
+			case s.opts.MaxAttempts > 0 && d.attempts+1 >= s.opts.MaxAttempts:
+				why = fmt.Sprintf("looked for it %d times (parking.max_attempts %d)", d.attempts+1, s.opts.MaxAttempts)
+			}
+			if why == "" {
+				retryKeys = append(retryKeys, d.ev.Key)
+				retryAt = append(retryAt, now.Add(s.backoff(d.attempts+1)))
+				continue
+			}
+			d.disposition = dedupe.DeadLettered
+			d.reason = handlers.ReasonPrerequisiteMissing
+			d.err = fmt.Errorf("%s %s: the prerequisite %s never arrived: %s", d.ev.Type, truncateKey(d.ev.Key), d.resource, why)
+			recordReleased(rec, &d.released)
+			deadKeys = append(deadKeys, d.ev.Key)
+			res.DeadLettered++
+		}
+		if len(deadKeys) > 0 {
+			rec.Queue(`UPDATE parked_events SET state = 'dead_lettered', resolved_at = now(), attempts = attempts + 1 WHERE event_key = ANY($1)`, deadKeys)
+		}
+		if len(retryKeys) > 0 {
+			rec.Queue(`UPDATE parked_events p SET attempts = attempts + 1, next_attempt_at = r.at
+FROM unnest($1::text[], $2::timestamptz[]) AS r(event_key, at) WHERE p.event_key = r.event_key`, retryKeys, retryAt)
+			res.Retried = len(retryKeys)
+		}
+		rec.Queue(`SELECT count(*) FROM parked_events WHERE state = 'parked'`).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&res.Parked)
+		})
+		if err := tx.SendBatch(ctx, rec).Close(); err != nil {
+			return fmt.Errorf("recording the sweep: %w", err)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return res, err
+	}
+	return res, err
+}
+
+func (s *Sweeper) backoff(attempt int) time.Duration {
+	d := time.Second << min(attempt, 20)
+	return min(d, s.opts.BackoffMax)
+}
+
+// recordReleased queues the claim's final disposition and, for a dead
+// letter, its row.
+func recordReleased(rec *pgx.Batch, r *released) {
+	dedupe.QueueDispositions(rec, []string{r.ev.Key}, []dedupe.Disposition{r.disposition})
+	if r.disposition == dedupe.DeadLettered {
+		deadletter.Queue(rec, r.letter())
+	}
+}
