@@ -2,7 +2,6 @@ package pipeline_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/test/cetest"
 	"github.com/effectively-io/effectively/test/pgtest"
 )
 
@@ -43,25 +43,16 @@ func setupWith(t *testing.T, opts pipeline.Options) *bundle {
 	return &bundle{db: db, applier: pipeline.NewApplier(db.Pool, opts), offsets: map[int32]int64{}}
 }
 
-// ce builds a structured-mode CloudEvent record keyed by subject.
 func ce(id, typ, subject string, version int64, data any) *kgo.Record {
-	env := map[string]any{"specversion": "1.0", "id": id, "source": "urn:test", "type": typ, "subject": subject, "data": data}
-	if version > 0 {
-		env["resourceversion"] = version
-	}
-	v, err := json.Marshal(env)
-	if err != nil {
-		panic(err)
-	}
-	return &kgo.Record{Topic: topic, Key: []byte(subject), Value: v}
+	return cetest.Record(topic, id, typ, subject, version, data)
 }
 
 func acct(id, typ, subject string, version int64, name string) *kgo.Record {
-	return ce(id, typ, subject, version, map[string]any{"name": name, "email": name + "@example.com", "plan": "pro"})
+	return cetest.Account(topic, id, typ, subject, version, name)
 }
 
 func ledger(id, typ, subject string, cents int64, cur string) *kgo.Record {
-	return ce(id, typ, subject, 0, map[string]any{"amount_cents": cents, "currency": cur})
+	return cetest.Ledger(topic, id, typ, subject, cents, cur)
 }
 
 // apply hands recs to the applier as one batch of partition p, at the next

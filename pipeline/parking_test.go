@@ -10,6 +10,7 @@ import (
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/test/cetest"
 )
 
 func (b *bundle) ledgerOrder(t *testing.T, account string) []string {
@@ -26,7 +27,7 @@ func (b *bundle) ledgerOrder(t *testing.T, account string) []string {
 	return keys
 }
 
-func key(id string) string { return "ce:8:urn:test:" + id }
+func key(id string) string { return cetest.Key(id) }
 
 // Ledger events for an account that does not exist yet are parked, then
 // applied exactly once, in their original order, when the account arrives.

@@ -221,3 +221,107 @@ func recordReleased(rec *pgx.Batch, r *released) {
 		deadletter.Queue(rec, r.letter())
 	}
 }
+
+// ParkedEvent is a parked event as operators see it.
+type ParkedEvent struct {
+	EventKey      string    `json:"event_key"`
+	Resource      string    `json:"resource"`
+	Type          string    `json:"type"`
+	Topic         string    `json:"topic"`
+	Partition     int32     `json:"partition"`
+	Offset        int64     `json:"offset"`
+	Attempts      int       `json:"attempts"`
+	ParkedAt      time.Time `json:"parked_at"`
+	NextAttemptAt time.Time `json:"next_attempt_at"`
+}
+
+// ParkedFilter selects parked events; empty fields match everything.
+type ParkedFilter struct {
+	Resource string
+	EventKey string
+	Limit    int
+}
+
+const listParkedSQL = `
+SELECT event_key, resource, event_type, topic, "partition", "offset", attempts, parked_at, next_attempt_at
+FROM parked_events
+WHERE state = 'parked' AND ($1 = '' OR resource = $1) AND ($2 = '' OR event_key = $2)
+ORDER BY resource, topic, "partition", "offset"
+LIMIT $3`
+
+// ListParked lists parked events in release order.
+func ListParked(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, f ParkedFilter) ([]ParkedEvent, error) {
+	if f.Limit <= 0 {
+		f.Limit = 1000
+	}
+	rows, err := db.Query(ctx, listParkedSQL, f.Resource, f.EventKey, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing parked events: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ParkedEvent, error) {
+		var p ParkedEvent
+		err := row.Scan(&p.EventKey, &p.Resource, &p.Type, &p.Topic, &p.Partition, &p.Offset, &p.Attempts, &p.ParkedAt, &p.NextAttemptAt)
+		return p, err
+	})
+}
+
+// RetryNow makes the selected parked events due at once: the next sweep
+// releases those whose prerequisite exists. It returns how many it touched.
+func RetryNow(ctx context.Context, pool *pgxpool.Pool, f ParkedFilter) (int64, error) {
+	ct, err := pool.Exec(ctx, `UPDATE parked_events SET next_attempt_at = now()
+WHERE state = 'parked' AND ($1 = '' OR resource = $1) AND ($2 = '' OR event_key = $2)`, f.Resource, f.EventKey)
+	if err != nil {
+		return 0, fmt.Errorf("making parked events due: %w", err)
+	}
+	return ct.RowsAffected(), nil
+}
+
+// ReasonDropped: an operator gave up on a parked event.
+const ReasonDropped handlers.Reason = "dropped"
+
+// DropParked gives up on the selected parked events: each is dead-lettered
+// with reason dropped (it keeps a disposition; nothing disappears).
+func DropParked(ctx context.Context, pool *pgxpool.Pool, f ParkedFilter, why string) (int, error) {
+	if f.Resource == "" && f.EventKey == "" {
+		return 0, errors.New("drop needs a resource or an event key")
+	}
+	n := 0
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `UPDATE parked_events SET state = 'dropped', resolved_at = now()
+WHERE state = 'parked' AND ($1 = '' OR resource = $1) AND ($2 = '' OR event_key = $2)
+RETURNING consumer_group, topic, "partition", "offset", event`, f.Resource, f.EventKey)
+		if err != nil {
+			return fmt.Errorf("dropping parked events: %w", err)
+		}
+		var rels []*released
+		var r released
+		_, err = pgx.ForEachRow(rows, []any{&r.origin.Group, &r.origin.Topic, &r.origin.Partition, &r.origin.Offset, &r.raw}, func() error {
+			rel := r
+			ev, err := handlers.UnmarshalParked(rel.raw)
+			if err != nil {
+				return err
+			}
+			rel.ev = ev
+			rel.disposition = dedupe.DeadLettered
+			rel.reason = ReasonDropped
+			rel.err = fmt.Errorf("dropped by an operator while parked: %s", why)
+			rels = append(rels, &rel)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("dropping parked events: %w", err)
+		}
+		rec := &pgx.Batch{}
+		for _, rel := range rels {
+			recordReleased(rec, rel)
+		}
+		n = len(rels)
+		if n == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, rec).Close()
+	})
+	return n, err
+}

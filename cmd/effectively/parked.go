@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/effectively-io/effectively/pipeline"
+)
+
+func newParkedCmd(c *cli) *cobra.Command {
+	var f pipeline.ParkedFilter
+	var asJSON bool
+	withPool := func(cmd *cobra.Command, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
+		ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+		defer cancel()
+		pool, err := openPool(ctx, c.cfg.Postgres, 1)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		return fn(ctx, pool)
+	}
+	cmd := &cobra.Command{
+		Use:   "parked",
+		Short: "Inspect and resolve events waiting for a prerequisite",
+		Long: `Events whose prerequisite does not exist yet (a ledger entry for an account not
+yet opened) wait in parked_events. The prerequisite's arrival releases them in
+their original order; a sweeper retries them with backoff and dead-letters
+them past parking.max_age or parking.max_attempts.`,
+	}
+	cmd.PersistentFlags().StringVar(&f.Resource, "resource", "", "only this resource (e.g. an account ID)")
+	cmd.PersistentFlags().StringVar(&f.EventKey, "event-key", "", "only this event key")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List parked events in release order",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+				ps, err := pipeline.ListParked(ctx, pool, f)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					enc := json.NewEncoder(c.stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(ps)
+				}
+				tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "RESOURCE\tTYPE\tORIGIN\tATTEMPTS\tPARKED\tNEXT ATTEMPT\tEVENT KEY")
+				now := time.Now()
+				for _, p := range ps {
+					fmt.Fprintf(tw, "%s\t%s\t%s/%d@%d\t%d\t%s ago\tin %s\t%s\n", p.Resource, p.Type, p.Topic, p.Partition, p.Offset,
+						p.Attempts, now.Sub(p.ParkedAt).Round(time.Second), max(p.NextAttemptAt.Sub(now), 0).Round(time.Second), p.EventKey)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.stdout, "%d parked\n", len(ps))
+				return nil
+			})
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	list.Flags().IntVar(&f.Limit, "limit", 1000, "at most this many")
+
+	release := &cobra.Command{
+		Use:   "release",
+		Short: "Retry parked events now (those whose prerequisite exists are applied by the next sweep)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+				n, err := pipeline.RetryNow(ctx, pool, f)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.stdout, "%d parked events are due now; a running worker's sweeper releases those whose prerequisite exists\n", n)
+				return nil
+			})
+		},
+	}
+	var why string
+	drop := &cobra.Command{
+		Use:   "drop",
+		Short: "Give up on parked events: dead-letter them with reason dropped",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.Resource == "" && f.EventKey == "" {
+				return usageError{fmt.Errorf("drop needs --resource or --event-key")}
+			}
+			return withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+				n, err := pipeline.DropParked(ctx, pool, f, why)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.stdout, "%d parked events dead-lettered (reason dropped)\n", n)
+				return nil
+			})
+		},
+	}
+	drop.Flags().StringVar(&why, "reason", "no reason given", "why, recorded in the dead letter")
+	cmd.AddCommand(list, release, drop)
+	return cmd
+}
