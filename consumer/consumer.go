@@ -206,6 +206,22 @@ func (c *Consumer) CheckPartitioner(counts map[string]int) {
 // connections).
 func (c *Consumer) Client() *kgo.Client { return c.cl }
 
+// Retrying returns the partitions that are retrying a failing batch (a
+// transient fault: database down, serialization failures, …).
+func (c *Consumer) Retrying() []int32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int32
+	for tp, w := range c.workers {
+		w.mu.Lock()
+		if w.retrying {
+			out = append(out, tp.partition)
+		}
+		w.mu.Unlock()
+	}
+	return out
+}
+
 // Joined reports whether the group has assigned this member at least once.
 func (c *Consumer) Joined() bool {
 	c.mu.Lock()

@@ -101,6 +101,12 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 				}
 				return nil
 			}},
+			{Name: "partitions", Func: func(context.Context) error {
+				if ps := cons.Retrying(); len(ps) > 0 {
+					return fmt.Errorf("degraded: partitions %v are retrying a transient fault (paused)", ps)
+				}
+				return nil
+			}},
 		}, log.Named("http"))
 		if err != nil {
 			cons.Close()
