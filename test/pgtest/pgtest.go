@@ -34,7 +34,13 @@ type DB struct {
 // it when the test ends.
 func New(t testing.TB) DB {
 	t.Helper()
-	db := NewEmpty(t)
+	return NewOn(t, stacktest.PostgresURL(t))
+}
+
+// NewOn is New on the server at base (a test's own instance).
+func NewOn(t testing.TB, base string) DB {
+	t.Helper()
+	db := newEmptyOn(t, base)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := schema.Migrate(ctx, db.URL, zap.NewNop()); err != nil {
@@ -47,7 +53,11 @@ func New(t testing.TB) DB {
 // migrations themselves) and drops it when the test ends.
 func NewEmpty(t testing.TB) DB {
 	t.Helper()
-	base := stacktest.PostgresURL(t)
+	return newEmptyOn(t, stacktest.PostgresURL(t))
+}
+
+func newEmptyOn(t testing.TB, base string) DB {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 

@@ -1,0 +1,116 @@
+package test
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-io/effectively/test/kafkatest"
+	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/workload"
+)
+
+// ownPostgres starts a PostgreSQL instance of the test's own (the stack
+// script on a free port), so stopping it disturbs no other test.
+func ownPostgres(t *testing.T) (port string, stackCmd func(args ...string)) {
+	t.Helper()
+	port = strconv.Itoa(freePort(t))
+	stackDir := os.Getenv("EFFECTIVELY_STACK_DIR")
+	if stackDir == "" {
+		stackDir = "/var/tmp/effectively"
+	}
+	stackCmd = func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("../stack/stack.sh", args...)
+		cmd.Env = append(os.Environ(), "EFFECTIVELY_PG_PORT="+port, "EFFECTIVELY_STACK_DIR="+stackDir)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "stack.sh %v: %s", args, out)
+	}
+	stackCmd("up", "pg")
+	t.Cleanup(func() {
+		stackCmd("down", "pg")
+		_ = os.RemoveAll(filepath.Join(stackDir, "pg-"+port))
+	})
+	return port, stackCmd
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// counter sums a counter family from a worker's /metrics.
+func counter(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	sum := 0.0
+	if mf, ok := mfs[name]; ok {
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// PostgreSQL stopped for 30 s while records keep arriving: the worker
+// retries with backoff while its partitions are paused, dead-letters
+// nothing, and afterwards every event has exactly one effect.
+func TestPostgresOutageLosesNothing(t *testing.T) {
+	t.Parallel()
+	port, stack := ownPostgres(t)
+	base := fmt.Sprintf("postgres://effectively:effectively@127.0.0.1:%s/effectively?sslmode=disable", port)
+	db := pgtest.NewOn(t, base)
+	topic := kafkatest.NewTopic(t, 4)
+	group := kafkatest.NewGroup(t)
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	r := &rig{db: db, topic: topic, group: group, env: []string{
+		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(t), ","),
+		"EFFECTIVELY_KAFKA_GROUP=" + group, "EFFECTIVELY_KAFKA_TOPICS=" + topic,
+		"EFFECTIVELY_POSTGRES_URL=" + db.URL, "EFFECTIVELY_HTTP_ADDR=" + httpAddr,
+		"EFFECTIVELY_RETRY_MAX=2s", "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=100",
+	}}
+	first := workload.Config{Accounts: 300, Events: 6000, Duplicates: 0.1, OutOfOrder: 0.1, Seed: 21}
+	exp := r.produce(t, first)
+	w := r.worker(t)
+	r.waitApplied(t, 1000, 2*time.Minute)
+
+	stack("down", "pg")
+	down := time.Now()
+	// Traffic keeps arriving during the outage (a second workload).
+	second := workload.Config{Accounts: 300, Events: 4000, Duplicates: 0.1, OutOfOrder: 0.1, Seed: 22}
+	exp2 := r.produce(t, second)
+	time.Sleep(30*time.Second - time.Since(down))
+	stack("up", "pg")
+
+	total := exp.Records + exp2.Records
+	r.waitApplied(t, total, 3*time.Minute)
+	retries := counter(t, httpAddr, "effectively_batch_retries_total")
+	w.signal(t, syscall.SIGTERM)
+	require.Equal(t, 0, w.wait(t, time.Minute))
+	t.Logf("postgres down for 30 s; %v batch retries", retries)
+	require.Positive(t, retries, "the outage must have been felt: batches retried")
+	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM dead_letters`), "nothing dead-lettered for a transient cause")
+	require.Equal(t, int64(exp.Distinct+exp2.Distinct), db.Count(t, `SELECT count(*) FROM processed_events`))
+	require.Equal(t, int64(exp.ByType["ledger.credited"]+exp.ByType["ledger.debited"]+exp2.ByType["ledger.credited"]+exp2.ByType["ledger.debited"]),
+		db.Count(t, `SELECT count(*) FROM ledger_entries`))
+}
