@@ -175,8 +175,25 @@ func testWorkerConsumes(t *testing.T, protocol string) {
 		return db.Count(t, `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets WHERE consumer_group = $1 AND topic = $2`, group, topic) == 300
 	})
 	// Those records are not CloudEvents: each has a dead letter, with its
-	// origin, and none stopped the partition.
+	// origin, and none stopped the partition; the relay publishes each to
+	// the dead-letter topic once, with its origin and reason.
 	require.Equal(t, int64(300), db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'not_cloudevents' AND topic = $1`, topic))
+	kafkatest.DeleteOnCleanup(t, topic+".dlq")
+	dlq := kafkatest.ReadCommitted(t, topic+".dlq", 300, 90*time.Second)
+	origins := map[string]bool{}
+	for _, r := range dlq {
+		h := map[string]string{}
+		for _, kv := range r.Headers {
+			h[kv.Key] = string(kv.Value)
+		}
+		require.Equal(t, topic, h["effectively.origin.topic"])
+		require.Equal(t, "not_cloudevents", h["effectively.reason"])
+		origins[h["effectively.origin.partition"]+"@"+h["effectively.origin.offset"]] = true
+	}
+	require.Len(t, origins, 300, "each dead letter published once")
+	waitUntil(t, "dead letters marked published", 30*time.Second, func(context.Context) bool {
+		return db.Count(t, `SELECT count(*) FROM dead_letters WHERE published_at IS NULL`) == 0
+	})
 	w.signal(t, syscall.SIGTERM)
 	require.Equal(t, 0, w.wait(t, time.Minute), "a SIGTERMed worker exits 0")
 	require.Contains(t, w.stderr.String(), "worker stopped")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/consumer"
+	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/httpserver"
@@ -123,13 +124,29 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	sweeper := pipeline.NewSweeper(pool, applier, pipeline.SweeperOptions{
 		MaxAge: cfg.Parking.MaxAge, MaxAttempts: cfg.Parking.MaxAttempts, Logger: log.Named("parking"),
 	})
+	dlqTopics := make(map[string]string, len(cfg.Kafka.Topics))
+	for _, t := range cfg.Kafka.Topics {
+		dlqTopics[t] = cfg.TopicSettings(t).DLQ
+	}
+	relay, err := deadletter.NewRelay(pool, deadletter.RelayOptions{
+		DLQTopics: dlqTopics, Brokers: cfg.Kafka.Brokers,
+		RetryInitial: cfg.Retry.Initial, RetryMax: cfg.Retry.Max,
+		TransactionalID: "effectively-dlq-relay." + cfg.Kafka.Group,
+		Logger:          log.Named("dlq_relay"),
+	})
+	if err != nil {
+		cons.Close()
+		return err
+	}
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = sweeper.Run(bg)
-	}()
+	for _, run := range []func(context.Context) error{sweeper.Run, relay.Run} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = run(bg)
+		}()
+	}
 	// Background work stops after the consumer has drained.
 	defer func() {
 		stopBackground()

@@ -83,3 +83,39 @@ func Producer(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	t.Cleanup(cl.Close)
 	return cl
 }
+
+// DeleteOnCleanup deletes topics (made by the code under test, such as a
+// dead-letter topic) when the test ends.
+func DeleteOnCleanup(t testing.TB, topics ...string) {
+	t.Helper()
+	adm := Admin(t)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = adm.DeleteTopics(ctx, topics...)
+	})
+}
+
+// ReadCommitted reads topic from the start with read_committed isolation
+// until it has n records, failing the test after guard.
+func ReadCommitted(t testing.TB, topic string, n int, guard time.Duration) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(Brokers(t)...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(500*time.Millisecond))
+	if err != nil {
+		t.Fatalf("kafka consumer: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d records from %s within %s", len(out), n, topic, guard)
+		}
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}

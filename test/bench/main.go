@@ -1,0 +1,139 @@
+// Command bench is `make bench`: the throughput, latency and memory benchmark
+// of the worker against three baselines, on the real stack. It prints; it
+// never asserts.
+//
+//   - B1 consume-only: a franz-go group consumer reads the topic, no database.
+//   - B2 database ceiling: pipeline.Applier.ApplyBatch (the worker's exact
+//     transaction SQL) on the same records, partitioned as Kafka did, with
+//     the worker's connection count and batch size, no Kafka.
+//   - B3 naive worker: the real binary with one record per transaction, on
+//     the first naive-events records of the same topic.
+//   - E: the real binary with its defaults.
+//
+// The runs alternate (B1, B2, B3, E, B1, …) so that a noisy neighbour hurts
+// every kind alike; medians are compared. Then, with a caught-up worker, a
+// fixed offered rate measures the end-to-end latency from the worker's own
+// histogram.
+//
+// It reads EFFECTIVELY_TEST_POSTGRES_URL and EFFECTIVELY_TEST_KAFKA_BROKERS
+// (stack/with-stack.sh exports them) and runs bin/effectively from the
+// current directory (make runs it from the repository root after `make
+// build`). Every topic, group and schema it creates is uniquely named and
+// removed at the end.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the command-line flags.
+type options struct {
+	events          int
+	accounts        int
+	partitions      int
+	runs            int
+	naiveEvents     int
+	latencyRate     int
+	latencyDuration time.Duration
+	latencyWarmup   time.Duration
+	seed            uint64
+	bin             string
+	skip            map[string]bool
+}
+
+// kinds are the measurements, in the order a round runs them.
+var kinds = []string{"B1", "B2", "B3", "E"}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	var skip string
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.IntVar(&o.events, "events", 1_000_000, "records in the pre-produced topic (re-sends included)")
+	fs.IntVar(&o.accounts, "accounts", 100_000, "accounts the workload opens")
+	fs.IntVar(&o.partitions, "partitions", 8, "partitions of the benchmark topics")
+	fs.IntVar(&o.runs, "runs", 3, "runs of each of B1, B2, B3 and E (alternating); medians are reported")
+	fs.IntVar(&o.naiveEvents, "naive-events", 100_000, "B3 stops once this many records of the topic are applied (a prefix)")
+	fs.IntVar(&o.latencyRate, "latency-rate", 5000, "offered rate of the latency run, events/s")
+	fs.DurationVar(&o.latencyDuration, "latency-duration", 30*time.Second, "length of the paced latency run")
+	fs.DurationVar(&o.latencyWarmup, "latency-warmup", 2*time.Second, "paced warm-up before the latency run (not counted)")
+	fs.Uint64Var(&o.seed, "seed", 20260101, "workload seed")
+	fs.StringVar(&o.bin, "bin", "bin/effectively", "the worker binary (make bench builds it)")
+	fs.StringVar(&skip, "skip", "", "comma-separated measurements to skip: B1,B2,B3,E,latency")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o.skip = map[string]bool{}
+	for _, s := range strings.Split(skip, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		k := strings.ToUpper(s)
+		if k == "LATENCY" {
+			k = "latency"
+		}
+		if !slices.Contains(kinds, k) && k != "latency" {
+			return o, fmt.Errorf("-skip %q: want a comma list of B1, B2, B3, E, latency", s)
+		}
+		o.skip[k] = true
+	}
+	switch {
+	case o.events < 1:
+		return o, errors.New("-events: want at least 1")
+	case o.accounts < 1:
+		return o, errors.New("-accounts: want at least 1")
+	case o.partitions < 1:
+		return o, errors.New("-partitions: want at least 1")
+	case o.runs < 1:
+		return o, errors.New("-runs: want at least 1")
+	case o.naiveEvents < 1:
+		return o, errors.New("-naive-events: want at least 1")
+	case o.latencyRate < 1 || o.latencyDuration <= 0:
+		return o, errors.New("-latency-rate and -latency-duration: want positive values")
+	}
+	o.naiveEvents = min(o.naiveEvents, o.events)
+	return o, nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	opts, err := parseFlags(args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	b, err := newBench(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer b.cleanup()
+	rep, err := b.run(ctx)
+	if err != nil {
+		return err
+	}
+	rep.print(os.Stdout)
+	return nil
+}
