@@ -1,6 +1,7 @@
 // Package httpserver serves the worker's operational endpoints: /metrics
-// (Prometheus), /healthz (the process is alive) and /readyz (the worker can
-// do its job: database reachable, group joined).
+// (Prometheus), /healthz (the process is alive), /readyz (the worker can do
+// its job: database reachable, group joined, no partition retrying) and
+// /debug/pprof (Go profiles).
 package httpserver
 
 import (
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +42,12 @@ func New(addr string, gatherer prometheus.Gatherer, checks []Check, log *zap.Log
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	// Profiles, for finding where a worker's time goes (http.addr is
+	// localhost unless configured otherwise).
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
