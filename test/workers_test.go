@@ -23,6 +23,9 @@ type rig struct {
 	topic string
 	group string
 	env   []string
+	// brokers, when set, is a broker of the test's own; otherwise the
+	// shared test broker.
+	brokers []string
 }
 
 func newRig(t *testing.T, partitions int32, extraEnv ...string) *rig {
@@ -45,7 +48,11 @@ func newRig(t *testing.T, partitions int32, extraEnv ...string) *rig {
 // correct worker ends with.
 func (r *rig) produce(t *testing.T, cfg workload.Config) workload.Expected {
 	t.Helper()
-	cl := kafkatest.Producer(t, kgo.DefaultProduceTopic(r.topic))
+	opts := []kgo.Opt{kgo.DefaultProduceTopic(r.topic)}
+	if r.brokers != nil {
+		opts = append(opts, kgo.SeedBrokers(r.brokers...))
+	}
+	cl := kafkatest.Producer(t, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var recs []*kgo.Record
