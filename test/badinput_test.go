@@ -52,11 +52,21 @@ var catalogue = []badInput{
 	{"subject differs from key", "subject_mismatch", func(tp, k string) *kgo.Record {
 		return envelope(tp, k, ceJSON("x3", "account.opened", "someone-else", "1", goodAccount))
 	}},
-	{"unknown type", "unknown_type", func(tp, k string) *kgo.Record { return envelope(tp, k, ceJSON("x4", "account.exploded", k, "1", goodAccount)) }},
-	{"version 0", "invalid_version", func(tp, k string) *kgo.Record { return envelope(tp, k, ceJSON("x5", "account.opened", k, "0", goodAccount)) }},
-	{"version negative", "invalid_version", func(tp, k string) *kgo.Record { return envelope(tp, k, ceJSON("x6", "account.opened", k, "-3", goodAccount)) }},
-	{"version fractional", "invalid_version", func(tp, k string) *kgo.Record { return envelope(tp, k, ceJSON("x7", "account.opened", k, "1.5", goodAccount)) }},
-	{"version string", "invalid_version", func(tp, k string) *kgo.Record { return envelope(tp, k, ceJSON("x8", "account.opened", k, `"2"`, goodAccount)) }},
+	{"unknown type", "unknown_type", func(tp, k string) *kgo.Record {
+		return envelope(tp, k, ceJSON("x4", "account.exploded", k, "1", goodAccount))
+	}},
+	{"version 0", "invalid_version", func(tp, k string) *kgo.Record {
+		return envelope(tp, k, ceJSON("x5", "account.opened", k, "0", goodAccount))
+	}},
+	{"version negative", "invalid_version", func(tp, k string) *kgo.Record {
+		return envelope(tp, k, ceJSON("x6", "account.opened", k, "-3", goodAccount))
+	}},
+	{"version fractional", "invalid_version", func(tp, k string) *kgo.Record {
+		return envelope(tp, k, ceJSON("x7", "account.opened", k, "1.5", goodAccount))
+	}},
+	{"version string", "invalid_version", func(tp, k string) *kgo.Record {
+		return envelope(tp, k, ceJSON("x8", "account.opened", k, `"2"`, goodAccount))
+	}},
 	{"wrong data types", "invalid_payload", func(tp, k string) *kgo.Record {
 		return envelope(tp, k, ceJSON("x9", "account.opened", k, "1", `{"name":42,"email":"n@example.com","plan":"pro"}`))
 	}},
