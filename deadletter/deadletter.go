@@ -50,10 +50,11 @@ func NewHeader(key string, value []byte) Header {
 	return Header{Key: key, ValueBase64: base64.StdEncoding.EncodeToString(value)}
 }
 
-// Bounds on what a dead letter keeps: enough to diagnose, never a whole
-// hostile payload.
+// Bounds on what a dead letter keeps: the whole value of any record up to
+// 64 KiB (so it can be redriven), a prefix of larger ones — never a whole
+// hostile payload — and a bounded error.
 const (
-	MaxValueBytes = 4096
+	MaxValueBytes = 64 << 10
 	MaxErrorBytes = 1024
 )
 

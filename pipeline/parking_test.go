@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/handlers"
@@ -138,4 +139,58 @@ func TestSweeperReleasesWhenThePrerequisiteAppearsElsewhere(t *testing.T) {
 	require.Equal(t, pipeline.SweepResult{Released: 2, Parked: 0}, res)
 	require.Equal(t, []string{key("l1"), key("l2")}, b.ledgerOrder(t, "a9"))
 	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition <> 'applied'`))
+}
+
+func deadLetterID(t *testing.T, b *bundle, reason string) int64 {
+	t.Helper()
+	return b.count(t, `SELECT id FROM dead_letters WHERE reason = $1`, reason)
+}
+
+// Redrive after a fix applies the event once; redriving again applies
+// nothing more.
+func TestRedriveAppliesOnceAfterAFix(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, pipeline.Options{Parking: handlers.ParkingLimits{MaxPerResource: 1}})
+	ctx := context.Background()
+	// l2 is dead-lettered: parking for a1 is full.
+	b.apply(t, 0, ledger("l1", "ledger.credited", "a1", 10, "EUR"), ledger("l2", "ledger.credited", "a1", 20, "EUR"))
+	id := deadLetterID(t, b, "prerequisite_missing")
+
+	// Not fixed yet: still dead, one more attempt.
+	res, err := b.applier.Redrive(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "prerequisite_missing", res.Reason)
+	require.Equal(t, int64(2), b.count(t, `SELECT attempts FROM dead_letters WHERE id = $1`, id))
+
+	// The fix: the account exists (l1 is released with it).
+	b.apply(t, 0, acct("o1", "account.opened", "a1", 1, "ann"))
+	res, err = b.applier.Redrive(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, pipeline.RedriveResult{ID: id, Resolution: "applied"}, res)
+	require.Equal(t, int64(30), b.count(t, `SELECT sum(amount_cents) FROM ledger_entries`))
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition <> 'applied'`))
+
+	// Twice: nothing more.
+	res, err = b.applier.Redrive(ctx, id)
+	require.NoError(t, err)
+	require.True(t, res.Already)
+	require.Equal(t, int64(30), b.count(t, `SELECT sum(amount_cents) FROM ledger_entries`))
+}
+
+// An undecodable record stays dead when redriven; a conflict stays a
+// conflict.
+func TestRedriveOfWhatCannotApplyStaysDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.apply(t, 0, &kgo.Record{Key: []byte("k"), Value: []byte("nope")}, acct("o1", "account.opened", "a1", 1, "ann"), acct("o1", "account.opened", "a1", 1, "bob"))
+	for _, reason := range []string{"not_json", "conflict"} {
+		res, err := b.applier.Redrive(ctx, deadLetterID(t, b, reason))
+		require.NoError(t, err)
+		require.Equal(t, reason, res.Reason)
+		require.Empty(t, res.Resolution)
+	}
+	var name string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT name FROM accounts WHERE id = 'a1'`).Scan(&name))
+	require.Equal(t, "ann", name)
 }

@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"syscall"
@@ -162,4 +163,23 @@ func TestBadInputCatalogue(t *testing.T) {
 		})
 	}
 	require.Equal(t, int64(dead), r.db.Count(t, `SELECT count(*) FROM dead_letters`))
+
+	// The operator's view: list by reason, show one, redrive (what is still
+	// bad stays dead, with one more attempt).
+	code, out, stderr := runCmd(t, r.env, "dlq", "list", "--reason", "invalid_version", "--json")
+	require.Equal(t, 0, code, stderr)
+	var listed []struct {
+		ID     int64  `json:"id"`
+		Reason string `json:"reason"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &listed))
+	require.Len(t, listed, 4)
+	code, out, stderr = runCmd(t, r.env, "dlq", "show", fmt.Sprint(listed[0].ID))
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "invalid_version")
+	require.Contains(t, out, "origin       "+r.topic+"/0@")
+	code, out, stderr = runCmd(t, r.env, "dlq", "redrive", "--reason", "invalid_version")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "0 of 4 redriven dead letters resolved")
+	require.Equal(t, int64(4), r.db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'invalid_version' AND attempts = 2`))
 }

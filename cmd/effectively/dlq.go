@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/pipeline"
+)
+
+func newDLQCmd(c *cli) *cobra.Command {
+	var (
+		f      pipeline.DeadLetterFilter
+		since  time.Duration
+		asJSON bool
+	)
+	filter := func() pipeline.DeadLetterFilter {
+		out := f
+		if since > 0 {
+			out.Since = time.Now().Add(-since)
+		}
+		return out
+	}
+	withPool := func(cmd *cobra.Command, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
+		ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
+		defer cancel()
+		pool, err := openPool(ctx, c.cfg.Postgres, 1)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		return fn(ctx, pool)
+	}
+	printJSON := func(v any) error {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "Inspect and redrive dead letters",
+		Long: `Every record that could not be applied has a dead letter: its origin (topic,
+partition, offset), reason, error, key, headers and value (whole up to 64 KiB).
+A relay in 'effectively run' also publishes each to the topic's .dlq topic.
+After fixing the cause, 'dlq redrive' re-applies dead letters through the same
+claim, so nothing applies twice.`,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.Reason, "reason", "", "only this reason (e.g. prerequisite_missing)")
+	pf.StringVar(&f.Topic, "topic", "", "only records from this topic")
+	pf.DurationVar(&since, "since", 0, "only dead letters first seen within this long (e.g. 24h)")
+	pf.BoolVar(&f.Unresolved, "unresolved", false, "only those not yet resolved by a redrive")
+	pf.IntVar(&f.Limit, "limit", 1000, "at most this many")
+	pf.BoolVar(&asJSON, "json", false, "print JSON")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List dead letters, oldest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+				ds, err := pipeline.ListDeadLetters(ctx, pool, filter())
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(ds)
+				}
+				tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tREASON\tORIGIN\tATTEMPTS\tFIRST SEEN\tPUBLISHED\tRESOLVED\tERROR")
+				for _, d := range ds {
+					fmt.Fprintf(tw, "%d\t%s\t%s/%d@%d\t%d\t%s\t%s\t%s\t%s\n", d.ID, d.Reason, d.Topic, d.Partition, d.Offset, d.Attempts,
+						d.FirstSeen.Format(time.RFC3339), yesNo(d.PublishedAt != nil), deref(d.Resolution, "-"), oneLine(d.Error, 80))
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.stdout, "%d dead letters\n", len(ds))
+				return nil
+			})
+		},
+	}
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one dead letter in full",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var id int64
+			if _, err := fmt.Sscan(args[0], &id); err != nil {
+				return usageError{fmt.Errorf("dlq show: %q is not a dead-letter ID", args[0])}
+			}
+			return withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+				ds, err := pipeline.ListDeadLetters(ctx, pool, pipeline.DeadLetterFilter{ID: id, Limit: 1})
+				if err != nil {
+					return err
+				}
+				if len(ds) == 0 {
+					return fmt.Errorf("dead letter %d does not exist", id)
+				}
+				d := ds[0]
+				if asJSON {
+					return printJSON(d)
+				}
+				w := c.stdout
+				fmt.Fprintf(w, "id           %d\norigin       %s/%d@%d (group %s)\nreason       %s\nerror        %s\n", d.ID, d.Topic, d.Partition, d.Offset, d.Group, d.Reason, d.Error)
+				fmt.Fprintf(w, "attempts     %d (first %s, last %s)\n", d.Attempts, d.FirstSeen.Format(time.RFC3339), d.LastSeen.Format(time.RFC3339))
+				fmt.Fprintf(w, "event key    %s\nrecord key   %q\npublished    %s\nresolved     %s\n", deref(d.EventKey, "-"), d.RecordKey, yesNo(d.PublishedAt != nil), deref(d.Resolution, "-"))
+				for _, h := range d.Headers {
+					fmt.Fprintf(w, "header       %s\n", h)
+				}
+				if utf8.Valid(d.Value) {
+					fmt.Fprintf(w, "value (%d bytes)\n%s\n", d.ValueSize, d.Value)
+				} else {
+					fmt.Fprintf(w, "value (%d bytes, not UTF-8)\n%q\n", d.ValueSize, d.Value)
+				}
+				return nil
+			})
+		},
+	}
+	var id int64
+	redrive := &cobra.Command{
+		Use:   "redrive [--id N | filters]",
+		Short: "Re-apply dead letters after a fix, through the same claim (nothing applies twice)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if id == 0 && f.Reason == "" && f.Topic == "" && since == 0 {
+				return usageError{fmt.Errorf("dlq redrive needs --id, or a filter (--reason, --topic, --since) to redrive many")}
+			}
+			decoders, err := newDecoders(c.cfg, c.log)
+			if err != nil {
+				return err
+			}
+			return withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+				applier := pipeline.NewApplier(pool, pipeline.Options{Decoders: decoders, Handlers: handlers.Reference(), Logger: c.log.Named("redrive"),
+					Parking: handlers.ParkingLimits{MaxPerResource: c.cfg.Parking.MaxPerResource}})
+				ids := []int64{id}
+				if id == 0 {
+					fl := filter()
+					fl.Unresolved = true
+					ds, err := pipeline.ListDeadLetters(ctx, pool, fl)
+					if err != nil {
+						return err
+					}
+					ids = ids[:0]
+					for _, d := range ds {
+						ids = append(ids, d.ID)
+					}
+				}
+				var results []pipeline.RedriveResult
+				for _, id := range ids {
+					res, err := applier.Redrive(ctx, id)
+					if err != nil {
+						res = pipeline.RedriveResult{ID: id, Error: err.Error()}
+					}
+					results = append(results, res)
+				}
+				if asJSON {
+					return printJSON(results)
+				}
+				resolved := 0
+				for _, r := range results {
+					switch {
+					case r.Already:
+						fmt.Fprintf(c.stdout, "%d\talready resolved (%s): nothing done\n", r.ID, r.Resolution)
+					case r.Resolution != "":
+						resolved++
+						fmt.Fprintf(c.stdout, "%d\tresolved: %s\n", r.ID, r.Resolution)
+					default:
+						fmt.Fprintf(c.stdout, "%d\tstill dead: %s %s\n", r.ID, r.Reason, oneLine(r.Error, 100))
+					}
+				}
+				fmt.Fprintf(c.stdout, "%d of %d redriven dead letters resolved\n", resolved, len(results))
+				return nil
+			})
+		},
+	}
+	redrive.Flags().Int64Var(&id, "id", 0, "the dead letter to redrive")
+	cmd.AddCommand(list, show, redrive)
+	return cmd
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func deref(s *string, none string) string {
+	if s == nil {
+		return none
+	}
+	return *s
+}
+
+func oneLine(s string, n int) string {
+	b := []rune(s)
+	for i, r := range b {
+		if r == '\n' || r == '\t' {
+			b[i] = ' '
+		}
+	}
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
