@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -101,6 +102,9 @@ func (a *Applier) Apply(ctx context.Context, b consumer.Batch) error {
 // ApplyBatch applies b and reports what became of its records.
 func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, error) {
 	items := a.decode(b)
+	if err := a.prefetch(ctx, items); err != nil {
+		return Result{}, err
+	}
 	res, err := a.inTx(ctx, b, items, false)
 	if err != nil && isStatementFailure(err) {
 		// A statement failed for a reason that retrying cannot fix (a
@@ -111,6 +115,9 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 			zap.String("topic", b.Topic), zap.Int32("partition", b.Partition),
 			zap.Int64("first_offset", b.Records[0].Offset), zap.Error(err))
 		items = a.decode(b)
+		if err := a.prefetch(ctx, items); err != nil {
+			return Result{}, err
+		}
 		res, err = a.inTx(ctx, b, items, true)
 		res.Isolated = true
 	}
@@ -119,6 +126,45 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 	}
 	a.opts.Metrics.record(b.Topic, res)
 	return res, nil
+}
+
+// prefetchConcurrency bounds the outside reads of one batch.
+const prefetchConcurrency = 8
+
+// prefetch lets handlers that read the outside world (the doorbell) do so
+// before the transaction begins, concurrently. A transient failure fails the
+// batch (it is retried with backoff while the partition is paused); a
+// permanent one dead-letters that event.
+func (a *Applier) prefetch(ctx context.Context, items []*item) error {
+	sem := make(chan struct{}, prefetchConcurrency)
+	errs := make(chan error, len(items))
+	var wg sync.WaitGroup
+	for _, it := range items {
+		if it.disposition != "" {
+			continue
+		}
+		pf, ok := a.opts.Handlers[it.ev.Type].(handlers.Prefetcher)
+		if !ok {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ev, err := pf.Prefetch(ctx, it.ev)
+			switch {
+			case err == nil:
+				it.ev = ev
+			case handlers.IsPermanent(err):
+				it.deadLetter(err)
+			default:
+				errs <- fmt.Errorf("prefetching %s %s: %w", it.ev.Type, truncateKey(it.ev.Key), err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs // the first transient failure, or nil
 }
 
 // decode decodes every record outside the transaction (CPU work that need

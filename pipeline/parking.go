@@ -20,7 +20,7 @@ func arrivals(items []*item) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, it := range items {
-		if !it.claimed || !strings.HasPrefix(it.ev.Type, "account.") || it.ev.Type == "account.refreshed" {
+		if !it.claimed || !strings.HasPrefix(it.ev.Type, "account.") {
 			continue
 		}
 		if it.disposition != dedupe.Applied && it.disposition != dedupe.Stale {

@@ -76,7 +76,7 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	}
 	applier := pipeline.NewApplier(pool, pipeline.Options{
 		Decoders: decoders,
-		Handlers: handlers.Reference(),
+		Handlers: handlers.ReferenceWith(handlers.ReferenceOptions{AccountsURL: cfg.Sources.Accounts.URL}),
 		Logger:   log.Named("pipeline"),
 		Metrics:  pipeline.NewMetrics(reg),
 		Parking:  handlers.ParkingLimits{MaxPerResource: cfg.Parking.MaxPerResource},
