@@ -66,7 +66,9 @@ func setupDoorbell(t *testing.T) (*bundle, *sourceAPI) {
 	return &bundle{db: db, applier: a, offsets: map[int32]int64{}}, api
 }
 
-func bell(id, subject string) *kgo.Record { return ce(id, handlers.TypeAccountRefreshed, subject, 0, nil) }
+func bell(id, subject string) *kgo.Record {
+	return ce(id, handlers.TypeAccountRefreshed, subject, 0, nil)
+}
 
 // Doorbells fetch the current state and apply it through the version gate:
 // duplicates and disorder converge to the source's latest version.
