@@ -29,16 +29,22 @@ vet:
 
 ## fuzz: each fuzz target for FUZZTIME (make test runs them briefly; make fuzz FUZZTIME=10m for long runs).
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "fuzz $$pkg $$t ($(FUZZTIME))"; \
-	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	@set -e; for f in $$(git ls-files '*_test.go' 2>/dev/null || find . -name '*_test.go'); do \
+	  for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+	    echo "fuzz ./$$(dirname $$f) $$t ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f); \
 	  done; \
 	done
 
 ## demo: start the stack, migrate, run the worker (the main job).
 demo: build
 	EFFECTIVELY_KEEP_STACK=1 stack/with-stack.sh test/demo.sh
+
+## bench: throughput of the worker (E) against consume-only (B1), the database ceiling (B2) and a naive worker (B3),
+## end-to-end latency at a fixed rate, peak RSS. Prints, never asserts. Flags: make bench BENCH_FLAGS='-runs 1 -events 50000'.
+BENCH_FLAGS ?=
+bench: build
+	stack/with-stack.sh $(GO) run ./test/bench $(BENCH_FLAGS)
 
 stack-up:
 	stack/stack.sh up
