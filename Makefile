@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION)
 TEST_FLAGS ?= -race -count=1 -timeout 14m
 FUZZTIME ?= 10s
 
-.PHONY: build test unit vet demo bench chaos fuzz stack-up stack-down stack-status stack-logs clean
+.PHONY: build test test-on-stack vet demo bench bench-on-stack chaos fuzz stack-up stack-down stack-status stack-logs clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/effectively
@@ -44,7 +44,13 @@ demo: build
 ## end-to-end latency at a fixed rate, peak RSS. Prints, never asserts. Flags: make bench BENCH_FLAGS='-runs 1 -events 50000'.
 BENCH_FLAGS ?=
 bench: build
-	stack/with-stack.sh $(GO) run ./test/bench $(BENCH_FLAGS)
+	stack/with-stack.sh $(MAKE) --no-print-directory bench-on-stack
+
+bench-on-stack:
+	$(GO) run ./test/bench $(BENCH_FLAGS)
+	@echo "== static membership: the stall of a SIGKILLed member's partitions, with and without kafka.instance_id"
+	EFFECTIVELY_BENCH_MEMBERSHIP=1 $(GO) test -count=1 -v -run '^TestStaticMembershipStall$$' ./test/ | grep -E '^(scenario|dynamic|static|SIGKILL|[(]stall|--|ok|FAIL|---)'
+
 
 stack-up:
 	stack/stack.sh up
