@@ -44,8 +44,8 @@ type Options struct {
 	// BatchLinger is how long a partition waits to fill a batch (default 0:
 	// apply what has arrived).
 	BatchLinger time.Duration
-	// MaxBufferedRecords per partition before it is paused (default 4 ×
-	// BatchMaxRecords).
+	// MaxBufferedRecords per partition before it is paused (default the
+	// larger of 4 × BatchMaxRecords and 10,000).
 	MaxBufferedRecords int
 	// RevokeTimeout bounds the wait for a revoked partition's goroutine
 	// (default 10 s); it must end well inside RebalanceTimeout.
@@ -75,7 +75,11 @@ func (o *Options) setDefaults() {
 		o.BatchMaxRecords = 500
 	}
 	if o.MaxBufferedRecords <= 0 {
-		o.MaxBufferedRecords = 4 * o.BatchMaxRecords
+		// Pausing discards what the client has buffered for the partition
+		// (it is fetched again on resume), so the threshold must sit well
+		// above one fetch's worth of records (1 MiB of ~300-byte events is
+		// ~3,500), or nearly every fetch would be thrown away and re-read.
+		o.MaxBufferedRecords = max(4*o.BatchMaxRecords, 10000)
 	}
 	if o.RevokeTimeout <= 0 {
 		o.RevokeTimeout = 10 * time.Second

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/schema"
 )
 
 // startupTimeout bounds each dependency check at start-up: a worker that
@@ -42,6 +43,18 @@ func checkPostgres(ctx context.Context, url string) error {
 		return postgresUnreachable(url, err)
 	}
 	return conn.Close(ctx)
+}
+
+// checkSchema connects once and checks that the schema is migrated.
+func checkSchema(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return postgresUnreachable(url, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return schema.Check(ctx, conn)
 }
 
 // openPool opens the worker's pool. Every session bounds how long it may wait

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
+	"github.com/twmb/franz-go/plugin/kzap"
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/config"
@@ -54,14 +55,24 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	kmetrics := kprom.NewMetrics("effectively_kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
 
-	pool, err := openPool(ctx, cfg.Postgres, 0)
+	// The database, then the broker and the topics: their partition counts
+	// size the pool (one connection per partition this member may own).
+	if err := checkSchema(ctx, cfg.Postgres.URL); err != nil {
+		return err
+	}
+	counts, err := probeKafka(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	partitions := 0
+	for _, n := range counts {
+		partitions += n
+	}
+	pool, err := openPool(ctx, cfg.Postgres, partitions)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := schema.Check(ctx, pool); err != nil {
-		return err
-	}
 
 	decoders, err := newDecoders(cfg, log)
 	if err != nil {
@@ -83,11 +94,6 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	})
 	cons, err := consumer.New(consumerOptions(cfg, log, consumer.NewMetrics(reg), kmetrics), applier)
 	if err != nil {
-		return err
-	}
-	counts, err := checkKafka(ctx, cons.Client(), cfg.Kafka.Brokers, cfg.Kafka.Topics)
-	if err != nil {
-		cons.Close()
 		return err
 	}
 	cons.CheckPartitioner(checkedTopics(cfg, counts))
@@ -161,6 +167,18 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	err = cons.Run(ctx)
 	log.Info("worker stopped")
 	return err
+}
+
+// probeKafka checks, with a short-lived client, that the brokers answer and
+// the topics exist, and returns the topics' partition counts.
+func probeKafka(ctx context.Context, cfg config.Config, log *zap.Logger) (map[string]int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...), kgo.DialTimeout(5*time.Second),
+		kgo.WithLogger(kzap.New(log.Named("kafka"), kzap.Level(kgo.LogLevelWarn))))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	return checkKafka(ctx, cl, cfg.Kafka.Brokers, cfg.Kafka.Topics)
 }
 
 // newDecoders builds each topic's decoder from its settings and logs the
