@@ -39,6 +39,19 @@ func (b *blockingApplier) Apply(ctx context.Context, batch consumer.Batch) error
 // queue drains. (kfake: fast and deterministic.)
 func TestSlowPartitionIsPausedNotBlockingThePollLoop(t *testing.T) {
 	t.Parallel()
+	// The queue bound binds by records, or by bytes (large records).
+	for _, bound := range []struct {
+		name           string
+		records, bytes int
+	}{{"records", 30, 0}, {"bytes", 100000, 200}} {
+		t.Run(bound.name, func(t *testing.T) {
+			t.Parallel()
+			testSlowPartition(t, bound.records, bound.bytes)
+		})
+	}
+}
+
+func testSlowPartition(t *testing.T, maxRecords, maxBytes int) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
 	require.NoError(t, err)
 	defer cluster.Close()
@@ -58,7 +71,7 @@ func TestSlowPartitionIsPausedNotBlockingThePollLoop(t *testing.T) {
 	a := &blockingApplier{memApplier: newMemApplier(), blocked: 0, release: make(chan struct{})}
 	c, err := consumer.New(consumer.Options{
 		Brokers: cluster.ListenAddrs(), Group: "g", Topics: []string{"t"},
-		BatchMaxRecords: 10, MaxBufferedRecords: 30, SessionTimeout: 6 * time.Second, RebalanceTimeout: 5 * time.Second,
+		BatchMaxRecords: 10, MaxBufferedRecords: maxRecords, MaxBufferedBytes: maxBytes, SessionTimeout: 6 * time.Second, RebalanceTimeout: 5 * time.Second,
 		FetchMaxPartitionBytes: 1 << 10, // small fetches: the queue fills in steps
 		Logger:                 zaptest.NewLogger(t), Metrics: consumer.NewMetrics(reg),
 	}, a)

@@ -47,6 +47,10 @@ type Options struct {
 	// MaxBufferedRecords per partition before it is paused (default the
 	// larger of 4 × BatchMaxRecords and 10,000).
 	MaxBufferedRecords int
+	// MaxBufferedBytes per partition (keys and values) before it is
+	// paused (default 8 MiB): with large records the byte bound binds
+	// first, so a hostile topic cannot fill memory.
+	MaxBufferedBytes int
 	// RevokeTimeout bounds the wait for a revoked partition's goroutine
 	// (default 10 s); it must end well inside RebalanceTimeout.
 	RevokeTimeout time.Duration
@@ -80,6 +84,9 @@ func (o *Options) setDefaults() {
 		// above one fetch's worth of records (1 MiB of ~300-byte events is
 		// ~3,500), or nearly every fetch would be thrown away and re-read.
 		o.MaxBufferedRecords = max(4*o.BatchMaxRecords, 10000)
+	}
+	if o.MaxBufferedBytes <= 0 {
+		o.MaxBufferedBytes = 8 << 20
 	}
 	if o.RevokeTimeout <= 0 {
 		o.RevokeTimeout = 10 * time.Second

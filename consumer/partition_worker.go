@@ -31,6 +31,7 @@ type partitionWorker struct {
 
 	mu       sync.Mutex
 	queue    []*kgo.Record
+	queued   int // bytes of keys and values in queue
 	paused   bool
 	retrying bool
 	stopping bool
@@ -61,6 +62,9 @@ func (w *partitionWorker) signal() {
 func (w *partitionWorker) push(recs []*kgo.Record) {
 	w.mu.Lock()
 	w.queue = append(w.queue, recs...)
+	for _, r := range recs {
+		w.queued += len(r.Key) + len(r.Value)
+	}
 	w.updatePauseLocked()
 	w.mu.Unlock()
 	w.signal()
@@ -79,8 +83,9 @@ func (w *partitionWorker) stopGracefully() {
 // partitions' buffered fetches are dropped by the client and re-fetched from
 // the same position on resume, so nothing is skipped.
 func (w *partitionWorker) updatePauseLocked() {
-	want := w.retrying || len(w.queue) >= w.c.opts.MaxBufferedRecords
-	if !want && w.paused && len(w.queue) > w.c.opts.MaxBufferedRecords/2 {
+	o := w.c.opts
+	want := w.retrying || len(w.queue) >= o.MaxBufferedRecords || w.queued >= o.MaxBufferedBytes
+	if !want && w.paused && (len(w.queue) > o.MaxBufferedRecords/2 || w.queued > o.MaxBufferedBytes/2) {
 		want = true // hysteresis
 	}
 	if want == w.paused {
@@ -134,6 +139,9 @@ func (w *partitionWorker) next() (Batch, bool) {
 			take := min(n, w.c.opts.BatchMaxRecords)
 			recs := make([]*kgo.Record, take)
 			copy(recs, w.queue)
+			for _, r := range recs {
+				w.queued -= len(r.Key) + len(r.Value)
+			}
 			w.queue = append(w.queue[:0], w.queue[take:]...)
 			w.updatePauseLocked()
 			w.mu.Unlock()
