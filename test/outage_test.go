@@ -25,11 +25,11 @@ import (
 	"github.com/effectively-io/effectively/workload"
 )
 
-// ownPostgres starts a PostgreSQL instance of the test's own (the stack
-// script on a free port), so stopping it disturbs no other test.
-func ownPostgres(t *testing.T) (port string, stackCmd func(args ...string)) {
+// stackInstance runs the stack script for an instance of the test's own
+// (its ports in env), so stopping or restarting it disturbs no other test.
+// It starts the service and stops it, removing its data, when the test ends.
+func stackInstance(t *testing.T, service, dataDir string, env ...string) (stackCmd func(args ...string)) {
 	t.Helper()
-	port = strconv.Itoa(freePort(t))
 	stackDir := os.Getenv("EFFECTIVELY_STACK_DIR")
 	if stackDir == "" {
 		stackDir = "/var/tmp/effectively"
@@ -37,16 +37,23 @@ func ownPostgres(t *testing.T) (port string, stackCmd func(args ...string)) {
 	stackCmd = func(args ...string) {
 		t.Helper()
 		cmd := exec.Command("../stack/stack.sh", args...)
-		cmd.Env = append(os.Environ(), "EFFECTIVELY_PG_PORT="+port, "EFFECTIVELY_STACK_DIR="+stackDir)
+		cmd.Env = append(append(os.Environ(), "EFFECTIVELY_STACK_DIR="+stackDir), env...)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "stack.sh %v: %s", args, out)
 	}
-	stackCmd("up", "pg")
+	stackCmd("up", service)
 	t.Cleanup(func() {
-		stackCmd("down", "pg")
-		_ = os.RemoveAll(filepath.Join(stackDir, "pg-"+port))
+		stackCmd("down", service)
+		_ = os.RemoveAll(filepath.Join(stackDir, dataDir))
 	})
-	return port, stackCmd
+	return stackCmd
+}
+
+// ownPostgres starts a PostgreSQL instance of the test's own.
+func ownPostgres(t *testing.T) (port string, stackCmd func(args ...string)) {
+	t.Helper()
+	port = strconv.Itoa(freePort(t))
+	return port, stackInstance(t, "pg", "pg-"+port, "EFFECTIVELY_PG_PORT="+port)
 }
 
 func freePort(t *testing.T) int {
@@ -118,29 +125,12 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 		db.Count(t, `SELECT count(*) FROM ledger_entries`))
 }
 
-// ownKafka starts a Kafka broker of the test's own (the stack script on free
-// ports), so restarting it disturbs no other test.
+// ownKafka starts a Kafka broker of the test's own.
 func ownKafka(t *testing.T) (brokers []string, stackCmd func(args ...string)) {
 	t.Helper()
 	port := strconv.Itoa(freePort(t))
-	controller := strconv.Itoa(freePort(t))
-	stackDir := os.Getenv("EFFECTIVELY_STACK_DIR")
-	if stackDir == "" {
-		stackDir = "/var/tmp/effectively"
-	}
-	stackCmd = func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("../stack/stack.sh", args...)
-		cmd.Env = append(os.Environ(), "EFFECTIVELY_KAFKA_PORT="+port, "EFFECTIVELY_KAFKA_CONTROLLER_PORT="+controller,
-			"EFFECTIVELY_STACK_DIR="+stackDir, "EFFECTIVELY_KAFKA_HEAP=384m")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "stack.sh %v: %s", args, out)
-	}
-	stackCmd("up", "kafka")
-	t.Cleanup(func() {
-		stackCmd("down", "kafka")
-		_ = os.RemoveAll(filepath.Join(stackDir, "kafka-"+port))
-	})
+	stackCmd = stackInstance(t, "kafka", "kafka-"+port, "EFFECTIVELY_KAFKA_PORT="+port,
+		"EFFECTIVELY_KAFKA_CONTROLLER_PORT="+strconv.Itoa(freePort(t)), "EFFECTIVELY_KAFKA_HEAP=384m")
 	return []string{"127.0.0.1:" + port}, stackCmd
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -28,21 +27,6 @@ func newDLQCmd(c *cli) *cobra.Command {
 		}
 		return out
 	}
-	withPool := func(cmd *cobra.Command, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
-		ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
-		defer cancel()
-		pool, err := openPool(ctx, c.cfg.Postgres, 1)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		return fn(ctx, pool)
-	}
-	printJSON := func(v any) error {
-		enc := json.NewEncoder(c.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
-	}
 	cmd := &cobra.Command{
 		Use:   "dlq",
 		Short: "Inspect and redrive dead letters",
@@ -65,13 +49,13 @@ claim, so nothing applies twice.`,
 		Short: "List dead letters, oldest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				ds, err := pipeline.ListDeadLetters(ctx, pool, filter())
 				if err != nil {
 					return err
 				}
 				if asJSON {
-					return printJSON(ds)
+					return c.printJSON(ds)
 				}
 				tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tREASON\tORIGIN\tATTEMPTS\tFIRST SEEN\tPUBLISHED\tRESOLVED\tERROR")
@@ -96,7 +80,7 @@ claim, so nothing applies twice.`,
 			if _, err := fmt.Sscan(args[0], &id); err != nil {
 				return usageError{fmt.Errorf("dlq show: %q is not a dead-letter ID", args[0])}
 			}
-			return withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				ds, err := pipeline.ListDeadLetters(ctx, pool, pipeline.DeadLetterFilter{ID: id, Limit: 1})
 				if err != nil {
 					return err
@@ -106,7 +90,7 @@ claim, so nothing applies twice.`,
 				}
 				d := ds[0]
 				if asJSON {
-					return printJSON(d)
+					return c.printJSON(d)
 				}
 				w := c.stdout
 				fmt.Fprintf(w, "id           %d\norigin       %s/%d@%d (group %s)\nreason       %s\nerror        %s\n", d.ID, d.Topic, d.Partition, d.Offset, d.Group, d.Reason, d.Error)
@@ -137,7 +121,7 @@ claim, so nothing applies twice.`,
 			if err != nil {
 				return err
 			}
-			return withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				applier := pipeline.NewApplier(pool, pipeline.Options{Decoders: decoders, Handlers: handlers.ReferenceWith(handlers.ReferenceOptions{AccountsURL: c.cfg.Sources.Accounts.URL}), Logger: c.log.Named("redrive"),
 					Parking: handlers.ParkingLimits{MaxPerResource: c.cfg.Parking.MaxPerResource}})
 				ids := []int64{id}
@@ -162,7 +146,7 @@ claim, so nothing applies twice.`,
 					results = append(results, res)
 				}
 				if asJSON {
-					return printJSON(results)
+					return c.printJSON(results)
 				}
 				resolved := 0
 				for _, r := range results {

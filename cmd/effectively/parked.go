@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -16,16 +15,6 @@ import (
 func newParkedCmd(c *cli) *cobra.Command {
 	var f pipeline.ParkedFilter
 	var asJSON bool
-	withPool := func(cmd *cobra.Command, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
-		ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
-		defer cancel()
-		pool, err := openPool(ctx, c.cfg.Postgres, 1)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		return fn(ctx, pool)
-	}
 	cmd := &cobra.Command{
 		Use:   "parked",
 		Short: "Inspect and resolve events waiting for a prerequisite",
@@ -42,15 +31,13 @@ them past parking.max_age or parking.max_attempts.`,
 		Short: "List parked events in release order",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				ps, err := pipeline.ListParked(ctx, pool, f)
 				if err != nil {
 					return err
 				}
 				if asJSON {
-					enc := json.NewEncoder(c.stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(ps)
+					return c.printJSON(ps)
 				}
 				tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "RESOURCE\tTYPE\tORIGIN\tATTEMPTS\tPARKED\tNEXT ATTEMPT\tEVENT KEY")
@@ -75,7 +62,7 @@ them past parking.max_age or parking.max_attempts.`,
 		Short: "Retry parked events now (those whose prerequisite exists are applied by the next sweep)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				n, err := pipeline.RetryNow(ctx, pool, f)
 				if err != nil {
 					return err
@@ -94,7 +81,7 @@ them past parking.max_age or parking.max_attempts.`,
 			if f.Resource == "" && f.EventKey == "" {
 				return usageError{fmt.Errorf("drop needs --resource or --event-key")}
 			}
-			return withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				n, err := pipeline.DropParked(ctx, pool, f, why)
 				if err != nil {
 					return err

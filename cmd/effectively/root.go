@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -43,6 +47,25 @@ type cli struct {
 	log        *zap.Logger
 	stdout     io.Writer
 	stderr     io.Writer
+}
+
+// withPool runs fn with a small pool on postgres.url, for operator commands.
+func (c *cli) withPool(cmd *cobra.Command, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
+	defer cancel()
+	pool, err := openPool(ctx, c.cfg.Postgres, 1)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return fn(ctx, pool)
+}
+
+// printJSON writes v as indented JSON, for --json.
+func (c *cli) printJSON(v any) error {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
