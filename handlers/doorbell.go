@@ -36,6 +36,14 @@ type ReferenceOptions struct {
 	AccountsURL string
 	// HTTPClient fetches; nil uses one with a 5 s timeout.
 	HTTPClient *http.Client
+	// CRMURL is the CRM API (effects.crm.url): a newly claimed
+	// account.opened records an intent to PUT <url>/contacts/<id>. Empty:
+	// no CRM sync.
+	CRMURL string
+	// MailURL is the mail API (effects.mail.url): a newly claimed
+	// account.opened records an intent to POST a welcome mail to it. Empty:
+	// no welcome mail.
+	MailURL string
 }
 
 // ReferenceWith returns the reference domain's handlers, doorbell included.
@@ -45,6 +53,12 @@ func ReferenceWith(opts ReferenceOptions) Registry {
 		opts.HTTPClient = &http.Client{Timeout: 5 * time.Second}
 	}
 	r[TypeAccountRefreshed] = &doorbell{opts: opts}
+	if opts.CRMURL != "" || opts.MailURL != "" {
+		acct := &accountHandler{crmURL: opts.CRMURL, mailURL: opts.MailURL}
+		r[TypeAccountOpened] = acct
+		r[TypeAccountUpdated] = acct
+		r[TypeAccountClosed] = acct
+	}
 	return r
 }
 

@@ -1,0 +1,20 @@
+// Package outbox delivers the side effects that handlers record as intents
+// in the same transaction as their effects (DESIGN.md, invariant 8).
+//
+// A handler never calls the outside world. It records an [Intent] with the
+// statement [Record] builds; the intent's (event key, operation) is unique,
+// so a redelivered or replayed event records nothing. The [Dispatcher] then
+// claims due intents (FOR UPDATE SKIP LOCKED, one resource's intents in
+// order), marks them sending under a lease and commits, makes the HTTP call
+// with no transaction open, and records the outcome:
+//
+//   - A target that honours Idempotency-Key (the CRM) gets a key derived
+//     from (event key, operation), the same on every attempt; timeouts, 5xx
+//     and 429 are retried with capped, jittered backoff (at least
+//     Retry-After), other 4xx dead-letter the intent with the status.
+//   - A target without idempotency (the mail API) is called at most once by
+//     the dispatcher: an intent whose lease expires while sending (a crash
+//     between the call and its record), or whose call ended without a clear
+//     answer, becomes unknown and waits for an operator ([Dispatcher.Resolve]).
+//     A missing mail is recoverable; a second one is not.
+package outbox

@@ -1,0 +1,94 @@
+package outbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"strings"
+)
+
+// State is an intent's state (not an event disposition).
+type State string
+
+// Intent states.
+const (
+	// Pending: waiting to be delivered (at next_attempt_at).
+	Pending State = "pending"
+	// Sending: a dispatcher holds the intent under a lease and is calling.
+	Sending State = "sending"
+	// Sent: the target acknowledged the call.
+	Sent State = "sent"
+	// Unknown: a call without idempotency may or may not have been made;
+	// terminal until an operator resolves it. It does not block later
+	// intents of its resource.
+	Unknown State = "unknown"
+	// Suppressed: recorded by a replay beyond the outbox retention, not
+	// sent.
+	Suppressed State = "suppressed"
+	// DeadLettered: the target refused the call (a 4xx other than 408 and
+	// 429); last_status and last_error say why.
+	DeadLettered State = "dead_lettered"
+)
+
+// Intent is one outbound call a handler records with its effect.
+type Intent struct {
+	// EventKey is the key of the event that caused the call.
+	EventKey string
+	// Operation names the call (crm.upsert_contact); with EventKey it
+	// identifies the intent and derives its idempotency key.
+	Operation string
+	// Resource orders delivery: an intent waits while an earlier one of
+	// the same resource is pending or sending.
+	Resource string
+	// Method and Target are the HTTP method and URL.
+	Method string
+	Target string
+	// Request is the JSON request body.
+	Request json.RawMessage
+	// Idempotent: the target honours Idempotency-Key, so the call may be
+	// repeated. False: the call is made at most once without an operator.
+	Idempotent bool
+}
+
+// IdempotencyKey derives the key of the call (eventKey, operation): the
+// first 32 hex digits of SHA-256(eventKey 0x1f operation). The same logical
+// call always carries the same key; a different call never does (0x1f, the
+// unit separator, cannot be confused with either part's text).
+func IdempotencyKey(eventKey, operation string) string {
+	sum := sha256.Sum256([]byte(eventKey + "\x1f" + operation))
+	return hex.EncodeToString(sum[:])[:32]
+}
+
+// recordSQL inserts intents given as parallel arrays; an intent that exists
+// is never recorded again.
+const recordSQL = `
+INSERT INTO outbox (event_key, operation, resource, method, target, request, idempotency_key, idempotent)
+SELECT i.event_key, i.operation, i.resource, i.method, i.target, i.request::jsonb, i.idempotency_key, i.idempotent
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[])
+     AS i (event_key, operation, resource, method, target, request, idempotency_key, idempotent)
+ORDER BY i.event_key, i.operation
+ON CONFLICT (event_key, operation) DO NOTHING`
+
+// Record returns the statement that records intents, for a handler to
+// queue in its event's transaction. Rows are inserted sorted by their
+// conflict key, so concurrent transactions lock them in the same order.
+func Record(intents ...Intent) (sql string, args []any) {
+	sorted := slices.Clone(intents)
+	slices.SortFunc(sorted, func(a, b Intent) int {
+		if c := strings.Compare(a.EventKey, b.EventKey); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Operation, b.Operation)
+	})
+	n := len(sorted)
+	keys, ops, res, methods, targets, reqs, ids := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	idem := make([]bool, n)
+	for i, in := range sorted {
+		keys[i], ops[i], res[i], methods[i], targets[i] = in.EventKey, in.Operation, in.Resource, in.Method, in.Target
+		reqs[i] = string(in.Request)
+		ids[i] = IdempotencyKey(in.EventKey, in.Operation)
+		idem[i] = in.Idempotent
+	}
+	return recordSQL, []any{keys, ops, res, methods, targets, reqs, ids, idem}
+}

@@ -1,0 +1,45 @@
+package pipeline_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/test/pgtest"
+)
+
+func setupOutbox(t *testing.T) *bundle {
+	t.Helper()
+	db := pgtest.New(t)
+	dec, err := handlers.NewDecoder(handlers.DecoderConfig{Topic: topic})
+	require.NoError(t, err)
+	a := pipeline.NewApplier(db.Pool, pipeline.Options{
+		Decoders: map[string]*handlers.Decoder{topic: dec},
+		Handlers: handlers.ReferenceWith(handlers.ReferenceOptions{CRMURL: "http://crm.test/", MailURL: "http://mail.test/send"}),
+		Logger:   zaptest.NewLogger(t),
+	})
+	return &bundle{db: db, applier: a, offsets: map[int32]int64{}}
+}
+
+// account.opened records its two intents with its effect, once, even when
+// its state arrives stale; other account events record none.
+func TestAccountOpenedRecordsIntentsOnce(t *testing.T) {
+	t.Parallel()
+	b := setupOutbox(t)
+	res := b.apply(t, 0, acct("u5", "account.updated", "a1", 5, "v5"), acct("o1", "account.opened", "a1", 1, "v1"), acct("o1", "account.opened", "a1", 1, "v1"))
+	require.Equal(t, map[dedupe.Disposition]int{dedupe.Applied: 1, dedupe.Stale: 1, dedupe.Duplicate: 1}, res.Counts)
+	b.apply(t, 0, acct("o1", "account.opened", "a1", 1, "v1"), acct("o2", "account.opened", "a2", 1, "ann"))
+
+	require.Equal(t, int64(4), b.count(t, `SELECT count(*) FROM outbox`))
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN processed_events p ON p.event_key = o.event_key WHERE p.subject = 'a1' AND o.state = 'pending'`))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM outbox WHERE operation = $1 AND target = 'http://crm.test/contacts/a2' AND method = 'PUT' AND idempotent`, handlers.OpCRMUpsertContact))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM outbox WHERE operation = $1 AND target = 'http://mail.test/send' AND method = 'POST' AND NOT idempotent AND request->>'to' = 'ann@example.com'`, handlers.OpMailWelcome))
+	var key, eventKey string
+	require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT idempotency_key, event_key FROM outbox WHERE operation = $1 AND resource = 'crm:contact:a2'`, handlers.OpCRMUpsertContact).Scan(&key, &eventKey))
+	require.Equal(t, outbox.IdempotencyKey(eventKey, handlers.OpCRMUpsertContact), key)
+}
