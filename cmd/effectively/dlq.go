@@ -122,7 +122,7 @@ claim, so nothing applies twice.`,
 				return err
 			}
 			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				applier := pipeline.NewApplier(pool, pipeline.Options{Decoders: decoders, Handlers: handlers.ReferenceWith(handlers.ReferenceOptions{AccountsURL: c.cfg.Sources.Accounts.URL}), Logger: c.log.Named("redrive"),
+				applier := pipeline.NewApplier(pool, pipeline.Options{Decoders: decoders, Handlers: handlers.ReferenceWith(referenceOptions(c.cfg)), Logger: c.log.Named("redrive"),
 					Parking: handlers.ParkingLimits{MaxPerResource: c.cfg.Parking.MaxPerResource}})
 				ids := []int64{id}
 				if id == 0 {

@@ -21,6 +21,7 @@ import (
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/httpserver"
+	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/schema"
 )
@@ -87,7 +88,7 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	}
 	applier := pipeline.NewApplier(pool, pipeline.Options{
 		Decoders: decoders,
-		Handlers: handlers.ReferenceWith(handlers.ReferenceOptions{AccountsURL: cfg.Sources.Accounts.URL}),
+		Handlers: handlers.ReferenceWith(referenceOptions(cfg)),
 		Logger:   log.Named("pipeline"),
 		Metrics:  pipeline.NewMetrics(reg),
 		Parking:  handlers.ParkingLimits{MaxPerResource: cfg.Parking.MaxPerResource},
@@ -146,7 +147,15 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	}
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{sweeper.Run, relay.Run} {
+	background := []func(context.Context) error{sweeper.Run, relay.Run}
+	if cfg.Effects.CRM.URL != "" || cfg.Effects.Mail.URL != "" {
+		// Side effects leave through the outbox: intents were recorded with
+		// their effects; the dispatcher delivers them.
+		background = append(background, outbox.NewDispatcher(pool, outbox.Options{
+			RetryInitial: cfg.Retry.Initial, RetryMax: cfg.Retry.Max, Logger: log.Named("outbox"),
+		}).Run)
+	}
+	for _, run := range background {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -167,6 +176,16 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	err = cons.Run(ctx)
 	log.Info("worker stopped")
 	return err
+}
+
+// referenceOptions configures the reference domain from the source and
+// effects URLs.
+func referenceOptions(cfg config.Config) handlers.ReferenceOptions {
+	return handlers.ReferenceOptions{
+		AccountsURL: cfg.Sources.Accounts.URL,
+		CRMURL:      cfg.Effects.CRM.URL,
+		MailURL:     cfg.Effects.Mail.URL,
+	}
 }
 
 // probeKafka checks, with a short-lived client, that the brokers answer and
