@@ -63,7 +63,7 @@ func TestThreeWorkersWithMembersJoiningAndLeaving(t *testing.T) {
 	exp := r.produce(t, testWorkload(20000, 1000, 11))
 	stopWatch := r.watchPositions(t)
 
-	workers := []*proc{r.worker(t), r.worker(t), r.worker(t)}
+	workers := []*proc{r.startedWorker(t), r.startedWorker(t), r.startedWorker(t)}
 	rng := rand.New(rand.NewPCG(3, 4))
 	churn := 0
 	deadline := time.Now().Add(4 * time.Minute) // hang guard
@@ -78,7 +78,7 @@ func TestThreeWorkersWithMembersJoiningAndLeaving(t *testing.T) {
 			workers[i].signal(t, syscall.SIGKILL)
 			workers[i].wait(t, time.Minute)
 		}
-		workers[i] = r.worker(t)
+		workers[i] = r.startedWorker(t)
 		churn++
 	}
 	r.waitApplied(t, exp.Records, 3*time.Minute)

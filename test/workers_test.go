@@ -80,6 +80,18 @@ func (r *rig) worker(t *testing.T, extra ...string) *proc {
 	return start(t, append(append([]string{}, r.env...), extra...), "run")
 }
 
+// startedWorker starts a worker and waits until it has started (its signal
+// handling is in place), so a SIGTERM right after is a graceful stop, not
+// the default action of a process still starting up.
+func (r *rig) startedWorker(t *testing.T, extra ...string) *proc {
+	t.Helper()
+	w := r.worker(t, extra...)
+	waitUntil(t, "the worker started", time.Minute, func(context.Context) bool {
+		return strings.Contains(w.stderr.String(), "worker started") || w.exited()
+	})
+	return w
+}
+
 // applied is the sum of the stored positions: the records the group has
 // gone past (offsets start at 0 and the workload has no gaps).
 func (r *rig) applied(t *testing.T) int64 {
