@@ -30,7 +30,7 @@ func TestCrashAtEachPointLosesAndDoublesNothing(t *testing.T) {
 			stopWatch := r.watchPositions(t)
 			deadline := time.Now().Add(4 * time.Minute) // hang guard
 			for r.applied(t) < int64(exp.Records) {
-				w := r.worker(t, fmt.Sprintf("%s=%s:%d", crashpoint.EnvVar, point, 1+rng.IntN(8)))
+				w := r.startedWorker(t, fmt.Sprintf("%s=%s:%d", crashpoint.EnvVar, point, 1+rng.IntN(8)))
 				for {
 					require.True(t, time.Now().Before(deadline), "not done after %d kills", kills)
 					if w.exited() {
