@@ -538,21 +538,23 @@ func (p *jsonParser) number() (jsonValue, error) {
 }
 
 // canonicalNumber returns the canonical form of a valid JSON number literal,
-// false when it is beyond the range of a double. An integer literal (no
+// false when it is beyond the range of a double (an integer literal too:
+// found by FuzzCanonicalize). An integer literal (no
 // fraction, no exponent) is its own canonical form, "-0" aside: up to ±2^53
 // that is exactly what ECMAScript prints for it, and beyond, keeping the
 // digits is the extension Canonicalize documents. Any other literal is
 // parsed as a double and printed as ECMAScript does.
 func canonicalNumber(lit string) (string, bool) {
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil {
+		// Beyond the range of a double, integer or not: not I-JSON.
+		return "", false
+	}
 	if isIntegerLiteral(lit) {
 		if lit == "-0" {
 			return "0", true
 		}
 		return lit, true
-	}
-	f, err := strconv.ParseFloat(lit, 64)
-	if err != nil {
-		return "", false
 	}
 	return formatES6(f), true
 }
