@@ -213,10 +213,6 @@ func (c *Consumer) CheckPartitioner(counts map[string]int) {
 	c.partitioner.Store(newPartitionerCheck(c.log, c.opts.Metrics, counts))
 }
 
-// Client is the underlying franz-go client (for admin requests sharing its
-// connections).
-func (c *Consumer) Client() *kgo.Client { return c.cl }
-
 // Retrying returns the partitions that are retrying a failing batch (a
 // transient fault: database down, serialization failures, …).
 func (c *Consumer) Retrying() []int32 {

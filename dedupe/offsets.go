@@ -2,7 +2,6 @@ package dedupe
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -12,10 +11,6 @@ import (
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
-
-// ErrFenced means another member has already applied past the start of the
-// batch: this member lost the partition (a zombie) and must not apply it.
-var ErrFenced = errors.New("partition position is ahead of the batch: another member owns the partition")
 
 const positionsSQL = `
 SELECT "partition", next_offset FROM consumer_offsets

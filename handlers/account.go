@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 )
 
 // The reference domain's event types.
@@ -100,14 +99,4 @@ func handleAccount(_ context.Context, e *Effects, ev Event) error {
 	}
 	e.Exec(AppliedOrStale, upsertAccountSQL, ev.Subject, ev.Version, s.Name, s.Email, s.Plan, status)
 	return nil
-}
-
-// UpsertAccount applies an account state through the version gate outside a
-// batch (the doorbell path and tools); it reports whether the row changed.
-func UpsertAccount(ctx context.Context, tx pgx.Tx, id string, version int64, s AccountState, status string) (bool, error) {
-	ct, err := tx.Exec(ctx, upsertAccountSQL, id, version, s.Name, s.Email, s.Plan, status)
-	if err != nil {
-		return false, fmt.Errorf("upserting account %s: %w", id, err)
-	}
-	return ct.RowsAffected() == 1, nil
 }
