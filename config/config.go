@@ -156,8 +156,17 @@ type Upstream struct {
 
 // Outbox configures side-effect intents.
 type Outbox struct {
-	// Retention is how long sent and suppressed intents are kept.
+	// Retention is how long sent and suppressed intents are kept. An event
+	// whose record is older than this when it is applied (a replay of old
+	// history, whose intents may have been pruned) records its intents as
+	// suppressed, not sent, unless ResendExpired.
 	Retention time.Duration `mapstructure:"retention"`
+	// ResendExpired sends the side effects of events older than Retention
+	// again: the explicit choice a replay of old history needs to re-fire
+	// them (default false: they are recorded as suppressed).
+	ResendExpired bool `mapstructure:"resend_expired"`
+	// Concurrency is the most side-effect calls in flight per worker.
+	Concurrency int `mapstructure:"concurrency"`
 }
 
 // Effects are the downstream systems of the reference domain.
@@ -287,7 +296,7 @@ func Default() Config {
 		Parking:  Parking{MaxAge: 24 * time.Hour, MaxAttempts: 20, MaxPerResource: 1000},
 		Dedupe:   Dedupe{Retention: 14 * 24 * time.Hour, ReconciliationWindow: 24 * time.Hour},
 		Upstream: Upstream{MaxRetryHorizon: 72 * time.Hour},
-		Outbox:   Outbox{Retention: 14 * 24 * time.Hour},
+		Outbox:   Outbox{Retention: 14 * 24 * time.Hour, Concurrency: 8},
 	}
 }
 

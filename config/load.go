@@ -36,6 +36,7 @@ var flags = []struct{ key, usage string }{
 	{"log.format", "log format: json or console"},
 	{"consumer.batch_max_records", "most records applied in one transaction"},
 	{"consumer.batch_linger", "how long to wait to fill a batch"},
+	{"outbox.resend_expired", "send again the side effects of events older than outbox.retention (a replay of old history); without it they are recorded as suppressed"},
 }
 
 // FlagName is the command-line flag of key ("kafka.instance_id" is

@@ -193,7 +193,8 @@ func TestBindFlags(t *testing.T) {
 	require.Equal(t, "effectively", fs.Lookup("kafka-group").DefValue)
 	require.Equal(t, "5ms", fs.Lookup("consumer-batch-linger").DefValue)
 	require.Equal(t, "500", fs.Lookup("consumer-batch-max-records").DefValue)
-	require.Len(t, flags, 12)
+	require.Equal(t, "false", fs.Lookup("outbox-resend-expired").DefValue)
+	require.Len(t, flags, 13)
 }
 
 func TestLoadFile(t *testing.T) {

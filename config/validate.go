@@ -300,6 +300,9 @@ func (c Config) validate() []*FieldError {
 
 	c.validateRetention(&v)
 	v.positiveDuration("outbox.retention", c.Outbox.Retention)
+	if c.Outbox.Concurrency <= 0 || c.Outbox.Concurrency > 1024 {
+		v.intBetween("outbox.concurrency", int64(c.Outbox.Concurrency), 1, 1024)
+	}
 
 	v.optionalHTTPURL("effects.crm.url", c.Effects.CRM.URL)
 	v.optionalHTTPURL("effects.mail.url", c.Effects.Mail.URL)

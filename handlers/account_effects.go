@@ -25,8 +25,7 @@ const (
 // same transaction. They are recorded even when the state arrives stale:
 // the account was opened.
 type accountHandler struct {
-	crmURL  string
-	mailURL string
+	opts ReferenceOptions
 }
 
 // Handle implements Handler.
@@ -64,24 +63,29 @@ type welcomeMail struct {
 
 func (h *accountHandler) intents(ev Event, s AccountState) []outbox.Intent {
 	var out []outbox.Intent
-	if h.crmURL != "" {
+	// Older than the outbox's retention, the event's intents may have been
+	// pruned: recording them again would fire them again. Unless asked to,
+	// they are recorded as suppressed (listed, never sent).
+	suppressed := h.opts.OutboxRetention > 0 && !h.opts.ResendExpired && !ev.RecordTime.IsZero() &&
+		h.opts.Now().Sub(ev.RecordTime) > h.opts.OutboxRetention
+	if u := h.opts.CRMURL; u != "" {
 		body, _ := json.Marshal(contact{ID: ev.Subject, Version: ev.Version, Name: s.Name, Email: s.Email, Plan: s.Plan}) // strings and an integer: cannot fail
 		out = append(out, outbox.Intent{
 			EventKey: ev.Key, Operation: OpCRMUpsertContact,
 			Resource: "crm:contact:" + ev.Subject,
 			Method:   http.MethodPut,
-			Target:   strings.TrimSuffix(h.crmURL, "/") + "/contacts/" + url.PathEscape(ev.Subject),
-			Request:  body, Idempotent: true,
+			Target:   strings.TrimSuffix(u, "/") + "/contacts/" + url.PathEscape(ev.Subject),
+			Request:  body, Idempotent: true, Suppressed: suppressed,
 		})
 	}
-	if h.mailURL != "" {
+	if u := h.opts.MailURL; u != "" {
 		body, _ := json.Marshal(welcomeMail{Template: "welcome", To: s.Email, Name: s.Name, AccountID: ev.Subject})
 		out = append(out, outbox.Intent{
 			EventKey: ev.Key, Operation: OpMailWelcome,
 			Resource: "mail:account:" + ev.Subject,
 			Method:   http.MethodPost,
-			Target:   h.mailURL,
-			Request:  body, Idempotent: false,
+			Target:   u,
+			Request:  body, Idempotent: false, Suppressed: suppressed,
 		})
 	}
 	return out

@@ -44,6 +44,15 @@ type ReferenceOptions struct {
 	// account.opened records an intent to POST a welcome mail to it. Empty:
 	// no welcome mail.
 	MailURL string
+	// OutboxRetention (outbox.retention): the side effects of an event whose
+	// record is older than this are recorded as suppressed, not sent — a
+	// replay of history whose intents may have been pruned must not fire
+	// them again. Zero: never suppressed.
+	OutboxRetention time.Duration
+	// ResendExpired (outbox.resend_expired) sends them anyway.
+	ResendExpired bool
+	// Now is the clock suppression is judged by; nil is time.Now.
+	Now func() time.Time
 }
 
 // ReferenceWith returns the reference domain's handlers, doorbell included.
@@ -54,7 +63,10 @@ func ReferenceWith(opts ReferenceOptions) Registry {
 	}
 	r[TypeAccountRefreshed] = &doorbell{opts: opts}
 	if opts.CRMURL != "" || opts.MailURL != "" {
-		acct := &accountHandler{crmURL: opts.CRMURL, mailURL: opts.MailURL}
+		if opts.Now == nil {
+			opts.Now = time.Now
+		}
+		acct := &accountHandler{opts: opts}
 		r[TypeAccountOpened] = acct
 		r[TypeAccountUpdated] = acct
 		r[TypeAccountClosed] = acct

@@ -192,6 +192,15 @@ func (d *Decoder) Warnings() []string {
 // The headers Decode reads must be valid UTF-8; others are ignored (retry or
 // attempt counters a client may add change nothing).
 func (d *Decoder) Decode(r Record) (Event, error) {
+	ev, err := d.decode(r)
+	if err != nil {
+		return Event{}, err
+	}
+	ev.RecordTime = r.Timestamp
+	return ev, nil
+}
+
+func (d *Decoder) decode(r Record) (Event, error) {
 	switch {
 	case len(r.Value) == 0:
 		return Event{}, decodeErr(ReasonEmptyValue, "the record value is empty (a tombstone?)")

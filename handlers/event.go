@@ -64,4 +64,9 @@ type Event struct {
 	// it: a structured and a binary copy of one event, or one with a new
 	// time, hash alike.
 	PayloadHash [32]byte
+	// RecordTime is the record's timestamp on the topic (zero when the
+	// broker gave none). It is not part of the event's identity; the
+	// side effects of an event older than the outbox retention are
+	// suppressed unless configured otherwise.
+	RecordTime time.Time
 }

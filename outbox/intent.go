@@ -49,6 +49,9 @@ type Intent struct {
 	// Idempotent: the target honours Idempotency-Key, so the call may be
 	// repeated. False: the call is made at most once without an operator.
 	Idempotent bool
+	// Suppressed records the intent as suppressed: listed, never sent (a
+	// replay of events older than the outbox retention).
+	Suppressed bool
 }
 
 // IdempotencyKey derives the key of the call (eventKey, operation): the
@@ -63,10 +66,12 @@ func IdempotencyKey(eventKey, operation string) string {
 // recordSQL inserts intents given as parallel arrays; an intent that exists
 // is never recorded again.
 const recordSQL = `
-INSERT INTO outbox (event_key, operation, resource, method, target, request, idempotency_key, idempotent)
-SELECT i.event_key, i.operation, i.resource, i.method, i.target, i.request::jsonb, i.idempotency_key, i.idempotent
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[])
-     AS i (event_key, operation, resource, method, target, request, idempotency_key, idempotent)
+INSERT INTO outbox (event_key, operation, resource, method, target, request, idempotency_key, idempotent, state, last_error)
+SELECT i.event_key, i.operation, i.resource, i.method, i.target, i.request::jsonb, i.idempotency_key, i.idempotent,
+       CASE WHEN i.suppressed THEN 'suppressed' ELSE 'pending' END,
+       CASE WHEN i.suppressed THEN 'the event is older than outbox.retention (a replay): recorded, not sent; outbox.resend_expired sends such intents' END
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[], $9::boolean[])
+     AS i (event_key, operation, resource, method, target, request, idempotency_key, idempotent, suppressed)
 ORDER BY i.event_key, i.operation
 ON CONFLICT (event_key, operation) DO NOTHING`
 
@@ -83,12 +88,12 @@ func Record(intents ...Intent) (sql string, args []any) {
 	})
 	n := len(sorted)
 	keys, ops, res, methods, targets, reqs, ids := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	idem := make([]bool, n)
+	idem, supp := make([]bool, n), make([]bool, n)
 	for i, in := range sorted {
 		keys[i], ops[i], res[i], methods[i], targets[i] = in.EventKey, in.Operation, in.Resource, in.Method, in.Target
 		reqs[i] = string(in.Request)
 		ids[i] = IdempotencyKey(in.EventKey, in.Operation)
-		idem[i] = in.Idempotent
+		idem[i], supp[i] = in.Idempotent, in.Suppressed
 	}
-	return recordSQL, []any{keys, ops, res, methods, targets, reqs, ids, idem}
+	return recordSQL, []any{keys, ops, res, methods, targets, reqs, ids, idem, supp}
 }

@@ -2,6 +2,9 @@ package pipeline_test
 
 import (
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -15,12 +18,17 @@ import (
 
 func setupOutbox(t *testing.T) *bundle {
 	t.Helper()
+	return setupOutboxWith(t, handlers.ReferenceOptions{CRMURL: "http://crm.test/", MailURL: "http://mail.test/send"})
+}
+
+func setupOutboxWith(t *testing.T, ro handlers.ReferenceOptions) *bundle {
+	t.Helper()
 	db := pgtest.New(t)
 	dec, err := handlers.NewDecoder(handlers.DecoderConfig{Topic: topic})
 	require.NoError(t, err)
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{
 		Decoders: map[string]*handlers.Decoder{topic: dec},
-		Handlers: handlers.ReferenceWith(handlers.ReferenceOptions{CRMURL: "http://crm.test/", MailURL: "http://mail.test/send"}),
+		Handlers: handlers.ReferenceWith(ro),
 		Logger:   zaptest.NewLogger(t),
 	})
 	return &bundle{db: db, applier: a, offsets: map[int32]int64{}}
@@ -42,4 +50,28 @@ func TestAccountOpenedRecordsIntentsOnce(t *testing.T) {
 	var key, eventKey string
 	require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT idempotency_key, event_key FROM outbox WHERE operation = $1 AND resource = 'crm:contact:a2'`, handlers.OpCRMUpsertContact).Scan(&key, &eventKey))
 	require.Equal(t, outbox.IdempotencyKey(eventKey, handlers.OpCRMUpsertContact), key)
+}
+
+// An account.opened whose record is older than the outbox retention (a
+// replay of history whose intents may have been pruned) records its intents
+// as suppressed, never pending; outbox.resend_expired records them pending.
+// The record's age decides, not the event's own time attribute.
+func TestOldEventsRecordSuppressedIntents(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	opts := handlers.ReferenceOptions{CRMURL: "http://crm.test/", MailURL: "http://mail.test/send",
+		OutboxRetention: 7 * 24 * time.Hour, Now: func() time.Time { return now }}
+	at := func(r *kgo.Record, age time.Duration) *kgo.Record { r.Timestamp = now.Add(-age); return r }
+
+	b := setupOutboxWith(t, opts)
+	b.apply(t, 0, at(acct("o1", "account.opened", "a1", 1, "old"), 8*24*time.Hour), at(acct("o2", "account.opened", "a2", 1, "recent"), 6*24*time.Hour))
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN processed_events p USING (event_key) WHERE p.subject = 'a1' AND o.state = 'suppressed' AND o.last_error LIKE '%outbox.resend_expired%'`))
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN processed_events p USING (event_key) WHERE p.subject = 'a2' AND o.state = 'pending'`))
+	require.Equal(t, int64(1), b.version(t, "a1"), "the effect itself is applied; only its side effects are suppressed")
+
+	opts.ResendExpired = true
+	b = setupOutboxWith(t, opts)
+	b.apply(t, 0, at(acct("o1", "account.opened", "a1", 1, "old"), 8*24*time.Hour))
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox WHERE state = 'pending'`))
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM outbox WHERE state = 'suppressed'`))
 }

@@ -152,7 +152,8 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 		// Side effects leave through the outbox: intents were recorded with
 		// their effects; the dispatcher delivers them.
 		background = append(background, outbox.NewDispatcher(pool, outbox.Options{
-			RetryInitial: cfg.Retry.Initial, RetryMax: cfg.Retry.Max, Logger: log.Named("outbox"),
+			RetryInitial: cfg.Retry.Initial, RetryMax: cfg.Retry.Max, Concurrency: cfg.Outbox.Concurrency,
+			Logger: log.Named("outbox"),
 		}).Run)
 	}
 	for _, run := range background {
@@ -185,6 +186,9 @@ func referenceOptions(cfg config.Config) handlers.ReferenceOptions {
 		AccountsURL: cfg.Sources.Accounts.URL,
 		CRMURL:      cfg.Effects.CRM.URL,
 		MailURL:     cfg.Effects.Mail.URL,
+
+		OutboxRetention: cfg.Outbox.Retention,
+		ResendExpired:   cfg.Outbox.ResendExpired,
 	}
 }
 
