@@ -26,6 +26,11 @@ const (
 	AfterDBCommit = "after_db_commit"
 	// AfterKafkaCommit: both commits happened.
 	AfterKafkaCommit = "after_kafka_commit"
+	// OutboxBeforeCall: the dispatcher committed an intent as sending and
+	// has not made its call.
+	OutboxBeforeCall = "outbox_before_call"
+	// OutboxAfterCall: the call was answered; its outcome is not recorded.
+	OutboxAfterCall = "outbox_after_call"
 )
 
 // EnvVar names the point to crash at.

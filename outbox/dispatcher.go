@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
+
+	"github.com/effectively-io/effectively/crashpoint"
 )
 
 // Options configure a Dispatcher.
@@ -46,6 +48,11 @@ type Options struct {
 	MaxRetryAfter time.Duration
 	// Logger receives what the dispatcher does; never request bodies.
 	Logger *zap.Logger
+	// Metrics count deliveries and show the queue; nil: none.
+	Metrics *Metrics
+	// StatsInterval is how often Run reads the queue's depth for Metrics
+	// (default 10 s).
+	StatsInterval time.Duration
 }
 
 // Dispatcher delivers recorded intents and records their outcomes. Several
@@ -86,6 +93,9 @@ func NewDispatcher(pool *pgxpool.Pool, opts Options) *Dispatcher {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	if opts.StatsInterval <= 0 {
+		opts.StatsInterval = 10 * time.Second
+	}
 	client := opts.HTTPClient
 	if client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -100,7 +110,16 @@ func NewDispatcher(pool *pgxpool.Pool, opts Options) *Dispatcher {
 // finish (bounded by Timeout) and their outcomes are recorded; failures are
 // logged and the next poll tries again.
 func (d *Dispatcher) Run(ctx context.Context) error {
+	var lastStats time.Time
 	for {
+		if d.opts.Metrics != nil && time.Since(lastStats) >= d.opts.StatsInterval {
+			lastStats = time.Now()
+			if depth, err := QueueDepth(ctx, d.pool); err == nil {
+				d.opts.Metrics.setDepth(depth)
+			} else if ctx.Err() == nil {
+				d.log.Warn("reading the outbox depth", zap.Error(err))
+			}
+		}
 		n, err := d.DeliverOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			d.log.Warn("delivering outbox intents", zap.Error(err))
@@ -143,9 +162,11 @@ func (d *Dispatcher) DeliverOnce(ctx context.Context) (int, error) {
 			var o outcome
 			if ctx.Err() != nil {
 				// Shutting down before the call: nothing was sent.
-				o = outcome{state: Pending, err: "released at shutdown before the call"}
+				o = outcome{state: Pending, released: true, err: "released at shutdown before the call"}
 			} else {
+				crashpoint.Hit(crashpoint.OutboxBeforeCall)
 				o = d.call(ctx, c)
+				crashpoint.Hit(crashpoint.OutboxAfterCall)
 			}
 			if err := d.record(ctx, c, o); err != nil {
 				mu.Lock()
@@ -263,6 +284,8 @@ type outcome struct {
 	status int           // the HTTP status, 0 without a response
 	wait   time.Duration // before the next attempt, when state is Pending
 	err    string
+	// released: put back at shutdown before the call was made.
+	released bool
 }
 
 // maxExcerpt bounds the response body kept in last_error.
@@ -405,6 +428,7 @@ func (d *Dispatcher) record(ctx context.Context, c claimed, o outcome) error {
 		d.log.Warn("an outbox intent's lease expired before its outcome was recorded", fields...)
 		return nil
 	}
+	d.opts.Metrics.delivered(c.operation, o)
 	switch o.state {
 	case Sent:
 		d.log.Debug("outbox intent sent", fields...)

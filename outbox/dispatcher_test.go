@@ -278,7 +278,7 @@ func TestMailCrashBeforeCallBecomesUnknownAndResendSendsOnce(t *testing.T) {
 	require.Empty(t, mail.requests(), "an unknown mail is never re-sent automatically")
 
 	id := b.id(t, "ev-1", "mail.welcome")
-	require.NoError(t, restarted.Resolve(b.ctx, id, ResolveResend))
+	require.NoError(t, Resolve(b.ctx, b.db.Pool, id, ResolveResend))
 	b.deliverUntil(t, 5*time.Second)
 	for range 3 {
 		_, err = restarted.DeliverOnce(b.ctx)
@@ -289,9 +289,9 @@ func TestMailCrashBeforeCallBecomesUnknownAndResendSendsOnce(t *testing.T) {
 	st, _, _, _ = b.state(t, "ev-1", "mail.welcome")
 	require.Equal(t, "sent", st)
 
-	require.ErrorIs(t, restarted.Resolve(b.ctx, id, ResolveResend), ErrNotUnknown)
-	require.ErrorIs(t, restarted.Resolve(b.ctx, id+1000, ResolveSent), ErrNotFound)
-	require.Error(t, restarted.Resolve(b.ctx, id, "maybe"))
+	require.ErrorIs(t, Resolve(b.ctx, b.db.Pool, id, ResolveResend), ErrNotUnknown)
+	require.ErrorIs(t, Resolve(b.ctx, b.db.Pool, id+1000, ResolveSent), ErrNotFound)
+	require.Error(t, Resolve(b.ctx, b.db.Pool, id, "maybe"))
 }
 
 func TestMailCrashAfterCallBeforeRecordIsUnknownThenResolvedSent(t *testing.T) {
@@ -312,7 +312,7 @@ func TestMailCrashAfterCallBeforeRecordIsUnknownThenResolvedSent(t *testing.T) {
 	require.NoError(t, err)
 	st, _, _, _ := b.state(t, "ev-1", "mail.welcome")
 	require.Equal(t, "unknown", st)
-	require.NoError(t, b.d.Resolve(b.ctx, b.id(t, "ev-1", "mail.welcome"), ResolveSent))
+	require.NoError(t, Resolve(b.ctx, b.db.Pool, b.id(t, "ev-1", "mail.welcome"), ResolveSent))
 	for range 3 {
 		_, err = b.d.DeliverOnce(b.ctx)
 		require.NoError(t, err)
