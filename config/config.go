@@ -145,6 +145,10 @@ type Dedupe struct {
 	Retention time.Duration `mapstructure:"retention"`
 	// ReconciliationWindow is the slack for late reconciliation runs.
 	ReconciliationWindow time.Duration `mapstructure:"reconciliation_window"`
+	// PruneInterval is the time between two passes of the background pruner
+	// in run, which deletes what has outlived dedupe.retention (and
+	// outbox.retention).
+	PruneInterval time.Duration `mapstructure:"prune_interval"`
 }
 
 // Upstream describes the producers.
@@ -167,6 +171,13 @@ type Outbox struct {
 	ResendExpired bool `mapstructure:"resend_expired"`
 	// Concurrency is the most side-effect calls in flight per worker.
 	Concurrency int `mapstructure:"concurrency"`
+	// CallTimeout bounds one side-effect call.
+	CallTimeout time.Duration `mapstructure:"call_timeout"`
+	// LeaseGrace is added to CallTimeout for the lease of an intent being
+	// sent: a dispatcher that has not recorded the outcome by then is
+	// presumed dead (an idempotent call is retried, any other becomes
+	// unknown).
+	LeaseGrace time.Duration `mapstructure:"lease_grace"`
 }
 
 // Effects are the downstream systems of the reference domain.
@@ -294,9 +305,9 @@ func Default() Config {
 		},
 		Retry:    Retry{Initial: 100 * time.Millisecond, Max: 30 * time.Second},
 		Parking:  Parking{MaxAge: 24 * time.Hour, MaxAttempts: 20, MaxPerResource: 1000},
-		Dedupe:   Dedupe{Retention: 14 * 24 * time.Hour, ReconciliationWindow: 24 * time.Hour},
+		Dedupe:   Dedupe{Retention: 14 * 24 * time.Hour, ReconciliationWindow: 24 * time.Hour, PruneInterval: time.Minute},
 		Upstream: Upstream{MaxRetryHorizon: 72 * time.Hour},
-		Outbox:   Outbox{Retention: 14 * 24 * time.Hour, Concurrency: 8},
+		Outbox:   Outbox{Retention: 14 * 24 * time.Hour, Concurrency: 8, CallTimeout: 10 * time.Second, LeaseGrace: 30 * time.Second},
 	}
 }
 

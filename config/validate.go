@@ -299,7 +299,10 @@ func (c Config) validate() []*FieldError {
 	}
 
 	c.validateRetention(&v)
+	v.durationBetween("dedupe.prune_interval", c.Dedupe.PruneInterval, time.Second, 24*time.Hour, "")
 	v.positiveDuration("outbox.retention", c.Outbox.Retention)
+	v.positiveDuration("outbox.call_timeout", c.Outbox.CallTimeout)
+	v.positiveDuration("outbox.lease_grace", c.Outbox.LeaseGrace)
 	if c.Outbox.Concurrency <= 0 || c.Outbox.Concurrency > 1024 {
 		v.intBetween("outbox.concurrency", int64(c.Outbox.Concurrency), 1, 1024)
 	}

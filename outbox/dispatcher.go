@@ -35,7 +35,9 @@ type Options struct {
 	LeaseGrace time.Duration
 	// Concurrency is the most calls in flight (default 8).
 	Concurrency int
-	// BatchSize is the most intents claimed at once (default 100).
+	// BatchSize is the most intents claimed at once (default and at most
+	// Concurrency): every claimed intent is called at once, so a crash
+	// leaves no more than the calls in flight in doubt.
 	BatchSize int
 	// Interval is the pause between polls when the queue is empty
 	// (default 500 ms).
@@ -75,8 +77,8 @@ func NewDispatcher(pool *pgxpool.Pool, opts Options) *Dispatcher {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 8
 	}
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = 100
+	if opts.BatchSize <= 0 || opts.BatchSize > opts.Concurrency {
+		opts.BatchSize = opts.Concurrency
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = 500 * time.Millisecond

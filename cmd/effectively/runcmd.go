@@ -153,6 +153,7 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 		// their effects; the dispatcher delivers them.
 		background = append(background, outbox.NewDispatcher(pool, outbox.Options{
 			RetryInitial: cfg.Retry.Initial, RetryMax: cfg.Retry.Max, Concurrency: cfg.Outbox.Concurrency,
+			Timeout: cfg.Outbox.CallTimeout, LeaseGrace: cfg.Outbox.LeaseGrace,
 			Logger: log.Named("outbox"), Metrics: outbox.NewMetrics(reg),
 		}).Run)
 	}
