@@ -1,0 +1,640 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/effectively-io/effectively/crashpoint"
+	"github.com/effectively-io/effectively/test/cetest"
+	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/workload"
+)
+
+// The chaos suite runs the real binary as several processes against a
+// broker and a database of its own, while a seeded schedule of faults hits
+// them: SIGKILLs at random and at named crash points, clean restarts,
+// members joining and leaving, broker and PostgreSQL restarts, a member
+// paused past its session. A verifier that computes the expected end state
+// from the produced events alone (package workload, the poison and doorbells
+// injected here, what the local CRM and mail servers received) then checks
+// every invariant and prints a table of figures.
+//
+// EFFECTIVELY_CHAOS_PROFILE selects the profile (short, the default, runs in
+// make test; default is make chaos); EFFECTIVELY_CHAOS_SEED reproduces a run.
+
+type chaosProfile struct {
+	name                       string
+	events, accounts           int
+	partitions                 int32
+	workers                    int
+	rate                       int           // records per second while faults run
+	interval                   time.Duration // between faults
+	kills                      int           // at least this many SIGKILLs (random and at crash points)
+	joins                      int           // members joining, then leaving
+	brokerRestarts, pgRestarts int
+	pauses                     int
+	rebalances                 int // at least this many observed
+	poisonEvery, bellEvery     int // one poison record, one doorbell per this many records
+	guard                      time.Duration
+}
+
+var chaosProfiles = map[string]chaosProfile{
+	"short": {name: "short", events: 20_000, accounts: 400, partitions: 6, workers: 3, rate: 700, interval: 2500 * time.Millisecond,
+		kills: 6, joins: 1, brokerRestarts: 1, pgRestarts: 0, pauses: 0, poisonEvery: 400, bellEvery: 100, guard: 5 * time.Minute},
+	"default": {name: "default", events: 200_000, accounts: 4000, partitions: 6, workers: 3, rate: 1000, interval: 2500 * time.Millisecond,
+		kills: 32, joins: 8, brokerRestarts: 2, pgRestarts: 2, pauses: 1, rebalances: 20, poisonEvery: 400, bellEvery: 100, guard: 20 * time.Minute},
+}
+
+// The kinds of kill the schedule deals out.
+const (
+	killRandom = "random"
+)
+
+var killPoints = []string{crashpoint.BeforeDBCommit, crashpoint.AfterDBCommit, crashpoint.OutboxBeforeCall, crashpoint.OutboxAfterCall}
+
+// chaosStream is the records a run produces and what they must come to.
+type chaosStream struct {
+	records  []*kgo.Record
+	exp      workload.Expected
+	poison   map[string]int // reason → records injected
+	bells    int            // distinct doorbells
+	bellDups int
+}
+
+func (s chaosStream) poisonTotal() int {
+	n := 0
+	for _, v := range s.poison {
+		n += v
+	}
+	return n
+}
+
+// chaosPoison is the catalogue of bad input, minus what needs a partner
+// record (conflict) or is applied normally (forged headers).
+func chaosPoison() []badInput {
+	var out []badInput
+	for _, b := range catalogue {
+		if b.reason != "" && b.reason != "conflict" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// buildChaosStream generates the workload and injects poison (in the
+// second half, where every account is open, keyed to an account so it
+// shares that account's partition) and doorbells (anywhere, some twice).
+func buildChaosStream(t *testing.T, p chaosProfile, topic string, seed uint64) chaosStream {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var gen []*kgo.Record
+	exp, err := workload.Generate(workload.Config{Accounts: p.accounts, Events: p.events, Duplicates: 0.1, OutOfOrder: 0.1, Seed: seed},
+		func(rec workload.Record) error {
+			gen = append(gen, &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value,
+				Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte(workload.ContentType)}}})
+			return nil
+		})
+	require.NoError(t, err)
+	accounts := make([]string, 0, len(exp.Accounts))
+	for id := range exp.Accounts {
+		accounts = append(accounts, id)
+	}
+	sort.Strings(accounts)
+	s := chaosStream{exp: exp, poison: map[string]int{}}
+	kinds := chaosPoison()
+	var bells []*kgo.Record
+	for i, r := range gen {
+		s.records = append(s.records, r)
+		if i > len(gen)/2 && rng.IntN(p.poisonEvery) == 0 {
+			b := kinds[rng.IntN(len(kinds))]
+			pr := b.record(topic, accounts[rng.IntN(len(accounts))])
+			// Each injection is its own event: the catalogue's fixed ids get a
+			// unique prefix.
+			pr.Value = []byte(strings.Replace(string(pr.Value), `"id":"x`, fmt.Sprintf(`"id":"p%d-x`, i), 1))
+			s.records = append(s.records, pr)
+			s.poison[b.reason]++
+		}
+		if rng.IntN(p.bellEvery) == 0 {
+			bell := cetest.Record(topic, fmt.Sprintf("bell-%d-%d", seed, i), "account.refreshed", accounts[rng.IntN(len(accounts))], 0, nil)
+			s.records = append(s.records, bell)
+			bells = append(bells, bell)
+			s.bells++
+		}
+		if len(bells) > 0 && rng.IntN(p.bellEvery*10) == 0 {
+			again := bells[rng.IntN(len(bells))]
+			s.records = append(s.records, &kgo.Record{Topic: topic, Key: again.Key, Value: again.Value, Headers: again.Headers})
+			s.bellDups++
+		}
+	}
+	return s
+}
+
+// chaosSource is the accounts source API: it answers every account's final
+// state, so a doorbell converges on what the stream converges on.
+func chaosSource(t *testing.T, exp workload.Expected) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := strings.TrimPrefix(r.URL.Path, "/accounts/")
+		a, ok := exp.Accounts[id]
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "version": a.Version, "name": a.Name,
+			"email": a.Email, "plan": a.Plan, "status": a.Status})
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/accounts"
+}
+
+// fleet runs worker processes in slots and restarts each one that ends,
+// counting how it ended.
+type fleet struct {
+	t    *testing.T
+	env  []string
+	mu   sync.Mutex
+	slot []*proc
+	arm  []string // the crash point the slot's next process gets
+	// ended: every process that ended, for the figures.
+	kills       map[string]int
+	cleanStops  int
+	failedStart int
+	ended       []*proc
+	stopped     bool
+	settling    map[*proc]bool
+	wg          sync.WaitGroup
+}
+
+func newFleet(t *testing.T, env []string, n int) *fleet {
+	f := &fleet{t: t, env: env, slot: make([]*proc, n), arm: make([]string, n), kills: map[string]int{}, settling: map[*proc]bool{}}
+	for i := range n {
+		f.slot[i] = f.start(i)
+	}
+	f.wg.Add(1)
+	go f.supervise()
+	return f
+}
+
+func (f *fleet) start(i int) *proc {
+	extra := []string{}
+	if f.arm[i] != "" {
+		extra = append(extra, crashpoint.EnvVar+"="+f.arm[i])
+		f.arm[i] = ""
+	}
+	return start(f.t, append(append([]string{}, f.env...), extra...), "run")
+}
+
+// classify counts how p ended.
+func (f *fleet) classify(p *proc) {
+	f.ended = append(f.ended, p)
+	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Signaled() && ws.Signal() == syscall.SIGKILL:
+		point := killRandom
+		if _, after, ok := strings.Cut(p.stderr.String(), "crashpoint: killing the process at "); ok {
+			point = strings.TrimSpace(strings.SplitN(after, "\n", 2)[0])
+		}
+		f.kills[point]++
+	case p.cmd.ProcessState.ExitCode() == 0:
+		f.cleanStops++
+	default:
+		// A worker starting while the broker or the database is down exits
+		// non-zero by design (it names the unreachable service).
+		f.failedStart++
+	}
+}
+
+func (f *fleet) supervise() {
+	defer f.wg.Done()
+	for {
+		time.Sleep(200 * time.Millisecond)
+		f.mu.Lock()
+		if f.stopped {
+			f.mu.Unlock()
+			return
+		}
+		for i, p := range f.slot {
+			if p.exited() {
+				f.classify(p)
+				f.slot[i] = f.start(i)
+			}
+		}
+		f.mu.Unlock()
+	}
+}
+
+func (f *fleet) killCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, k := range f.kills {
+		n += k
+	}
+	return n
+}
+
+func (f *fleet) signal(i int, sig syscall.Signal) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_ = f.slot[i].cmd.Process.Signal(sig)
+}
+
+// armAndRestart stops slot i cleanly and restarts it armed to crash at
+// point (its n-th hit).
+func (f *fleet) armAndRestart(i int, point string, n int) {
+	f.mu.Lock()
+	f.arm[i] = fmt.Sprintf("%s:%d", point, n)
+	p := f.slot[i]
+	f.mu.Unlock()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+}
+
+func armed(p *proc) bool {
+	return slices.ContainsFunc(p.cmd.Env, func(e string) bool { return strings.HasPrefix(e, crashpoint.EnvVar+"=") })
+}
+
+// settle stops, once, every process still armed with a crash point (the
+// supervisor restarts it unarmed), and reports how many are left.
+func (f *fleet) settle() (stillArmed int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.slot {
+		if p.exited() || !armed(p) {
+			continue
+		}
+		stillArmed++
+		if !f.settling[p] {
+			f.settling[p] = true
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	return stillArmed
+}
+
+// stop ends supervision and stops every worker cleanly.
+func (f *fleet) stop() {
+	f.mu.Lock()
+	f.stopped = true
+	procs := slices.Clone(f.slot)
+	f.mu.Unlock()
+	f.wg.Wait()
+	for _, p := range procs {
+		if !p.exited() {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, p := range procs {
+		p.wait(f.t, time.Minute)
+		f.classify(p)
+	}
+}
+
+// rebalances counts assignments across every worker that ran: a burst of
+// "partition assigned" lines in one process is one rebalance it took part
+// in.
+func rebalances(procs []*proc) int {
+	n := 0
+	for _, p := range procs {
+		var last time.Time
+		for _, l := range parseLogLines(p.stderr.String()) {
+			if l.Msg != "partition assigned" {
+				continue
+			}
+			if l.Time.Sub(last) > 100*time.Millisecond {
+				n++
+			}
+			last = l.Time
+		}
+	}
+	return n
+}
+
+// versionWatch samples account versions and counts any that went down.
+func versionWatch(db pgtest.DB) (stop func() (regressions int, samples int)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	seen := map[string]int64{}
+	regressions, samples := 0, 0
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			rows, err := db.Pool.Query(ctx, `SELECT id, version FROM accounts`)
+			if err == nil {
+				for rows.Next() {
+					var id string
+					var v int64
+					if rows.Scan(&id, &v) == nil {
+						if v < seen[id] {
+							regressions++
+						}
+						seen[id] = v
+					}
+				}
+				rows.Close()
+				if rows.Err() == nil {
+					samples++
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}()
+	return func() (int, int) {
+		cancel()
+		<-done
+		return regressions, samples
+	}
+}
+
+func TestChaos(t *testing.T) {
+	name := os.Getenv("EFFECTIVELY_CHAOS_PROFILE")
+	if name == "" {
+		name = "short"
+	}
+	p, ok := chaosProfiles[name]
+	require.True(t, ok, "EFFECTIVELY_CHAOS_PROFILE=%s: want short or default", name)
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("EFFECTIVELY_CHAOS_SEED"); v != "" {
+		var err error
+		seed, err = strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "EFFECTIVELY_CHAOS_SEED")
+	}
+	t.Logf("chaos profile %s, seed %d (EFFECTIVELY_CHAOS_SEED=%d reproduces the schedule)", p.name, seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 11))
+
+	brokers, kafkaStack := ownKafka(t)
+	pgPort, pgStack := ownPostgres(t)
+	db := pgtest.NewOn(t, fmt.Sprintf("postgres://effectively:effectively@127.0.0.1:%s/effectively?sslmode=disable", pgPort))
+	topic, group := "chaos."+strconv.FormatUint(seed, 36), "chaos-group"
+	adm := kadmOn(t, brokers)
+	created, err := adm.CreateTopic(context.Background(), p.partitions, 1, nil, topic)
+	require.NoError(t, err)
+	require.NoError(t, created.Err)
+
+	stream := buildChaosStream(t, p, topic, seed)
+	crm, crmURL := newEffectsServer(t, false, nil)
+	mail, mailURL := newEffectsServer(t, true, nil)
+	env := []string{
+		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(brokers, ","),
+		"EFFECTIVELY_KAFKA_GROUP=" + group, "EFFECTIVELY_KAFKA_TOPICS=" + topic,
+		"EFFECTIVELY_POSTGRES_URL=" + db.URL, "EFFECTIVELY_HTTP_ADDR=",
+		"EFFECTIVELY_KAFKA_SESSION_TIMEOUT=6s", "EFFECTIVELY_KAFKA_REBALANCE_TIMEOUT=20s",
+		"EFFECTIVELY_RETRY_MAX=2s", "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=100",
+		"EFFECTIVELY_CONSUMER_MAX_PAYLOAD_BYTES=4096",
+		"EFFECTIVELY_SOURCES_ACCOUNTS_URL=" + chaosSource(t, stream.exp),
+		"EFFECTIVELY_EFFECTS_CRM_URL=" + crmURL, "EFFECTIVELY_EFFECTS_MAIL_URL=" + mailURL + "/welcome",
+		"EFFECTIVELY_OUTBOX_CALL_TIMEOUT=2s", "EFFECTIVELY_OUTBOX_LEASE_GRACE=1s", "EFFECTIVELY_OUTBOX_CONCURRENCY=4",
+	}
+	f := newFleet(t, env, p.workers)
+	stopWatch := versionWatch(db)
+
+	// The producer, paced, runs beside the faults.
+	produced := make(chan error, 1)
+	go func() {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordRetries(1<<30))
+		if err != nil {
+			produced <- err
+			return
+		}
+		defer cl.Close()
+		const chunk = 100
+		tick := time.Duration(float64(time.Second) * chunk / float64(p.rate))
+		for i := 0; i < len(stream.records); i += chunk {
+			next := time.Now().Add(tick)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			err := cl.ProduceSync(ctx, stream.records[i:min(i+chunk, len(stream.records))]...).FirstErr()
+			cancel()
+			if err != nil {
+				produced <- fmt.Errorf("producing record %d: %w", i, err)
+				return
+			}
+			time.Sleep(time.Until(next))
+		}
+		produced <- nil
+	}()
+
+	// The fault schedule, dealt from the seed.
+	var plan []string
+	for range p.kills / 2 {
+		plan = append(plan, "kill")
+	}
+	for i := range p.kills - p.kills/2 {
+		plan = append(plan, "crash:"+killPoints[i%len(killPoints)])
+	}
+	for range p.joins {
+		plan = append(plan, "join")
+	}
+	for range p.brokerRestarts {
+		plan = append(plan, "broker")
+	}
+	for range p.pgRestarts {
+		plan = append(plan, "postgres")
+	}
+	for range p.pauses {
+		plan = append(plan, "pause")
+	}
+	plan = append(plan, "clean", "clean")
+	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
+	t.Logf("fault schedule (%d): %s", len(plan), strings.Join(plan, " "))
+
+	var joiners []*proc
+	brokerRestarts, pgRestarts, pauses := 0, 0, 0
+	began := time.Now()
+	for _, action := range plan {
+		time.Sleep(p.interval)
+		i := rng.IntN(p.workers)
+		switch {
+		case action == "kill":
+			f.signal(i, syscall.SIGKILL)
+		case strings.HasPrefix(action, "crash:"):
+			f.armAndRestart(i, strings.TrimPrefix(action, "crash:"), 1+rng.IntN(3))
+		case action == "clean":
+			f.signal(i, syscall.SIGTERM)
+		case action == "join":
+			j := start(t, env, "run")
+			joiners = append(joiners, j)
+			time.Sleep(p.interval)
+			_ = j.cmd.Process.Signal(syscall.SIGTERM)
+		case action == "broker":
+			kafkaStack("down", "kafka")
+			time.Sleep(3 * time.Second)
+			kafkaStack("up", "kafka")
+			brokerRestarts++
+		case action == "postgres":
+			pgStack("down", "pg")
+			time.Sleep(3 * time.Second)
+			pgStack("up", "pg")
+			pgRestarts++
+		case action == "pause":
+			// Past its session: the group moves its partitions on; when it
+			// wakes it must do no harm.
+			f.signal(i, syscall.SIGSTOP)
+			time.Sleep(12 * time.Second)
+			f.signal(i, syscall.SIGCONT)
+			pauses++
+		}
+	}
+	// A crash point may not be reached before its worker is killed another
+	// way: random kills make up the count.
+	for f.killCount() < p.kills {
+		time.Sleep(p.interval)
+		f.signal(rng.IntN(p.workers), syscall.SIGKILL)
+		time.Sleep(500 * time.Millisecond) // the supervisor sees the death
+	}
+	select {
+	case err := <-produced:
+		require.NoError(t, err)
+	case <-time.After(p.guard):
+		t.Fatalf("the producer did not finish within %s", p.guard)
+	}
+	faultsEnd := time.Now()
+
+	// Settle: no crash left armed, every record processed.
+	waitUntil(t, "no worker left armed", 2*time.Minute, func(context.Context) bool { return f.settle() == 0 })
+	ends, err := adm.ListEndOffsets(context.Background(), topic)
+	require.NoError(t, err)
+	var total int64
+	end := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { end[o.Partition] = o.Offset; total += o.Offset })
+	r := &rig{db: db, topic: topic, group: group, brokers: brokers, env: env}
+	waitUntil(t, "every record processed", p.guard, func(context.Context) bool {
+		pos, err := r.positions(context.Background())
+		if err != nil {
+			return false
+		}
+		for part, o := range end {
+			if pos[part] < o {
+				return false
+			}
+		}
+		return true
+	})
+	drain := time.Since(faultsEnd)
+	opened := openedAccounts(stream.exp)
+	waitUntil(t, "the outbox settled", 2*time.Minute, func(context.Context) bool {
+		return db.Count(t, `SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending')`) == 0
+	})
+
+	// The operator settles mails left in doubt against the mail log.
+	unknown := r.outboxIntents(t, "--state", "unknown")
+	m := mail.snapshot()
+	for _, in := range unknown {
+		how := "--resend"
+		if m.Received[strings.TrimPrefix(in.Resource, "mail:account:")] > 0 {
+			how = "--sent"
+		}
+		code, _, stderr := runCmd(t, env, "outbox", "resolve", strconv.FormatInt(in.ID, 10), how)
+		require.Equal(t, 0, code, stderr)
+	}
+	waitUntil(t, "the resent mails delivered", 2*time.Minute, func(context.Context) bool {
+		return db.Count(t, `SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending')`) == 0
+	})
+	regressions, samples := stopWatch()
+	f.stop()
+	for _, j := range joiners {
+		j.wait(t, time.Minute)
+	}
+
+	// The verdict, from the produced events alone.
+	rep, err := workload.VerifyEffects(context.Background(), db.Pool, stream.exp)
+	require.NoError(t, err)
+	wantGood := int64(stream.exp.Distinct + stream.bells)
+	good := db.Count(t, `SELECT count(*) FROM processed_events WHERE disposition IN ('applied', 'stale')`)
+	wantLedger := int64(stream.exp.ByType[workload.TypeLedgerCredited] + stream.exp.ByType[workload.TypeLedgerDebited])
+	ledger := db.Count(t, `SELECT count(*) FROM ledger_entries`)
+	deadLetters := db.Count(t, `SELECT count(*) FROM dead_letters`)
+	parked := db.Count(t, `SELECT count(*) FROM parked_events`)
+	crmSnap, mailSnap := crm.snapshot(), mail.snapshot()
+	crmDup, mailDup, mailMissing := 0, len(mailSnap.Overflow), 0
+	for _, a := range opened {
+		if crmSnap.KeysByAccount[a] > 1 {
+			crmDup++
+		}
+		if mailSnap.Received[a] == 0 {
+			mailMissing++
+		}
+	}
+	crmKeys := len(crmSnap.Keys)
+	if _, ok := crmSnap.Keys[""]; ok {
+		crmDup++ // a call without its key
+	}
+	killTotal := 0
+	for _, n := range f.kills {
+		killTotal += n
+	}
+	all := append(slices.Clone(f.ended), joiners...)
+	rebal := rebalances(all)
+
+	type figure struct {
+		name  string
+		value any
+		bad   bool
+	}
+	figures := []figure{
+		{"seed", seed, false},
+		{"events produced (records)", total, false},
+		{"distinct events (generated + doorbells)", wantGood, false},
+		{"duplicates injected (generated + doorbells)", stream.exp.Duplicates + stream.bellDups, false},
+		{"disorder injected", stream.exp.OutOfOrder, false},
+		{"doorbells", stream.bells, false},
+		{"poison injected", fmt.Sprintf("%d %v", stream.poisonTotal(), stream.poison), false},
+		{"kills", fmt.Sprintf("%d %v", killTotal, f.kills), killTotal < p.kills},
+		{"clean stops / failed starts", fmt.Sprintf("%d / %d", f.cleanStops, f.failedStart), false},
+		{"members joined and left", len(joiners), false},
+		{"rebalances observed", rebal, rebal < p.rebalances},
+		{"broker restarts", brokerRestarts, brokerRestarts < p.brokerRestarts},
+		{"postgres restarts", pgRestarts, pgRestarts < p.pgRestarts},
+		{"paused members", pauses, pauses < p.pauses},
+		{"effects applied (claims applied/stale)", good, false},
+		{"ledger entries", fmt.Sprintf("%d (want %d)", ledger, wantLedger), false},
+		{"DUPLICATE EFFECTS (must be 0)", max(ledger-wantLedger, 0) + max(good-wantGood, 0), ledger > wantLedger || good > wantGood},
+		{"LOST EVENTS (must be 0)", max(wantLedger-ledger, 0) + max(wantGood-good, 0), ledger < wantLedger || good < wantGood},
+		{"VERSION REGRESSIONS (must be 0)", fmt.Sprintf("%d (%d samples)", regressions, samples), regressions > 0},
+		{"state problems (must be none)", len(rep.Problems), len(rep.Problems) > 0},
+		{"dead letters (must equal poison)", deadLetters, deadLetters != int64(stream.poisonTotal())},
+		{"parked at end (must be 0)", parked, parked != 0},
+		{"CRM keys (must equal opened accounts)", fmt.Sprintf("%d (opened %d)", crmKeys, len(opened)), crmKeys != len(opened)},
+		{"DUPLICATE CRM KEYS (must be 0)", crmDup, crmDup > 0},
+		{"DUPLICATE MAILS (must be 0)", mailDup, mailDup > 0},
+		{"mails in doubt, resolved", len(unknown), false},
+		{"missing mails after resolve (must be 0)", mailMissing, mailMissing > 0},
+		{"fault phase / drain time", fmt.Sprintf("%s / %s", faultsEnd.Sub(began).Round(time.Second), drain.Round(100*time.Millisecond)), false},
+	}
+	var b strings.Builder
+	violations := 0
+	fmt.Fprintf(&b, "chaos %s:\n", p.name)
+	for _, fg := range figures {
+		mark := ""
+		if fg.bad {
+			mark = "  <-- VIOLATION"
+			violations++
+		}
+		fmt.Fprintf(&b, "  %-44s %v%s\n", fg.name, fg.value, mark)
+	}
+	for _, pr := range rep.Problems {
+		fmt.Fprintf(&b, "  problem: %s\n", pr)
+	}
+	fmt.Println(b.String())
+	if violations > 0 {
+		t.Fatalf("chaos %s: %d violations; reproduce with EFFECTIVELY_CHAOS_SEED=%d EFFECTIVELY_CHAOS_PROFILE=%s", p.name, violations, seed, p.name)
+	}
+}
