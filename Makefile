@@ -33,6 +33,14 @@ vet:
 fuzz:
 	GO=$(GO) test/fuzz.sh $(FUZZTIME)
 
+## chaos: the fault-injection suite's default profile (200,000 events, 3 workers, ≥ 32 kills, rebalances, 2 broker and
+## 2 PostgreSQL restarts, a paused member) with its table of figures. CHAOS_SEED=N reproduces a run; make test runs the short profile.
+CHAOS_PROFILE ?= default
+CHAOS_SEED ?=
+chaos:
+	stack/with-stack.sh env EFFECTIVELY_CHAOS_PROFILE=$(CHAOS_PROFILE) EFFECTIVELY_CHAOS_SEED=$(CHAOS_SEED) \
+	  $(GO) test -count=1 -v -timeout 60m -run '^TestChaos$$' ./test/
+
 ## demo: start the stack, migrate, run the worker (the main job).
 demo: build
 	EFFECTIVELY_KEEP_STACK=1 stack/with-stack.sh test/demo.sh

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,10 @@ type Options struct {
 	Hooks []kgo.Hook
 	// ExtraOpts are appended to the franz-go options last (tests).
 	ExtraOpts []kgo.Opt
+	// StopAt bounds consumption (a bounded replay): records of a listed
+	// partition at or past its offset are never applied, and the partition
+	// is paused once a fetch reaches it. Nil consumes without end.
+	StopAt map[string]map[int32]int64
 }
 
 func (o *Options) setDefaults() {
@@ -121,6 +126,9 @@ type Consumer struct {
 	mu      sync.Mutex
 	workers map[topicPartition]*partitionWorker
 	joined  bool // the group assigned us at least once (possibly nothing)
+	// epochs are the reset epochs of stored positions this member has
+	// logged, so a reassignment does not log the same reset again.
+	epochs map[topicPartition]int64
 }
 
 type topicPartition struct {
@@ -143,6 +151,7 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 		hardCtx:    hardCtx,
 		hardCancel: hardCancel,
 		workers:    make(map[topicPartition]*partitionWorker),
+		epochs:     make(map[topicPartition]int64),
 	}
 
 	kopts := []kgo.Opt{
@@ -256,6 +265,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.log.Warn("fetch error", zap.String("topic", topic), zap.Int32("partition", partition), zap.Error(err))
 		})
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			p.Records = c.bounded(p)
 			if len(p.Records) == 0 {
 				return
 			}
@@ -276,6 +286,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.shutdown()
 	return nil
+}
+
+// bounded returns the partition's records below its StopAt offset, pausing
+// the partition once a fetch reaches that offset.
+func (c *Consumer) bounded(p kgo.FetchTopicPartition) []*kgo.Record {
+	recs := p.Records
+	stop, ok := c.opts.StopAt[p.Topic][p.Partition]
+	if !ok || len(recs) == 0 || recs[len(recs)-1].Offset < stop {
+		return recs
+	}
+	// A worker resuming the partition after backpressure may let it fetch
+	// again; what it fetches past the bound is dropped here again.
+	c.cl.PauseFetchPartitions(map[string][]int32{p.Topic: {p.Partition}})
+	return recs[:sort.Search(len(recs), func(i int) bool { return recs[i].Offset >= stop })]
 }
 
 // shutdown drains in-flight batches, then leaves the group.
@@ -387,8 +411,8 @@ func (c *Consumer) revoked(_ context.Context, cl *kgo.Client, revoked map[string
 // adjustOffsets replaces the offsets Kafka has committed with the positions
 // stored in PostgreSQL, which are authoritative: they were written in the
 // same transactions as the effects. Kafka's commit lags by at most a batch
-// after a crash; one ahead of the database means someone moved it with
-// Kafka's own tools, which the worker explains and ignores.
+// after a crash; one ahead of the database, or further behind, means someone
+// moved it with Kafka's own tools, which the worker explains and ignores.
 func (c *Consumer) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	for topic, parts := range offsets {
 		ps := make([]int32, 0, len(parts))
@@ -407,13 +431,21 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offsets map[string]map[int
 		if err != nil {
 			return offsets, err
 		}
+		c.logResetEpochs(ctx, topic, stored)
 		for p, next := range stored {
 			kafkaAt := parts[p].EpochOffset().Offset
 			switch {
 			case kafkaAt > next:
 				c.log.Warn("Kafka's committed offset is ahead of the position stored in PostgreSQL; "+
-					"it was probably reset with Kafka's own tools. PostgreSQL is authoritative: resuming from its position "+
-					"(use `effectively replay` to move the group)",
+					"it was probably moved with Kafka's own tools. PostgreSQL is authoritative and wins: resuming from its position. "+
+					"To skip or reprocess records, stop the workers and use `effectively replay`, which moves both",
+					zap.String("topic", topic), zap.Int32("partition", p), zap.Int64("kafka_offset", kafkaAt), zap.Int64("stored_offset", next))
+			case kafkaAt >= 0 && next-kafkaAt > int64(c.opts.BatchMaxRecords):
+				// Further behind than one batch: not a commit lost in a
+				// crash (the worker commits to Kafka after every batch).
+				c.log.Warn("Kafka's committed offset is behind the position stored in PostgreSQL by more than a batch; "+
+					"it was probably rewound with Kafka's own tools, which does not rewind this worker. PostgreSQL is authoritative and wins: "+
+					"resuming from its position. To reprocess records, stop the workers and use `effectively replay` (dry run first, then --execute)",
 					zap.String("topic", topic), zap.Int32("partition", p), zap.Int64("kafka_offset", kafkaAt), zap.Int64("stored_offset", next))
 			case kafkaAt >= 0 && kafkaAt < next:
 				c.log.Info("resuming from the position stored in PostgreSQL (Kafka's commit lagged)",
@@ -423,4 +455,42 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offsets map[string]map[int
 		}
 	}
 	return offsets, nil
+}
+
+// ResetEpochReader is implemented by Appliers whose stored positions carry
+// a reset epoch: a counter `effectively replay --execute` bumps each time it
+// lowers a position.
+type ResetEpochReader interface {
+	// ResetEpochs returns the reset epoch of each given partition's stored
+	// position; partitions without one are absent.
+	ResetEpochs(ctx context.Context, group, topic string, partitions []int32) (map[int32]int64, error)
+}
+
+// logResetEpochs logs, once per epoch, that a partition resumes from a
+// position a replay set, so a rewind is visible in the worker's log.
+func (c *Consumer) logResetEpochs(ctx context.Context, topic string, stored map[int32]int64) {
+	r, ok := c.applier.(ResetEpochReader)
+	if !ok || len(stored) == 0 {
+		return
+	}
+	ps := make([]int32, 0, len(stored))
+	for p := range stored {
+		ps = append(ps, p)
+	}
+	epochs, err := r.ResetEpochs(ctx, c.opts.Group, topic, ps)
+	if err != nil {
+		c.log.Warn("reading the reset epochs of stored positions failed", zap.String("topic", topic), zap.Error(err))
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p, epoch := range epochs {
+		tp := topicPartition{topic, p}
+		if epoch <= 0 || c.epochs[tp] == epoch {
+			continue
+		}
+		c.epochs[tp] = epoch
+		c.log.Info("starting from a stored position that `effectively replay --execute` reset",
+			zap.String("topic", topic), zap.Int32("partition", p), zap.Int64("stored_offset", stored[p]), zap.Int64("reset_epoch", epoch))
+	}
 }

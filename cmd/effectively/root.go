@@ -118,6 +118,7 @@ transaction commits.`,
 		newDLQCmd(c),
 		newOutboxCmd(c),
 		newMigrateCmd(c),
+		newReplayCmd(c),
 		newConfigCmd(c),
 		newVersionCmd(c),
 	)
