@@ -131,6 +131,12 @@ func TestValidate(t *testing.T) {
 			want: []string{"must be at least"},
 		},
 		{
+			name:   "prune interval below a second",
+			mutate: func(c *Config) { c.Dedupe.PruneInterval = 10 * time.Millisecond },
+			key:    "dedupe.prune_interval",
+			want:   []string{`"10ms"`, "must be between 1s and 24h", "EFFECTIVELY_DEDUPE_PRUNE_INTERVAL"},
+		},
+		{
 			name:   "revoke must end inside the rebalance timeout",
 			mutate: func(c *Config) { c.Consumer.RevokeTimeout = time.Minute },
 			key:    "consumer.revoke_timeout",

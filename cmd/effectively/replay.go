@@ -23,10 +23,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/term"
 
-	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/dedupe"
-	"github.com/effectively-io/effectively/handlers"
-	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/replay"
 )
 
@@ -389,30 +386,6 @@ func (r *replayer) bounded(ctx context.Context, f *replayFlags, from replay.From
 		printBoundedReport(r.c.stdout, rep)
 	}
 	return err
-}
-
-// newApplier builds the worker's pipeline for cfg's topics: their decoders,
-// the reference handlers, the parking bounds. It refuses a changed key
-// strategy as the worker does.
-func newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log *zap.Logger, metrics *pipeline.Metrics) (*pipeline.Applier, error) {
-	decoders, err := newDecoders(cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	strategies := make(map[string]string, len(cfg.Kafka.Topics))
-	for _, t := range cfg.Kafka.Topics {
-		strategies[t] = cfg.TopicSettings(t).KeyStrategy
-	}
-	if err := dedupe.RecordStrategies(ctx, pool, strategies); err != nil {
-		return nil, err
-	}
-	return pipeline.NewApplier(pool, pipeline.Options{
-		Decoders: decoders,
-		Handlers: handlers.ReferenceWith(referenceOptions(cfg)),
-		Logger:   log.Named("pipeline"),
-		Metrics:  metrics,
-		Parking:  handlers.ParkingLimits{MaxPerResource: cfg.Parking.MaxPerResource},
-	}), nil
 }
 
 func (r *replayer) printBoundedPlan(ctx context.Context, f *replayFlags, plan replay.Plan, from, to map[int32]int64, total int64) error {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -75,24 +76,10 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	}
 	defer pool.Close()
 
-	decoders, err := newDecoders(cfg, log)
+	applier, err := newApplier(ctx, cfg, pool, log, pipeline.NewMetrics(reg))
 	if err != nil {
 		return err
 	}
-	strategies := make(map[string]string, len(cfg.Kafka.Topics))
-	for _, t := range cfg.Kafka.Topics {
-		strategies[t] = cfg.TopicSettings(t).KeyStrategy
-	}
-	if err := dedupe.RecordStrategies(ctx, pool, strategies); err != nil {
-		return err
-	}
-	applier := pipeline.NewApplier(pool, pipeline.Options{
-		Decoders: decoders,
-		Handlers: handlers.ReferenceWith(referenceOptions(cfg)),
-		Logger:   log.Named("pipeline"),
-		Metrics:  pipeline.NewMetrics(reg),
-		Parking:  handlers.ParkingLimits{MaxPerResource: cfg.Parking.MaxPerResource},
-	})
 	cons, err := consumer.New(consumerOptions(cfg, log, consumer.NewMetrics(reg), kmetrics), applier)
 	if err != nil {
 		return err
@@ -145,9 +132,14 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 		cons.Close()
 		return err
 	}
+	pruner, err := newPruner(pool, cfg, log, prunedRowsMetric(reg))
+	if err != nil {
+		cons.Close()
+		return err
+	}
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	background := []func(context.Context) error{sweeper.Run, relay.Run}
+	background := []func(context.Context) error{sweeper.Run, relay.Run, pruner.Run}
 	if cfg.Effects.CRM.URL != "" || cfg.Effects.Mail.URL != "" {
 		// Side effects leave through the outbox: intents were recorded with
 		// their effects; the dispatcher delivers them.
@@ -262,4 +254,28 @@ func consumerOptions(cfg config.Config, log *zap.Logger, m *consumer.Metrics, km
 		Metrics:                m,
 		Hooks:                  []kgo.Hook{kmetrics},
 	}
+}
+
+// newApplier builds the worker's pipeline for cfg's topics: their decoders,
+// the reference handlers, the parking bounds. It refuses a changed key
+// strategy as the worker does.
+func newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log *zap.Logger, metrics *pipeline.Metrics) (*pipeline.Applier, error) {
+	decoders, err := newDecoders(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	strategies := make(map[string]string, len(cfg.Kafka.Topics))
+	for _, t := range cfg.Kafka.Topics {
+		strategies[t] = cfg.TopicSettings(t).KeyStrategy
+	}
+	if err := dedupe.RecordStrategies(ctx, pool, strategies); err != nil {
+		return nil, err
+	}
+	return pipeline.NewApplier(pool, pipeline.Options{
+		Decoders: decoders,
+		Handlers: handlers.ReferenceWith(referenceOptions(cfg)),
+		Logger:   log.Named("pipeline"),
+		Metrics:  metrics,
+		Parking:  handlers.ParkingLimits{MaxPerResource: cfg.Parking.MaxPerResource},
+	}), nil
 }

@@ -9,6 +9,8 @@
 //   - B3 naive worker: the real binary with one record per transaction, on
 //     the first naive-events records of the same topic.
 //   - E: the real binary with its defaults.
+//   - replay: after a first pass of E on a schema of its own, `effectively
+//     replay --replay-group` over the same range (every record a duplicate).
 //
 // The runs alternate (B1, B2, B3, E, B1, …) so that a noisy neighbour hurts
 // every kind alike; medians are compared. Then, with a caught-up worker, a
@@ -48,6 +50,7 @@ type options struct {
 	seed            uint64
 	bin             string
 	skip            map[string]bool
+	pruneClaims     int // -prune-claims: the pruning measurement (prune.go), off when 0
 }
 
 // kinds are the measurements, in the order a round runs them.
@@ -67,7 +70,8 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.latencyWarmup, "latency-warmup", 2*time.Second, "paced warm-up before the latency run (not counted)")
 	fs.Uint64Var(&o.seed, "seed", 20260101, "workload seed")
 	fs.StringVar(&o.bin, "bin", "bin/effectively", "the worker binary (make bench builds it)")
-	fs.StringVar(&skip, "skip", "", "comma-separated measurements to skip: B1,B2,B3,E,latency")
+	fs.IntVar(&o.pruneClaims, "prune-claims", 0, "also measure the worker's throughput while the pruner deletes this many expired claims, in -runs pairs of runs without and with it (e.g. 5000000; 0: off)")
+	fs.StringVar(&skip, "skip", "", "comma-separated measurements to skip: B1,B2,B3,E,latency,replay")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -81,11 +85,11 @@ func parseFlags(args []string) (options, error) {
 			continue
 		}
 		k := strings.ToUpper(s)
-		if k == "LATENCY" {
-			k = "latency"
+		if k == "LATENCY" || k == "REPLAY" {
+			k = strings.ToLower(k)
 		}
-		if !slices.Contains(kinds, k) && k != "latency" {
-			return o, fmt.Errorf("-skip %q: want a comma list of B1, B2, B3, E, latency", s)
+		if !slices.Contains(kinds, k) && k != "latency" && k != "replay" {
+			return o, fmt.Errorf("-skip %q: want a comma list of B1, B2, B3, E, latency, replay", s)
 		}
 		o.skip[k] = true
 	}
@@ -135,5 +139,12 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	rep.print(os.Stdout)
+	if opts.pruneClaims > 0 {
+		pr, err := b.runPrune(ctx, opts.pruneClaims)
+		if err != nil {
+			return err
+		}
+		printPrune(os.Stdout, pr)
+	}
 	return nil
 }

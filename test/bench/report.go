@@ -44,6 +44,7 @@ type report struct {
 	latency        *latencyResult
 	warnings       []string
 	latencySkipped string
+	replay         *replayResult
 }
 
 func (r *report) warn(format string, args ...any) {
@@ -66,7 +67,7 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 			todo = append(todo, k)
 		}
 	}
-	if len(todo) > 0 {
+	if len(todo) > 0 || !b.opts.skip["replay"] {
 		if err := b.produceMain(ctx); err != nil {
 			return nil, err
 		}
@@ -92,6 +93,23 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 		}
 	}
 	data = nil // let the collector have it before the latency run
+
+	if !b.opts.skip["replay"] {
+		progress("bounded replay")
+		res, err := b.runReplay(ctx)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		switch {
+		case err != nil:
+			rep.warn("bounded replay failed: %v", err)
+		case res.dispositions["applied"] != 0:
+			rep.warn("bounded replay applied %d events anew over an applied topic (want 0)", res.dispositions["applied"])
+			fallthrough
+		default:
+			rep.replay = &res
+		}
+	}
 
 	if b.opts.skip["latency"] {
 		rep.latencySkipped = "skipped"
@@ -301,6 +319,9 @@ func (r *report) print(out io.Writer) {
 		fmt.Fprintf(w, "worker peak RSS (VmHWM, max over E runs)\t-\n")
 	}
 	w.Flush()
+
+	fmt.Fprintln(out)
+	r.printReplay(out)
 
 	fmt.Fprintln(out)
 	switch l := r.latency; {

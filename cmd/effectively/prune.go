@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/dedupe"
+)
+
+func newPruneCmd(c *cli) *cobra.Command {
+	var dryRun, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "prune",
+		Short: "Delete once what has outlived its retention (expired claims, published dead letters, finished outbox intents, resolved parked events)",
+		Long: `prune runs one pass of the pruner that 'effectively run' runs every
+dedupe.prune_interval: it deletes claims older than dedupe.retention (except
+those of events still parked), published dead letters last seen before then,
+resolved parked events, and sent or suppressed outbox intents older than
+outbox.retention. It deletes in batches of 5,000 rows, each a short
+transaction, oldest first, and records the watermarks 'effectively audit'
+uses to tell a pruned claim from a missing one. --dry-run only counts.
+
+While a worker's pruner is in the middle of a pass, prune waits for it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if err := checkSchema(ctx, c.cfg.Postgres.URL); err != nil {
+				return err
+			}
+			pool, err := openPool(ctx, c.cfg.Postgres, 1)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			res, err := prune(ctx, c, pool, dryRun)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(res)
+			}
+			return printPrune(c, res)
+		},
+	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted; delete nothing")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// prune runs one pass (or counts, dry), waiting while another pruner holds
+// the lock.
+func prune(ctx context.Context, c *cli, pool *pgxpool.Pool, dry bool) (dedupe.PruneResult, error) {
+	p, err := newPruner(pool, c.cfg, c.log, nil)
+	if err != nil {
+		return dedupe.PruneResult{}, err
+	}
+	if dry {
+		return p.Expired(ctx)
+	}
+	waiting := false
+	for {
+		res, err := p.Prune(ctx)
+		if !errors.Is(err, dedupe.ErrPrunerBusy) {
+			return res, err
+		}
+		if !waiting {
+			waiting = true
+			fmt.Fprintln(c.stderr, "prune: another pruner is in the middle of a pass (a worker's background pruner?); waiting for it to finish")
+		}
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("%w; gave up waiting: %w", dedupe.ErrPrunerBusy, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func printPrune(c *cli, res dedupe.PruneResult) error {
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	rowsHeader := "ROWS DELETED"
+	if res.DryRun {
+		rowsHeader = "ROWS TO DELETE"
+	}
+	fmt.Fprintf(tw, "TABLE\tOLDER THAN\t%s\tBATCHES\tTOOK\n", rowsHeader)
+	for _, t := range res.Tables {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", t.Table, t.Before.UTC().Format(time.RFC3339), t.Rows, t.Batches, t.Took.Round(time.Millisecond))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if res.DryRun {
+		fmt.Fprintf(c.stdout, "dry run: %d rows would be deleted (counted in %s); nothing was deleted\n", res.Rows(), res.Took.Round(time.Millisecond))
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "pruned %d rows in %s\n", res.Rows(), res.Took.Round(time.Millisecond))
+	return nil
+}
+
+// newPruner configures the pruner from dedupe.* and outbox.retention.
+func newPruner(pool *pgxpool.Pool, cfg config.Config, log *zap.Logger, pruned func(table string, rows int64)) (*dedupe.Pruner, error) {
+	return dedupe.NewPruner(pool, dedupe.PrunerOptions{
+		Retention:       cfg.Dedupe.Retention,
+		OutboxRetention: cfg.Outbox.Retention,
+		Interval:        cfg.Dedupe.PruneInterval,
+		Logger:          log.Named("pruner"),
+		PrunedFunc:      pruned,
+	})
+}
+
+// prunedRowsMetric registers effectively_pruned_rows_total{table} and
+// returns the pruner's PrunedFunc that counts into it.
+func prunedRowsMetric(reg prometheus.Registerer) func(table string, rows int64) {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "effectively_pruned_rows_total",
+		Help: "Rows the retention pruner deleted, by table (processed_events, dead_letters, outbox, parked_events).",
+	}, []string{"table"})
+	for _, t := range dedupe.PrunedTables {
+		c.WithLabelValues(t) // export zeros from the start
+	}
+	reg.MustRegister(c)
+	return func(table string, rows int64) { c.WithLabelValues(table).Add(float64(rows)) }
+}

@@ -1,0 +1,142 @@
+package dedupe_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/test/pgtest"
+)
+
+// seedExpired fills every pruned table with rows on both sides of the
+// retention (and rows that must stay whatever their age).
+func seedExpired(t *testing.T, db pgtest.DB) {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range []string{
+		// 10 old claims on t/0 at offsets 0..9 and t/1 at 100..109 (one of
+		// them still parked), 5 recent ones.
+		`INSERT INTO processed_events (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", claimed_at)
+		 SELECT 'old-' || p || '-' || i, 'cloudevents', decode(repeat('00', 32), 'hex'), 'account.opened', 'a', 'applied', 'g', 't', p, p * 100 + i, now() - interval '30 days' + i * interval '1 second'
+		 FROM generate_series(0, 1) p, generate_series(0, 9) i`,
+		`UPDATE processed_events SET disposition = 'parked' WHERE event_key = 'old-1-9'`,
+		`INSERT INTO processed_events (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", claimed_at)
+		 SELECT 'new-' || i, 'cloudevents', decode(repeat('00', 32), 'hex'), 'account.opened', 'a', 'applied', 'g', 't', 0, 1000 + i, now() - interval '1 day'
+		 FROM generate_series(1, 5) i`,
+		// Dead letters: old published (goes, offset 500 on t/2), old
+		// unpublished (stays), new published (stays).
+		`INSERT INTO dead_letters (consumer_group, topic, "partition", "offset", reason, error, last_seen_at, published_at) VALUES
+		 ('g', 't', 2, 500, 'not_json', 'x', now() - interval '30 days', now() - interval '30 days'),
+		 ('g', 't', 2, 501, 'not_json', 'x', now() - interval '30 days', NULL),
+		 ('g', 't', 2, 502, 'not_json', 'x', now() - interval '1 day', now() - interval '1 day')`,
+		// Outbox: old sent and suppressed go; old pending and recent sent stay.
+		`INSERT INTO outbox (event_key, operation, resource, method, target, request, idempotency_key, idempotent, state, updated_at)
+		 SELECT 'k' || i, 'crm.upsert_contact', 'a', 'PUT', 'http://x', '{}', 'ik' || i, true, s, u
+		 FROM (VALUES (1, 'sent', now() - interval '30 days'), (2, 'suppressed', now() - interval '30 days'),
+		              (3, 'pending', now() - interval '30 days'), (4, 'sent', now() - interval '1 day')) v(i, s, u)`,
+		// Parked events: old released and old dead-lettered (no resolved_at,
+		// as the pipeline leaves it) go; old still parked stays.
+		`INSERT INTO parked_events (event_key, consumer_group, topic, "partition", "offset", resource, event_type, event, state, parked_at, resolved_at) VALUES
+		 ('p1', 'g', 't', 0, 1, 'a', 'ledger.credited', '{}', 'released', now() - interval '31 days', now() - interval '30 days'),
+		 ('p2', 'g', 't', 0, 2, 'a', 'ledger.credited', '{}', 'dead_lettered', now() - interval '30 days', NULL),
+		 ('p3', 'g', 't', 0, 3, 'a', 'ledger.credited', '{}', 'parked', now() - interval '30 days', NULL)`,
+	} {
+		_, err := db.Pool.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+}
+
+func TestPrunerDeletesOnlyExpiredRowsAndKeepsWatermarks(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	seedExpired(t, db)
+
+	pruned := map[string]int64{}
+	p, err := dedupe.NewPruner(db.Pool, dedupe.PrunerOptions{
+		Retention: 14 * 24 * time.Hour, OutboxRetention: 14 * 24 * time.Hour,
+		BatchSize: 3, Pause: time.Millisecond,
+		PrunedFunc: func(table string, n int64) { pruned[table] += n },
+	})
+	require.NoError(t, err)
+
+	dry, err := p.Expired(ctx)
+	require.NoError(t, err)
+	want := map[string]int64{"processed_events": 19, "dead_letters": 1, "outbox": 2, "parked_events": 2}
+	got := map[string]int64{}
+	for _, tp := range dry.Tables {
+		got[tp.Table] = tp.Rows
+	}
+	require.Equal(t, want, got)
+	require.Equal(t, int64(25+3+4+3), db.Count(t, `SELECT (SELECT count(*) FROM processed_events) + (SELECT count(*) FROM dead_letters) + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM parked_events)`),
+		"a dry run deletes nothing")
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM prune_watermarks`))
+
+	res, err := p.Prune(ctx)
+	require.NoError(t, err)
+	got = map[string]int64{}
+	for _, tp := range res.Tables {
+		got[tp.Table] = tp.Rows
+	}
+	require.Equal(t, want, got)
+	require.Equal(t, want, pruned)
+	require.Equal(t, 7, res.Tables[0].Batches, "19 claims in batches of 3: six full batches and a short one")
+
+	// What stays: the recent claims and the parked one; the unpublished and
+	// the recent dead letter; the pending and recent outbox rows; the parked event.
+	require.Equal(t, int64(6), db.Count(t, `SELECT count(*) FROM processed_events`))
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM processed_events WHERE event_key = 'old-1-9'`))
+	require.Equal(t, int64(2), db.Count(t, `SELECT count(*) FROM dead_letters WHERE "offset" IN (501, 502)`))
+	require.Equal(t, int64(2), db.Count(t, `SELECT count(*) FROM outbox WHERE event_key IN ('k3', 'k4')`))
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM parked_events WHERE event_key = 'p3'`))
+
+	offsets, err := dedupe.PrunedOffsets(ctx, db.Pool, "t")
+	require.NoError(t, err)
+	require.Equal(t, map[int32]int64{0: 9, 1: 108, 2: 500}, offsets, "the highest pruned origin per partition")
+	marks, err := dedupe.Watermarks(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Len(t, marks, 4)
+	require.WithinDuration(t, time.Now().Add(-14*24*time.Hour), marks["processed_events"], time.Minute)
+	require.Equal(t, int64(19), db.Count(t, `SELECT rows_pruned FROM prune_watermarks WHERE table_name = 'processed_events'`))
+
+	// A second pass finds nothing; the counters do not move.
+	res, err = p.Prune(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Rows())
+	require.Equal(t, int64(19), db.Count(t, `SELECT rows_pruned FROM prune_watermarks WHERE table_name = 'processed_events'`))
+}
+
+// Only one pruner works on a schema at a time: a pass finding the lock
+// taken returns ErrPrunerBusy and deletes nothing.
+func TestPrunerSkipsWhileAnotherHoldsTheLock(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	seedExpired(t, db)
+	p, err := dedupe.NewPruner(db.Pool, dedupe.PrunerOptions{Retention: 14 * 24 * time.Hour, OutboxRetention: time.Hour})
+	require.NoError(t, err)
+
+	// A pass that pauses between batches of one row holds the lock for a
+	// while; pruners that try meanwhile are refused.
+	other, err := dedupe.NewPruner(db.Pool, dedupe.PrunerOptions{Retention: 14 * 24 * time.Hour, OutboxRetention: time.Hour})
+	require.NoError(t, err)
+	slow, err := dedupe.NewPruner(db.Pool, dedupe.PrunerOptions{Retention: 14 * 24 * time.Hour, OutboxRetention: time.Hour, BatchSize: 1, Pause: 200 * time.Millisecond})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { _, err := slow.Prune(ctx); done <- err }()
+	require.Eventually(t, func() bool {
+		return db.Count(t, `SELECT count(*) FROM prune_watermarks`) > 0
+	}, 30*time.Second, 10*time.Millisecond, "the slow pass started")
+	_, err = other.Prune(ctx)
+	require.ErrorIs(t, err, dedupe.ErrPrunerBusy)
+	_, err = p.Prune(ctx)
+	require.ErrorIs(t, err, dedupe.ErrPrunerBusy)
+	require.NoError(t, <-done)
+	// Once the pass is over the lock is free again.
+	res, err := other.Prune(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Rows())
+}
