@@ -434,12 +434,15 @@ func TestChaos(t *testing.T) {
 	// The producer, paced, runs beside the faults.
 	produced := make(chan error, 1)
 	go func() {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordRetries(1<<30))
+		newProducer := func() (*kgo.Client, error) {
+			return kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordRetries(1<<30))
+		}
+		cl, err := newProducer()
 		if err != nil {
 			produced <- err
 			return
 		}
-		defer cl.Close()
+		defer func() { cl.Close() }()
 		const chunk = 100
 		tick := time.Duration(float64(time.Second) * chunk / float64(p.rate))
 		for i := 0; i < len(stream.records); i += chunk {
@@ -449,9 +452,10 @@ func TestChaos(t *testing.T) {
 			// after a request is not retried by the client): send the failed
 			// ones again until they land. One that landed after all is in
 			// the log twice — a duplicate, which is what the worker is for.
+			var lastErr error
 			for attempt := 0; len(pending) > 0; attempt++ {
-				if attempt == 200 {
-					produced <- fmt.Errorf("producing records from %d: %d still failing", i, len(pending))
+				if attempt == 120 {
+					produced <- fmt.Errorf("producing records from %d: %d still failing: %w", i, len(pending), lastErr)
 					return
 				}
 				for _, r := range pending {
@@ -463,11 +467,18 @@ func TestChaos(t *testing.T) {
 				var failed []*kgo.Record
 				for _, res := range results {
 					if res.Err != nil {
-						failed = append(failed, res.Record)
+						failed, lastErr = append(failed, res.Record), res.Err
 					}
 				}
 				if len(failed) > 0 {
-					time.Sleep(500 * time.Millisecond)
+					// A fresh client: the failed one's idempotent producer
+					// state may refuse every later attempt.
+					cl.Close()
+					time.Sleep(time.Second)
+					if cl, err = newProducer(); err != nil {
+						produced <- err
+						return
+					}
 				}
 				pending = failed
 			}
