@@ -516,7 +516,9 @@ func TestChaos(t *testing.T) {
 	began := time.Now()
 	for _, action := range plan {
 		time.Sleep(p.interval)
-		i := rng.IntN(p.workers)
+		// Faults land on workers that wait for no crash point, so an armed
+		// one lives until its point comes.
+		i := f.unarmed(rng, rng.IntN(p.workers))
 		switch {
 		case action == "kill":
 			f.signal(f.unarmed(rng, i), syscall.SIGKILL)
