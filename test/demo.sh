@@ -72,5 +72,11 @@ curl -fsS "http://$EFFECTIVELY_HTTP_ADDR/metrics" | grep -E '^effectively_events
 echo "readyz: $(curl -sS "http://$EFFECTIVELY_HTTP_ADDR/readyz")"
 kill -TERM "$worker"
 wait "$worker"
+
+step "audit: every record of the topic accounted for (applied, stale, duplicate, dead-lettered)"
+$bin audit --topic demo
+
+step "replay the whole topic under a group of its own: every record a duplicate, nothing applied"
+EFFECTIVELY_LOG_LEVEL=warn $bin replay --topic demo --replay-group demo-replay --from-start
 echo
 echo "demo: done. The stack keeps running (schema 'demo', topic 'demo'); stop it with: make stack-down"
