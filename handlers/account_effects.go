@@ -66,8 +66,7 @@ func (h *accountHandler) intents(ev Event, s AccountState) []outbox.Intent {
 	// Older than the outbox's retention, the event's intents may have been
 	// pruned: recording them again would fire them again. Unless asked to,
 	// they are recorded as suppressed (listed, never sent).
-	suppressed := h.opts.OutboxRetention > 0 && !h.opts.ResendExpired && !ev.RecordTime.IsZero() &&
-		h.opts.Now().Sub(ev.RecordTime) > h.opts.OutboxRetention
+	suppressed := h.opts.Expiry.Suppress(ev.RecordTime)
 	if u := h.opts.CRMURL; u != "" {
 		body, _ := json.Marshal(contact{ID: ev.Subject, Version: ev.Version, Name: s.Name, Email: s.Email, Plan: s.Plan}) // strings and an integer: cannot fail
 		out = append(out, outbox.Intent{

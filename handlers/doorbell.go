@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/outbox"
 )
 
 // TypeAccountRefreshed is the doorbell: "account X changed", no state.
@@ -44,15 +45,10 @@ type ReferenceOptions struct {
 	// account.opened records an intent to POST a welcome mail to it. Empty:
 	// no welcome mail.
 	MailURL string
-	// OutboxRetention (outbox.retention): the side effects of an event whose
-	// record is older than this are recorded as suppressed, not sent — a
-	// replay of history whose intents may have been pruned must not fire
-	// them again. Zero: never suppressed.
-	OutboxRetention time.Duration
-	// ResendExpired (outbox.resend_expired) sends them anyway.
-	ResendExpired bool
-	// Now is the clock suppression is judged by; nil is time.Now.
-	Now func() time.Time
+	// Expiry (outbox.retention, outbox.resend_expired): the side effects of
+	// an event whose record is older than the retention are recorded as
+	// suppressed, not sent.
+	Expiry outbox.Expiry
 }
 
 // ReferenceWith returns the reference domain's handlers, doorbell included.
@@ -63,9 +59,6 @@ func ReferenceWith(opts ReferenceOptions) Registry {
 	}
 	r[TypeAccountRefreshed] = &doorbell{opts: opts}
 	if opts.CRMURL != "" || opts.MailURL != "" {
-		if opts.Now == nil {
-			opts.Now = time.Now
-		}
 		acct := &accountHandler{opts: opts}
 		r[TypeAccountOpened] = acct
 		r[TypeAccountUpdated] = acct

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"time"
 )
 
 // State is an intent's state (not an event disposition).
@@ -52,6 +53,33 @@ type Intent struct {
 	// Suppressed records the intent as suppressed: listed, never sent (a
 	// replay of events older than the outbox retention).
 	Suppressed bool
+}
+
+// Expiry decides which intents a replay of old history records as
+// suppressed: an event whose record is older than Retention (outbox.retention)
+// may have had its intents pruned already, so recording them again would
+// fire them again. ResendExpired (outbox.resend_expired) sends them anyway.
+// Every handler that records intents asks it, so the policy lives in one
+// place.
+type Expiry struct {
+	Retention     time.Duration
+	ResendExpired bool
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// Suppress reports whether the intents of an event whose record has
+// timestamp recorded are recorded as suppressed. A zero timestamp (the
+// broker gave none) or a zero Retention never suppresses.
+func (x Expiry) Suppress(recorded time.Time) bool {
+	if x.Retention <= 0 || x.ResendExpired || recorded.IsZero() {
+		return false
+	}
+	now := time.Now
+	if x.Now != nil {
+		now = x.Now
+	}
+	return now().Sub(recorded) > x.Retention
 }
 
 // IdempotencyKey derives the key of the call (eventKey, operation): the

@@ -60,7 +60,7 @@ func TestOldEventsRecordSuppressedIntents(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	opts := handlers.ReferenceOptions{CRMURL: "http://crm.test/", MailURL: "http://mail.test/send",
-		OutboxRetention: 7 * 24 * time.Hour, Now: func() time.Time { return now }}
+		Expiry: outbox.Expiry{Retention: 7 * 24 * time.Hour, Now: func() time.Time { return now }}}
 	at := func(r *kgo.Record, age time.Duration) *kgo.Record { r.Timestamp = now.Add(-age); return r }
 
 	b := setupOutboxWith(t, opts)
@@ -69,7 +69,7 @@ func TestOldEventsRecordSuppressedIntents(t *testing.T) {
 	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN processed_events p USING (event_key) WHERE p.subject = 'a2' AND o.state = 'pending'`))
 	require.Equal(t, int64(1), b.version(t, "a1"), "the effect itself is applied; only its side effects are suppressed")
 
-	opts.ResendExpired = true
+	opts.Expiry.ResendExpired = true
 	b = setupOutboxWith(t, opts)
 	b.apply(t, 0, at(acct("o1", "account.opened", "a1", 1, "old"), 8*24*time.Hour))
 	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox WHERE state = 'pending'`))

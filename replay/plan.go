@@ -110,22 +110,11 @@ type Plan struct {
 	Records int64 `json:"records"`
 }
 
-// Rewinds returns the partitions the plan moves back.
-func (p Plan) Rewinds() []PartitionPlan {
+// WithAction returns the partitions the plan gives action a.
+func (p Plan) WithAction(a string) []PartitionPlan {
 	var out []PartitionPlan
 	for _, pp := range p.Partitions {
-		if pp.Action == ActionRewind {
-			out = append(out, pp)
-		}
-	}
-	return out
-}
-
-// Ahead returns the partitions whose target is past their position.
-func (p Plan) Ahead() []PartitionPlan {
-	var out []PartitionPlan
-	for _, pp := range p.Partitions {
-		if pp.Action == ActionAhead {
+		if pp.Action == a {
 			out = append(out, pp)
 		}
 	}

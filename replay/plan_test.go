@@ -43,8 +43,8 @@ func TestPlanTargetsSkipsAhead(t *testing.T) {
 		{Partition: 2, TargetOffset: 3, Action: ActionUnchanged},
 	}}
 	require.Equal(t, "0:5,2:3", p.Targets())
-	require.Len(t, p.Rewinds(), 1)
-	require.Len(t, p.Ahead(), 1)
+	require.Len(t, p.WithAction(ActionRewind), 1)
+	require.Len(t, p.WithAction(ActionAhead), 1)
 }
 
 func TestKafkaCommitErrorSaysPostgresHoldsThePosition(t *testing.T) {

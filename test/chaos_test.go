@@ -23,6 +23,7 @@ import (
 
 	"github.com/effectively-io/effectively/crashpoint"
 	"github.com/effectively-io/effectively/test/cetest"
+	"github.com/effectively-io/effectively/test/kafkatest"
 	"github.com/effectively-io/effectively/test/pgtest"
 	"github.com/effectively-io/effectively/workload"
 )
@@ -728,24 +729,12 @@ type logCount struct{ records, poison int64 }
 // given the total of) and counts the records and the marked poison.
 func readLog(t *testing.T, brokers []string, topic string, total int64) logCount {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	require.NoError(t, err)
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	var c logCount
-	for c.records < total {
-		fs := cl.PollFetches(ctx)
-		require.NoError(t, ctx.Err(), "read %d of %d records back", c.records, total)
-		fs.EachRecord(func(r *kgo.Record) {
-			c.records++
-			for _, h := range r.Headers {
-				if h.Key == poisonHeader {
-					c.poison++
-				}
-			}
-		})
+	for _, r := range kafkatest.ReadCommittedFrom(t, brokers, topic, int(total), 3*time.Minute) {
+		c.records++
+		if slices.ContainsFunc(r.Headers, func(h kgo.RecordHeader) bool { return h.Key == poisonHeader }) {
+			c.poison++
+		}
 	}
 	return c
 }

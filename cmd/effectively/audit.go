@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/effectively-io/effectively/audit"
@@ -67,19 +69,14 @@ settings), so keys are derived exactly as the worker derives them.`,
 				return err
 			}
 
-			ctx := cmd.Context()
-			if err := checkSchema(ctx, c.cfg.Postgres.URL); err != nil {
+			var rep audit.Report
+			err = c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) (err error) {
+				rep, err = audit.Run(ctx, pool, audit.Options{
+					Brokers: c.cfg.Kafka.Brokers, Topic: topic, Group: group,
+					From: fromT, To: toT, Decoder: decoders[topic], MaxListed: maxListed,
+					Logger: c.log.Named("audit"),
+				})
 				return err
-			}
-			pool, err := openPool(ctx, c.cfg.Postgres, 1)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			rep, err := audit.Run(ctx, pool, audit.Options{
-				Brokers: c.cfg.Kafka.Brokers, Topic: topic, Group: group,
-				From: fromT, To: toT, Decoder: decoders[topic], MaxListed: maxListed,
-				Logger: c.log.Named("audit"),
 			})
 			if err != nil {
 				return err

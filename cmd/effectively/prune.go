@@ -32,23 +32,16 @@ uses to tell a pruned claim from a missing one. --dry-run only counts.
 While a worker's pruner is in the middle of a pass, prune waits for it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if err := checkSchema(ctx, c.cfg.Postgres.URL); err != nil {
-				return err
-			}
-			pool, err := openPool(ctx, c.cfg.Postgres, 1)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			res, err := prune(ctx, c, pool, dryRun)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return c.printJSON(res)
-			}
-			return printPrune(c, res)
+			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+				res, err := prune(ctx, c, pool, dryRun)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return c.printJSON(res)
+				}
+				return printPrune(c, res)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted; delete nothing")

@@ -202,7 +202,7 @@ func (r *replayer) rewind(ctx context.Context, f *replayFlags, from replay.From)
 		return err
 	}
 	var refused error
-	if ahead := plan.Ahead(); len(ahead) > 0 && from.Offsets != nil {
+	if ahead := plan.WithAction(replay.ActionAhead); len(ahead) > 0 && from.Offsets != nil {
 		parts := make([]string, len(ahead))
 		for i, pp := range ahead {
 			parts[i] = fmt.Sprintf("partition %d: target %d > current %d", pp.Partition, pp.TargetOffset, pp.CurrentOffset)
@@ -320,7 +320,7 @@ func (r *replayer) bounded(ctx context.Context, f *replayFlags, from replay.From
 	if err != nil {
 		return err
 	}
-	if ahead := plan.Ahead(); mainGroup && len(ahead) > 0 {
+	if ahead := plan.WithAction(replay.ActionAhead); mainGroup && len(ahead) > 0 {
 		return usageError{fmt.Errorf("--replay-group %s is the workers' group (kafka.group) and the start is past its position on %d partition(s): that would skip records; fix: use a replay group of its own", name, len(ahead))}
 	}
 	b, err := r.planner.Bounds(ctx, f.topic)

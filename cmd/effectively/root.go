@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -51,8 +50,10 @@ type cli struct {
 
 // withPool runs fn with a small pool on postgres.url, for operator commands.
 func (c *cli) withPool(cmd *cobra.Command, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
-	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
-	defer cancel()
+	ctx := cmd.Context()
+	if err := checkSchema(ctx, c.cfg.Postgres.URL); err != nil {
+		return err
+	}
 	pool, err := openPool(ctx, c.cfg.Postgres, 1)
 	if err != nil {
 		return err

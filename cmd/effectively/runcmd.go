@@ -180,8 +180,7 @@ func referenceOptions(cfg config.Config) handlers.ReferenceOptions {
 		CRMURL:      cfg.Effects.CRM.URL,
 		MailURL:     cfg.Effects.Mail.URL,
 
-		OutboxRetention: cfg.Outbox.Retention,
-		ResendExpired:   cfg.Outbox.ResendExpired,
+		Expiry: outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired},
 	}
 }
 

@@ -100,7 +100,13 @@ func DeleteOnCleanup(t testing.TB, topics ...string) {
 // until it has n records, failing the test after guard.
 func ReadCommitted(t testing.TB, topic string, n int, guard time.Duration) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(Brokers(t)...), kgo.ConsumeTopics(topic),
+	return ReadCommittedFrom(t, Brokers(t), topic, n, guard)
+}
+
+// ReadCommittedFrom is ReadCommitted on the given brokers (a test's own).
+func ReadCommittedFrom(t testing.TB, brokers []string, topic string, n int, guard time.Duration) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(500*time.Millisecond))
 	if err != nil {
