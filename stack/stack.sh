@@ -136,7 +136,7 @@ kafka_libs() {
   command -v java >/dev/null 2>&1 || die "java not found: the Kafka broker needs a JDK 17+"
   log "resolving Apache Kafka $kafka_version jars from Maven Central into $KAFKA_LIBS (cached in ~/.m2)"
   rm -rf "$KAFKA_LIBS.tmp"
-  mvn -B -q -f "$here/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+  mvn -B -q -Dstyle.color=never -f "$here/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
     -DoutputDirectory="$KAFKA_LIBS.tmp" >&2 || die "maven could not resolve the Kafka jars (see output above)"
   local jar
   for jar in log4j-slf4j-impl kafka-server scala-library kafka_2.13; do
