@@ -37,8 +37,9 @@ type AccountState struct {
 	Plan  string `json:"plan"`
 }
 
-// ReasonInvalidPayload: the data does not fit the event type (a missing or
-// mistyped field, an amount that is not a positive integer, a bad currency).
+// ReasonInvalidPayload: the data does not fit the event type (not an object,
+// a missing or mistyped field). Amounts and currencies have reasons of their
+// own.
 const ReasonInvalidPayload Reason = "invalid_payload"
 
 // ReasonMissingVersion: an absolute-state event without resourceversion.

@@ -32,23 +32,23 @@ func ParseLedger(ev Event) (LedgerEntry, error) {
 		return LedgerEntry{}, invalidPayload("%s data lacks amount_cents", ev.Type)
 	}
 	if c := raw.AmountCents[0]; c != '-' && (c < '0' || c > '9') {
-		return LedgerEntry{}, invalidPayload("%s data.amount_cents must be an integer, got %s", ev.Type, excerpt(string(raw.AmountCents)))
+		return LedgerEntry{}, invalidAmount("%s data.amount_cents must be an integer, got %s", ev.Type, excerpt(string(raw.AmountCents)))
 	}
 	var amount json.Number
 	dec := json.NewDecoder(bytes.NewReader(raw.AmountCents))
 	dec.UseNumber()
 	if err := dec.Decode(&amount); err != nil {
-		return LedgerEntry{}, invalidPayload("%s data.amount_cents must be an integer, got %s", ev.Type, excerpt(string(raw.AmountCents)))
+		return LedgerEntry{}, invalidAmount("%s data.amount_cents must be an integer, got %s", ev.Type, excerpt(string(raw.AmountCents)))
 	}
 	n, err := amount.Int64()
 	if err != nil {
 		if !isIntegerLiteral(amount.String()) {
-			return LedgerEntry{}, invalidPayload("%s data.amount_cents must be an integer, got %s", ev.Type, excerpt(amount.String()))
+			return LedgerEntry{}, invalidAmount("%s data.amount_cents must be an integer, got %s", ev.Type, excerpt(amount.String()))
 		}
-		return LedgerEntry{}, invalidPayload("%s data.amount_cents %s does not fit in 64 bits", ev.Type, excerpt(amount.String()))
+		return LedgerEntry{}, invalidAmount("%s data.amount_cents %s does not fit in 64 bits", ev.Type, excerpt(amount.String()))
 	}
 	if n <= 0 {
-		return LedgerEntry{}, invalidPayload("%s data.amount_cents must be > 0, got %d", ev.Type, n)
+		return LedgerEntry{}, invalidAmount("%s data.amount_cents must be > 0, got %d", ev.Type, n)
 	}
 	var code string
 	if raw.Currency == nil || json.Unmarshal(raw.Currency, &code) != nil {
@@ -68,6 +68,14 @@ func ParseLedger(ev Event) (LedgerEntry, error) {
 
 // ReasonInvalidCurrency: a ledger event's currency is not an ISO 4217 code.
 const ReasonInvalidCurrency Reason = "invalid_currency"
+
+// ReasonInvalidAmount: a ledger event's amount_cents is not an integer > 0
+// that fits in 64 bits.
+const ReasonInvalidAmount Reason = "invalid_amount"
+
+func invalidAmount(format string, args ...any) error {
+	return PermanentWithReason(ReasonInvalidAmount, fmt.Errorf(format, args...))
+}
 
 // ledgerSQL applies a ledger entry, or parks it, in one statement, so the
 // next event of the same resource in the same pipelined batch already sees

@@ -71,13 +71,13 @@ var catalogue = []badInput{
 	{"wrong data types", "invalid_payload", func(tp, k string) *kgo.Record {
 		return envelope(tp, k, ceJSON("x9", "account.opened", k, "1", `{"name":42,"email":"n@example.com","plan":"pro"}`))
 	}},
-	{"amount zero", "invalid_payload", func(tp, k string) *kgo.Record {
+	{"amount zero", "invalid_amount", func(tp, k string) *kgo.Record {
 		return envelope(tp, k, ceJSON("x10", "ledger.credited", k, "", `{"amount_cents":0,"currency":"EUR"}`))
 	}},
-	{"amount negative", "invalid_payload", func(tp, k string) *kgo.Record {
+	{"amount negative", "invalid_amount", func(tp, k string) *kgo.Record {
 		return envelope(tp, k, ceJSON("x11", "ledger.debited", k, "", `{"amount_cents":-5,"currency":"EUR"}`))
 	}},
-	{"amount overflowing int64", "invalid_payload", func(tp, k string) *kgo.Record {
+	{"amount overflowing int64", "invalid_amount", func(tp, k string) *kgo.Record {
 		return envelope(tp, k, ceJSON("x12", "ledger.credited", k, "", `{"amount_cents":9223372036854775808,"currency":"EUR"}`))
 	}},
 	{"bad currency", "invalid_currency", func(tp, k string) *kgo.Record {
