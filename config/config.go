@@ -61,6 +61,14 @@ type Kafka struct {
 	// StartOffset is where a partition without a stored offset starts:
 	// "earliest" or "latest".
 	StartOffset string `mapstructure:"start_offset"`
+	// OffsetOutOfRange is what a partition does when its position is
+	// outside its log: "stop" (alert and apply nothing) or "log-start"
+	// (records deleted unprocessed are skipped; a recreated topic still
+	// stops).
+	OffsetOutOfRange string `mapstructure:"offset_out_of_range"`
+	// MetadataMaxAge is how often topic metadata is refreshed, and so how
+	// soon a topic's new partitions are noticed.
+	MetadataMaxAge time.Duration `mapstructure:"metadata_max_age"`
 	// SessionTimeout is how long the broker waits for heartbeats before it
 	// evicts the member.
 	SessionTimeout time.Duration `mapstructure:"session_timeout"`
@@ -237,6 +245,14 @@ const (
 	StartOffsetLatest = "latest"
 )
 
+// Policies for a position outside its partition's log.
+const (
+	// OffsetOutOfRangeStop stops the partition with an alert.
+	OffsetOutOfRangeStop = "stop"
+	// OffsetOutOfRangeLogStart skips records deleted unprocessed.
+	OffsetOutOfRangeLogStart = "log-start"
+)
+
 // Topic is the per-topic settings: how records are decoded and keyed, and
 // where dead letters go. JSON pointers (RFC 6901) select from the record's
 // JSON value; for format cloudevents they select from data.
@@ -285,6 +301,8 @@ func Default() Config {
 			Topics:                 []string{"accounts"},
 			GroupProtocol:          GroupProtocolClassic,
 			StartOffset:            StartOffsetEarliest,
+			OffsetOutOfRange:       OffsetOutOfRangeStop,
+			MetadataMaxAge:         time.Minute,
 			SessionTimeout:         45 * time.Second,
 			RebalanceTimeout:       60 * time.Second,
 			ClientID:               "effectively",

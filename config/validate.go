@@ -238,9 +238,11 @@ func (c Config) validate() []*FieldError {
 	}
 	v.oneOf("kafka.group_protocol", k.GroupProtocol, GroupProtocolClassic, GroupProtocolConsumer)
 	v.oneOf("kafka.start_offset", k.StartOffset, StartOffsetEarliest, StartOffsetLatest)
+	v.oneOf("kafka.offset_out_of_range", k.OffsetOutOfRange, OffsetOutOfRangeStop, OffsetOutOfRangeLogStart)
 	v.durationBetween("kafka.session_timeout", k.SessionTimeout, 6*time.Second, 30*time.Minute,
 		" (the broker's group.min/max.session.timeout.ms)")
 	v.durationBetween("kafka.rebalance_timeout", k.RebalanceTimeout, time.Second, 30*time.Minute, "")
+	v.durationBetween("kafka.metadata_max_age", k.MetadataMaxAge, time.Second, time.Hour, "")
 	v.required("kafka.client_id", k.ClientID)
 	if k.FetchMaxBytes <= 0 {
 		v.add("kafka.fetch_max_bytes", strconv.Itoa(int(k.FetchMaxBytes)), "must be positive", setFix("kafka.fetch_max_bytes", example("kafka.fetch_max_bytes")))

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kzap"
 	"go.uber.org/zap"
@@ -31,6 +32,17 @@ type Options struct {
 	// StartOffset is where a partition without a stored position starts:
 	// "earliest" (default) or "latest".
 	StartOffset string
+	// OffsetOutOfRange is what a partition does when its position is
+	// outside its log: "stop" (default) stops it with an alert;
+	// "log-start" resumes at the log start when the records before it were
+	// deleted unprocessed (a position past the end always stops).
+	OffsetOutOfRange string
+	// MetadataMaxAge is how often the client refreshes topic metadata, and
+	// so how soon a group notices a topic's new partitions (default 1 min).
+	MetadataMaxAge time.Duration
+	// OnPartitionCount, when set, is called (from its own goroutine) when
+	// a topic is found to have grown while the member runs.
+	OnPartitionCount func(topic string, partitions int)
 	// SessionTimeout and RebalanceTimeout are passed to the group (default
 	// 45 s and 60 s).
 	SessionTimeout   time.Duration
@@ -99,6 +111,9 @@ func (o *Options) setDefaults() {
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = 30 * time.Second
 	}
+	if o.MetadataMaxAge <= 0 {
+		o.MetadataMaxAge = time.Minute
+	}
 	if o.RetryInitial <= 0 {
 		o.RetryInitial = 100 * time.Millisecond
 	}
@@ -129,6 +144,10 @@ type Consumer struct {
 	// epochs are the reset epochs of stored positions this member has
 	// logged, so a reassignment does not log the same reset again.
 	epochs map[topicPartition]int64
+	// counts are the topics' partition counts as this member knows them;
+	// growing marks topics whose new count is being looked up.
+	counts  map[string]int
+	growing map[string]bool
 }
 
 type topicPartition struct {
@@ -152,6 +171,8 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 		hardCancel: hardCancel,
 		workers:    make(map[topicPartition]*partitionWorker),
 		epochs:     make(map[topicPartition]int64),
+		counts:     make(map[string]int),
+		growing:    make(map[string]bool),
 	}
 
 	kopts := []kgo.Opt{
@@ -173,11 +194,17 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 		// partition idle for seconds whenever the other partitions are
 		// quiet; 500 ms is the Java client's default.
 		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.MetadataMaxAge(opts.MetadataMaxAge),
+		kgo.MetadataMinAge(min(opts.MetadataMaxAge, 5*time.Second)),
 	}
+	// No automatic reset: a position outside the log comes back as an
+	// OFFSET_OUT_OF_RANGE fetch error, and [Consumer.outOfRange] decides
+	// (franz-go would silently jump to the log start, or, for a recreated
+	// topic, to offsets below the stored position, which are then skipped).
 	if opts.StartOffset == "latest" {
-		kopts = append(kopts, kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+		kopts = append(kopts, kgo.ConsumeResetOffset(kgo.NoResetOffset().AtEnd()))
 	} else {
-		kopts = append(kopts, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		kopts = append(kopts, kgo.ConsumeResetOffset(kgo.NoResetOffset().AtStart()))
 	}
 	if opts.GroupProtocol == "consumer" {
 		kopts = append(kopts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.CooperativeStickyBalancer()))
@@ -222,6 +249,32 @@ func (c *Consumer) CheckPartitioner(counts map[string]int) {
 	c.partitioner.Store(newPartitionerCheck(c.log, c.opts.Metrics, counts))
 }
 
+// WatchPartitionCounts gives the member the topics' partition counts at
+// start-up (topic → count); a partition assigned beyond them later means the
+// topic grew, which the member warns about (see [WarnPartitionCount]).
+func (c *Consumer) WatchPartitionCounts(counts map[string]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t, n := range counts {
+		c.counts[t] = n
+	}
+}
+
+// Stopped returns the partitions stopped because their position is outside
+// their log (see [Options.OffsetOutOfRange]), as "topic/partition".
+func (c *Consumer) Stopped() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for tp, w := range c.workers {
+		if w.stopped.Load() {
+			out = append(out, fmt.Sprintf("%s/%d", tp.topic, tp.partition))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Retrying returns the partitions that are retrying a failing batch (a
 // transient fault: database down, serialization failures, …).
 func (c *Consumer) Retrying() []int32 {
@@ -262,6 +315,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 			if partition < 0 || errors.Is(err, context.Canceled) {
 				return
 			}
+			if errors.Is(err, kerr.OffsetOutOfRange) {
+				c.outOfRange(ctx, topic, partition)
+				return
+			}
 			c.log.Warn("fetch error", zap.String("topic", topic), zap.Int32("partition", partition), zap.Error(err))
 		})
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -280,6 +337,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				return
 			}
 			w.hwm.Store(p.HighWatermark)
+			w.fetched.Store(p.Records[len(p.Records)-1].Offset + 1)
 			w.push(p.Records)
 		})
 		c.cl.AllowRebalance()
@@ -347,6 +405,10 @@ func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[stri
 			tp := topicPartition{topic, p}
 			if _, ok := c.workers[tp]; ok {
 				continue
+			}
+			if n, ok := c.counts[topic]; ok && int(p) >= n && !c.growing[topic] {
+				c.growing[topic] = true
+				go c.partitionsGrew(topic, n, int(p)+1)
 			}
 			w := newPartitionWorker(c, tp)
 			c.workers[tp] = w

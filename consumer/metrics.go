@@ -21,6 +21,8 @@ type Metrics struct {
 	retrying   *prometheus.GaugeVec
 	lag        *prometheus.GaugeVec
 	mismatches *prometheus.CounterVec
+	stopped    *prometheus.GaugeVec
+	skipped    *prometheus.CounterVec
 }
 
 // NewMetrics creates the consumer's metrics and registers them with reg.
@@ -75,7 +77,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "effectively_partitioner_mismatches_total",
 		Help: "Records whose partition is not murmur2 of their key (a producer uses another partitioner).",
 	}, []string{"topic"})
-	reg.MustRegister(m.mismatches, m.lag, m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.paused, m.retrying)
+	m.stopped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "effectively_partition_stopped",
+		Help: "1 while a partition is stopped because its position is outside its log (records deleted unprocessed, or the topic recreated).",
+	}, []string{"topic", "partition"})
+	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "effectively_offsets_skipped_total",
+		Help: "Offsets deleted before the group processed them and skipped under kafka.offset_out_of_range: log-start.",
+	}, []string{"topic", "partition"})
+	reg.MustRegister(m.stopped, m.skipped, m.mismatches, m.lag, m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.paused, m.retrying)
 	return m
 }
 
@@ -148,7 +158,7 @@ func (m *Metrics) forget(tp topicPartition) {
 		return
 	}
 	p := strconv.Itoa(int(tp.partition))
-	for _, v := range []*prometheus.GaugeVec{m.lag, m.paused, m.retrying} {
+	for _, v := range []*prometheus.GaugeVec{m.lag, m.paused, m.retrying, m.stopped} {
 		v.DeleteLabelValues(tp.topic, p)
 	}
 }
@@ -158,4 +168,18 @@ func (m *Metrics) partitionerMismatch(topic string, n int) {
 		return
 	}
 	m.mismatches.WithLabelValues(topic).Add(float64(n))
+}
+
+func (m *Metrics) setStopped(tp topicPartition, v bool) {
+	if m == nil {
+		return
+	}
+	m.stopped.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(b2f(v))
+}
+
+func (m *Metrics) skippedOffsets(tp topicPartition, n int64) {
+	if m == nil {
+		return
+	}
+	m.skipped.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Add(float64(n))
 }

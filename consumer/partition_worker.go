@@ -28,6 +28,11 @@ type partitionWorker struct {
 
 	// hwm is the partition's high watermark at the last fetch, for lag.
 	hwm atomic.Int64
+	// fetched is the offset after the last record the poll loop pushed (0
+	// before the first); stopped is set when the partition's position is
+	// outside its log and it was stopped.
+	fetched atomic.Int64
+	stopped atomic.Bool
 
 	mu       sync.Mutex
 	queue    []*kgo.Record

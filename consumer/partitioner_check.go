@@ -28,6 +28,20 @@ func newPartitionerCheck(log *zap.Logger, m *Metrics, counts map[string]int) *pa
 	return &partitionerCheck{log: log, metrics: m, counts: counts, warned: map[string]bool{}}
 }
 
+// withCount returns a check like pc with topic's partition count set to n,
+// if pc checks topic at all.
+func (pc *partitionerCheck) withCount(topic string, n int) *partitionerCheck {
+	if _, ok := pc.counts[topic]; !ok {
+		return pc
+	}
+	counts := make(map[string]int, len(pc.counts))
+	for t, c := range pc.counts {
+		counts[t] = c
+	}
+	counts[topic] = n
+	return newPartitionerCheck(pc.log, pc.metrics, counts)
+}
+
 // murmur2 is franz-go's default key partitioner: murmur2, as Kafka's Java
 // client computes it.
 var murmur2 = kgo.StickyKeyPartitioner(nil).ForTopic("")

@@ -99,6 +99,13 @@ func (r *rig) fullPass(t *testing.T, records int, extra ...string) *proc {
 // worker's /metrics.
 func dispositions(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
+	return metricBy(t, addr, "effectively_events_total", "disposition")
+}
+
+// metricBy scrapes a worker's /metrics and sums the counter or gauge name by
+// the value of label.
+func metricBy(t *testing.T, addr, name, label string) map[string]float64 {
+	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -106,10 +113,10 @@ func dispositions(t *testing.T, addr string) map[string]float64 {
 	mfs, err := parser.TextToMetricFamilies(resp.Body)
 	require.NoError(t, err)
 	out := map[string]float64{}
-	for _, m := range mfs["effectively_events_total"].GetMetric() {
+	for _, m := range mfs[name].GetMetric() {
 		for _, l := range m.GetLabel() {
-			if l.GetName() == "disposition" {
-				out[l.GetValue()] += m.GetCounter().GetValue()
+			if l.GetName() == label {
+				out[l.GetValue()] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}

@@ -80,11 +80,27 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	if err != nil {
 		return err
 	}
-	cons, err := consumer.New(consumerOptions(cfg, log, consumer.NewMetrics(reg), kmetrics), applier)
+	changed, err := dedupe.RecordPartitionCounts(ctx, pool, counts)
+	if err != nil {
+		return err
+	}
+	for _, ch := range changed {
+		consumer.WarnPartitionCount(log, ch.Topic, ch.Was, ch.Now)
+	}
+	copts := consumerOptions(cfg, log, consumer.NewMetrics(reg), kmetrics)
+	copts.OnPartitionCount = func(topic string, n int) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, err := dedupe.RecordPartitionCounts(ctx, pool, map[string]int{topic: n}); err != nil {
+			log.Warn("recording the topic's new partition count failed; the next start warns again", zap.String("topic", topic), zap.Error(err))
+		}
+	}
+	cons, err := consumer.New(copts, applier)
 	if err != nil {
 		return err
 	}
 	cons.CheckPartitioner(checkedTopics(cfg, counts))
+	cons.WatchPartitionCounts(counts)
 
 	var srv *httpserver.Server
 	if cfg.HTTP.Addr != "" {
@@ -99,6 +115,9 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 			{Name: "partitions", Func: func(context.Context) error {
 				if ps := cons.Retrying(); len(ps) > 0 {
 					return fmt.Errorf("degraded: partitions %v are retrying a transient fault (paused)", ps)
+				}
+				if ps := cons.Stopped(); len(ps) > 0 {
+					return fmt.Errorf("degraded: partitions %v are stopped: their position is outside the log (see the worker's log)", ps)
 				}
 				return nil
 			}},
@@ -239,6 +258,8 @@ func consumerOptions(cfg config.Config, log *zap.Logger, m *consumer.Metrics, km
 		InstanceID:             k.InstanceID,
 		GroupProtocol:          k.GroupProtocol,
 		StartOffset:            k.StartOffset,
+		OffsetOutOfRange:       k.OffsetOutOfRange,
+		MetadataMaxAge:         k.MetadataMaxAge,
 		SessionTimeout:         k.SessionTimeout,
 		RebalanceTimeout:       k.RebalanceTimeout,
 		ClientID:               k.ClientID,
