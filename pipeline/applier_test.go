@@ -186,7 +186,7 @@ func TestPoisonIsDeadLetteredAndTheBatchMoves(t *testing.T) {
 	// dead-lettered: its account may still arrive.
 	require.Equal(t, map[dedupe.Disposition]int{dedupe.Applied: 2, dedupe.DeadLettered: 5, dedupe.Parked: 1}, res.Counts)
 	require.Equal(t, map[handlers.Reason]int{
-		handlers.ReasonNotJSON: 1, handlers.ReasonInvalidPayload: 1, handlers.ReasonInvalidCurrency: 1,
+		handlers.ReasonNotJSON: 1, handlers.ReasonInvalidAmount: 1, handlers.ReasonInvalidCurrency: 1,
 		handlers.ReasonUnknownType: 1, handlers.ReasonHandlerError: 1,
 	}, res.DeadLetters)
 	require.Equal(t, int64(250), b.count(t, `SELECT sum(amount_cents) FROM ledger_entries`))
