@@ -23,6 +23,7 @@ type Metrics struct {
 	mismatches *prometheus.CounterVec
 	stopped    *prometheus.GaugeVec
 	skipped    *prometheus.CounterVec
+	commitErrs *prometheus.CounterVec
 }
 
 // NewMetrics creates the consumer's metrics and registers them with reg.
@@ -85,7 +86,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "effectively_offsets_skipped_total",
 		Help: "Offsets deleted before the group processed them and skipped under kafka.offset_out_of_range: log-start.",
 	}, []string{"topic", "partition"})
-	reg.MustRegister(m.stopped, m.skipped, m.mismatches, m.lag, m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.paused, m.retrying)
+	m.commitErrs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "effectively_kafka_commit_failures_total",
+		Help: "Kafka offset commits that failed after the batch committed to PostgreSQL (harmless: PostgreSQL holds the position; Kafka's lag reads high until the next commit).",
+	}, []string{"topic"})
+	reg.MustRegister(m.commitErrs, m.stopped, m.skipped, m.mismatches, m.lag, m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.paused, m.retrying)
 	return m
 }
 
@@ -168,6 +173,13 @@ func (m *Metrics) partitionerMismatch(topic string, n int) {
 		return
 	}
 	m.mismatches.WithLabelValues(topic).Add(float64(n))
+}
+
+func (m *Metrics) commitFailed(topic string) {
+	if m == nil {
+		return
+	}
+	m.commitErrs.WithLabelValues(topic).Inc()
 }
 
 func (m *Metrics) setStopped(tp topicPartition, v bool) {

@@ -236,6 +236,7 @@ func (w *partitionWorker) commit(b Batch) {
 			}
 		}
 		if err != nil && w.ctx.Err() == nil {
+			w.c.opts.Metrics.commitFailed(b.Topic)
 			w.log.Warn("committing to Kafka failed (PostgreSQL holds the position; continuing)", zap.Int64("offset", last.Offset+1), zap.Error(err))
 		}
 	})

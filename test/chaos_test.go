@@ -448,67 +448,7 @@ func TestChaos(t *testing.T) {
 	stopWatch := versionWatch(db)
 
 	// The producer, paced, runs beside the faults.
-	produced := make(chan error, 1)
-	go func() {
-		newProducer := func() (*kgo.Client, error) {
-			// Not idempotent: an idempotent producer needs the broker's
-			// transaction coordinator, which can take long to load after a
-			// restart. A retry may then write a record twice — a duplicate,
-			// counted where it lands (readLog).
-			return kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordRetries(1<<30), kgo.DisableIdempotentWrite())
-		}
-		cl, err := newProducer()
-		if err != nil {
-			produced <- err
-			return
-		}
-		defer func() { cl.Close() }()
-		const chunk = 100
-		tick := time.Duration(float64(time.Second) * chunk / float64(p.rate))
-		for i := 0; i < len(stream.records); i += chunk {
-			next := time.Now().Add(tick)
-			pending := stream.records[i:min(i+chunk, len(stream.records))]
-			// A broker going down can fail records (a connection cut right
-			// after a request is not retried by the client): send the failed
-			// ones again until they land. One that landed after all is in
-			// the log twice — a duplicate, which is what the worker is for.
-			var lastErr error
-			giveUp := time.Now().Add(p.guard)
-			for len(pending) > 0 {
-				if time.Now().After(giveUp) {
-					produced <- fmt.Errorf("producing records from %d: %d still failing after %s: %w", i, len(pending), p.guard, lastErr)
-					return
-				}
-				for _, r := range pending {
-					// A produced record keeps the context it was produced with; a
-					// retry under an expired one would fail at once.
-					r.Partition, r.Offset, r.Context = 0, 0, nil
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				results := cl.ProduceSync(ctx, pending...)
-				cancel()
-				var failed []*kgo.Record
-				for _, res := range results {
-					if res.Err != nil {
-						failed, lastErr = append(failed, res.Record), res.Err
-					}
-				}
-				if len(failed) > 0 {
-					// A fresh client: the failed one's idempotent producer
-					// state may refuse every later attempt.
-					cl.Close()
-					time.Sleep(time.Second)
-					if cl, err = newProducer(); err != nil {
-						produced <- err
-						return
-					}
-				}
-				pending = failed
-			}
-			time.Sleep(time.Until(next))
-		}
-		produced <- nil
-	}()
+	produced := produceThroughRestarts(brokers, stream.records, p.rate, p.guard)
 
 	// The fault schedule, dealt from the seed.
 	var plan []string

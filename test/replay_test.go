@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 
@@ -106,14 +103,8 @@ func dispositions(t *testing.T, addr string) map[string]float64 {
 // the value of label.
 func metricBy(t *testing.T, addr, name, label string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
-	require.NoError(t, err)
 	out := map[string]float64{}
-	for _, m := range mfs[name].GetMetric() {
+	for _, m := range scrape(t, addr)[name].GetMetric() {
 		for _, l := range m.GetLabel() {
 			if l.GetName() == label {
 				out[l.GetValue()] += m.GetCounter().GetValue() + m.GetGauge().GetValue()

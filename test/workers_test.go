@@ -55,23 +55,24 @@ func (r *rig) produce(t *testing.T, cfg workload.Config) workload.Expected {
 	cl := kafkatest.Producer(t, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	var recs []*kgo.Record
-	flush := func() error {
-		err := cl.ProduceSync(ctx, recs...).FirstErr()
-		recs = recs[:0]
-		return err
+	recs, exp := r.records(t, cfg)
+	for i := 0; i < len(recs); i += 1000 {
+		require.NoError(t, cl.ProduceSync(ctx, recs[i:min(i+1000, len(recs))]...).FirstErr())
 	}
+	return exp
+}
+
+// records generates cfg's workload as records for the rig's topic.
+func (r *rig) records(t *testing.T, cfg workload.Config) ([]*kgo.Record, workload.Expected) {
+	t.Helper()
+	var recs []*kgo.Record
 	exp, err := workload.Generate(cfg, func(rec workload.Record) error {
-		recs = append(recs, &kgo.Record{Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp,
+		recs = append(recs, &kgo.Record{Topic: r.topic, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp,
 			Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte(workload.ContentType)}}})
-		if len(recs) == 1000 {
-			return flush()
-		}
 		return nil
 	})
 	require.NoError(t, err)
-	require.NoError(t, flush())
-	return exp
+	return recs, exp
 }
 
 // worker starts a worker process with the rig's environment plus extra.
