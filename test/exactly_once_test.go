@@ -129,3 +129,35 @@ func TestStaleMemberAfterSIGSTOPDoesNoHarm(t *testing.T) {
 	t.Logf("zombie stopped at %d of %d records; %d position samples", stoppedAt, exp.Records, stopWatch())
 	r.verify(t, exp)
 }
+
+// Duplicates through the real broker: a workload with re-sent records
+// (often in the same batch as their original) and disorder, then the whole
+// workload produced again at new offsets. Every event has exactly one
+// effect, the second pass changes nothing, and every record is accounted
+// for: claims by disposition + duplicates the worker counted = records
+// produced.
+func TestDuplicatesThroughTheBrokerHaveOneEffect(t *testing.T) {
+	t.Parallel()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	r := newRig(t, 4, "EFFECTIVELY_HTTP_ADDR="+addr)
+	exp := r.produce(t, testWorkload(5000, 200, 41))
+	require.Positive(t, exp.Duplicates)
+	w := r.startedWorker(t)
+	r.waitApplied(t, exp.Records, 2*time.Minute)
+	r.verify(t, exp)
+	before := digest(t, r)
+
+	r.produce(t, testWorkload(5000, 200, 41))
+	r.waitApplied(t, 2*exp.Records, 2*time.Minute)
+	r.verify(t, exp)
+	require.Equal(t, before, digest(t, r), "the second pass changed no effect")
+
+	d := dispositions(t, addr)
+	w.signal(t, syscall.SIGTERM)
+	require.Equal(t, 0, w.wait(t, time.Minute))
+	claims := r.db.Count(t, `SELECT count(*) FROM processed_events`)
+	require.Equal(t, int64(exp.Distinct), claims)
+	require.Equal(t, float64(exp.Duplicates+exp.Records), d["duplicate"], "the first pass's re-sends and every record of the second")
+	require.Equal(t, float64(claims), d["applied"]+d["stale"])
+	require.Equal(t, float64(2*exp.Records), float64(claims)+d["duplicate"], "every record accounted for")
+}

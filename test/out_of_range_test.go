@@ -181,7 +181,9 @@ func TestPartitionCountChangeIsWarnedAbout(t *testing.T) {
 		return strings.Contains(w.stderr.String(), "partition count changed")
 	})
 	require.Contains(t, w.stderr.String(), `"partitions_before":2,"partitions_now":4`)
-	require.Equal(t, int64(4), r.db.Count(t, `SELECT partitions FROM topic_partitions WHERE topic = $1`, r.topic))
+	waitUntil(t, "the new count recorded", 30*time.Second, func(context.Context) bool {
+		return r.db.Count(t, `SELECT partitions FROM topic_partitions WHERE topic = $1`, r.topic) == 4
+	})
 
 	// New records spread over four partitions now; all apply, none is
 	// taken for another partitioner's.
