@@ -267,7 +267,9 @@ func (pl *Planner) Plan(ctx context.Context, group, topic string, from From) (Pl
 		switch {
 		case pp.TargetOffset < pp.CurrentOffset:
 			pp.Action = ActionRewind
-			pp.Records = pp.CurrentOffset - pp.TargetOffset
+			// A position past the end (the topic was recreated) reads
+			// only what the new log has.
+			pp.Records = min(pp.CurrentOffset, pp.End) - pp.TargetOffset
 		case pp.TargetOffset == pp.CurrentOffset:
 			pp.Action = ActionUnchanged
 		default:

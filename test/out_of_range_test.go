@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -146,8 +147,11 @@ func TestRecreatedTopicStopsUntilReplayed(t *testing.T) {
 	require.Equal(t, 0, w.wait(t, time.Minute))
 	require.Equal(t, int64(10), r.applied(t))
 
-	code, out, stderr := r.replay(t, "--from-start", "--execute")
+	code, out, stderr := r.replay(t, "--from-start", "--execute", "--json")
 	require.Equal(t, 0, code, "stdout: %s\nstderr: %s", out, stderr)
+	var plan replayPlan
+	require.NoError(t, json.Unmarshal([]byte(out), &plan), out)
+	require.Equal(t, int64(3), plan.Records, "the plan counts what the new log has, not the old position")
 	pos, err := r.positions(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, map[int32]int64{0: 0}, pos)
