@@ -146,7 +146,7 @@ type auditor struct {
 	db   DB
 	opts Options
 	rep  *Report
-	pos  map[int32]int64
+	pos  map[int32]dedupe.Position
 	// pending are records below the position that neither a dead letter
 	// nor a claim explains; at the end they are pruned or unaccounted.
 	pending []Record
@@ -213,8 +213,8 @@ func Run(ctx context.Context, db DB, opts Options) (Report, error) {
 	for i := range ranges {
 		p := ranges[i].Partition
 		ranges[i].Position, ranges[i].PrunedThrough = -1, -1
-		if n, ok := pos[p]; ok {
-			ranges[i].Position = n
+		if s, ok := pos[p]; ok {
+			ranges[i].Position = s.Next
 		}
 		if n, ok := pruned[p]; ok {
 			ranges[i].PrunedThrough = n
@@ -482,8 +482,8 @@ func (a *auditor) audit(ctx context.Context, recs []*kgo.Record) error {
 
 // processed reports whether the group's stored position is past r.
 func (a *auditor) processed(r *kgo.Record) bool {
-	next, ok := a.pos[r.Partition]
-	return ok && r.Offset < next
+	s, ok := a.pos[r.Partition]
+	return ok && r.Offset < s.Next
 }
 
 func (a *auditor) classify(it decoded, dls map[origin]deadLetter, claims map[string]claim) {

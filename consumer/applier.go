@@ -27,7 +27,16 @@ type Applier interface {
 	// committed and the batch is retried with backoff (permanent failures of
 	// single records are the Applier's to record, not errors).
 	Apply(ctx context.Context, b Batch) error
-	// Positions returns the stored next offset of each given partition of
-	// topic for group; partitions without a stored position are absent.
-	Positions(ctx context.Context, group, topic string, partitions []int32) (map[int32]int64, error)
+	// Positions returns the stored position of each given partition of
+	// topic for group; partitions without one are absent.
+	Positions(ctx context.Context, group, topic string, partitions []int32) (map[int32]Position, error)
+}
+
+// Position is a partition's stored position.
+type Position struct {
+	// Next is the offset after the last record applied.
+	Next int64
+	// ResetEpoch counts how many times `effectively replay --execute` has
+	// lowered the position (0: never).
+	ResetEpoch int64
 }

@@ -134,9 +134,12 @@ type Consumer struct {
 	hardCtx    context.Context
 	hardCancel context.CancelFunc
 
-	// partitioner is set after the client exists, when the topics'
-	// partition counts are known; workers may already be running.
+	// partitioner and counts are set after the client exists, when the
+	// topics' partition counts are known; workers may already be running.
+	// counts is the topics' partition counts as this member knows them (a
+	// snapshot, replaced whole when a topic grows).
 	partitioner atomic.Pointer[partitionerCheck]
+	counts      atomic.Pointer[map[string]int]
 
 	mu      sync.Mutex
 	workers map[topicPartition]*partitionWorker
@@ -144,9 +147,7 @@ type Consumer struct {
 	// epochs are the reset epochs of stored positions this member has
 	// logged, so a reassignment does not log the same reset again.
 	epochs map[topicPartition]int64
-	// counts are the topics' partition counts as this member knows them;
-	// growing marks topics whose new count is being looked up.
-	counts  map[string]int
+	// growing marks topics whose new partition count is being looked up.
 	growing map[string]bool
 }
 
@@ -171,7 +172,6 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 		hardCancel: hardCancel,
 		workers:    make(map[topicPartition]*partitionWorker),
 		epochs:     make(map[topicPartition]int64),
-		counts:     make(map[string]int),
 		growing:    make(map[string]bool),
 	}
 
@@ -242,22 +242,27 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 	return c, nil
 }
 
-// CheckPartitioner makes the member check each record of the given topics
-// (topic → partition count) against murmur2 of its key: the producer
-// contract.
-func (c *Consumer) CheckPartitioner(counts map[string]int) {
-	c.partitioner.Store(newPartitionerCheck(c.log, c.opts.Metrics, counts))
+// Topics gives the member its topics' partition counts at start-up (topic →
+// count) and the topics whose records it checks against murmur2 of their key
+// (the producer contract). A partition assigned beyond a topic's count later
+// means the topic grew: the member warns (see [WarnPartitionCount]) and
+// checks against the new count.
+func (c *Consumer) Topics(counts map[string]int, checkPartitioner []string) {
+	snapshot := make(map[string]int, len(counts))
+	for t, n := range counts {
+		snapshot[t] = n
+	}
+	c.counts.Store(&snapshot)
+	c.partitioner.Store(newPartitionerCheck(c.log, c.opts.Metrics, checkPartitioner))
 }
 
-// WatchPartitionCounts gives the member the topics' partition counts at
-// start-up (topic → count); a partition assigned beyond them later means the
-// topic grew, which the member warns about (see [WarnPartitionCount]).
-func (c *Consumer) WatchPartitionCounts(counts map[string]int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for t, n := range counts {
-		c.counts[t] = n
+// partitionCount is topic's partition count as this member knows it (0 if
+// unknown).
+func (c *Consumer) partitionCount(topic string) int {
+	if m := c.counts.Load(); m != nil {
+		return (*m)[topic]
 	}
+	return 0
 }
 
 // Stopped returns the partitions stopped because their position is outside
@@ -406,7 +411,7 @@ func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[stri
 			if _, ok := c.workers[tp]; ok {
 				continue
 			}
-			if n, ok := c.counts[topic]; ok && int(p) >= n && !c.growing[topic] {
+			if n := c.partitionCount(topic); n > 0 && int(p) >= n && !c.growing[topic] {
 				c.growing[topic] = true
 				go c.partitionsGrew(topic, n, int(p)+1)
 			}
@@ -481,7 +486,7 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offsets map[string]map[int
 		for p := range parts {
 			ps = append(ps, p)
 		}
-		var stored map[int32]int64
+		var stored map[int32]Position
 		err := retry(ctx, c.opts.RetryInitial, c.opts.RetryMax, func() error {
 			var err error
 			stored, err = c.applier.Positions(ctx, c.opts.Group, topic, ps)
@@ -493,8 +498,9 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offsets map[string]map[int
 		if err != nil {
 			return offsets, err
 		}
-		c.logResetEpochs(ctx, topic, stored)
-		for p, next := range stored {
+		c.logResetEpochs(topic, stored)
+		for p, pos := range stored {
+			next := pos.Next
 			kafkaAt := parts[p].EpochOffset().Offset
 			switch {
 			case kafkaAt > next:
@@ -519,40 +525,18 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offsets map[string]map[int
 	return offsets, nil
 }
 
-// ResetEpochReader is implemented by Appliers whose stored positions carry
-// a reset epoch: a counter `effectively replay --execute` bumps each time it
-// lowers a position.
-type ResetEpochReader interface {
-	// ResetEpochs returns the reset epoch of each given partition's stored
-	// position; partitions without one are absent.
-	ResetEpochs(ctx context.Context, group, topic string, partitions []int32) (map[int32]int64, error)
-}
-
 // logResetEpochs logs, once per epoch, that a partition resumes from a
 // position a replay set, so a rewind is visible in the worker's log.
-func (c *Consumer) logResetEpochs(ctx context.Context, topic string, stored map[int32]int64) {
-	r, ok := c.applier.(ResetEpochReader)
-	if !ok || len(stored) == 0 {
-		return
-	}
-	ps := make([]int32, 0, len(stored))
-	for p := range stored {
-		ps = append(ps, p)
-	}
-	epochs, err := r.ResetEpochs(ctx, c.opts.Group, topic, ps)
-	if err != nil {
-		c.log.Warn("reading the reset epochs of stored positions failed", zap.String("topic", topic), zap.Error(err))
-		return
-	}
+func (c *Consumer) logResetEpochs(topic string, stored map[int32]Position) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for p, epoch := range epochs {
+	for p, pos := range stored {
 		tp := topicPartition{topic, p}
-		if epoch <= 0 || c.epochs[tp] == epoch {
+		if pos.ResetEpoch <= 0 || c.epochs[tp] == pos.ResetEpoch {
 			continue
 		}
-		c.epochs[tp] = epoch
+		c.epochs[tp] = pos.ResetEpoch
 		c.log.Info("starting from a stored position that `effectively replay --execute` reset",
-			zap.String("topic", topic), zap.Int32("partition", p), zap.Int64("stored_offset", stored[p]), zap.Int64("reset_epoch", epoch))
+			zap.String("topic", topic), zap.Int32("partition", p), zap.Int64("stored_offset", pos.Next), zap.Int64("reset_epoch", pos.ResetEpoch))
 	}
 }

@@ -60,13 +60,13 @@ func (a *memApplier) Apply(_ context.Context, b consumer.Batch) error {
 	return nil
 }
 
-func (a *memApplier) Positions(_ context.Context, _, topic string, partitions []int32) (map[int32]int64, error) {
+func (a *memApplier) Positions(_ context.Context, _, topic string, partitions []int32) (map[int32]consumer.Position, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := map[int32]int64{}
+	out := map[int32]consumer.Position{}
 	for _, p := range partitions {
 		if o, ok := a.positions[topic][p]; ok {
-			out[p] = o
+			out[p] = consumer.Position{Next: o}
 		}
 	}
 	return out, nil
@@ -241,7 +241,7 @@ func TestPartitionerMismatchIsCounted(t *testing.T) {
 		Logger: zaptest.NewLogger(t), Metrics: consumer.NewMetrics(reg)}
 	c, err := consumer.New(opts, a)
 	require.NoError(t, err)
-	c.CheckPartitioner(map[string]int{topic: 4})
+	c.Topics(map[string]int{topic: 4}, []string{topic})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()

@@ -55,7 +55,7 @@ func (c *Consumer) outOfRange(ctx context.Context, topic string, partition int32
 	case pos < start:
 		log.Error("records were deleted before this group processed them (retention or DeleteRecords): the partition is stopped "+
 			"and applies nothing until you decide. To accept the loss and resume at the log start, restart the workers with "+
-			"kafka.offset_out_of_range: log-start (env "+envOutOfRange+"); to keep the records next time, raise the topic's retention.ms "+
+			"kafka.offset_out_of_range: log-start (env EFFECTIVELY_KAFKA_OFFSET_OUT_OF_RANGE=log-start); to keep the records next time, raise the topic's retention.ms "+
 			"above the group's worst lag", zap.Int64("offsets_deleted", start-pos))
 	case pos > end:
 		log.Error("the partition's position is past the end of its log: the topic was probably deleted and recreated. " +
@@ -73,10 +73,6 @@ func (c *Consumer) outOfRange(ctx context.Context, topic string, partition int32
 	c.opts.Metrics.setStopped(tp, true)
 }
 
-// envOutOfRange is the environment name of kafka.offset_out_of_range, for
-// the alert (package config owns the names; consumer does not import it).
-const envOutOfRange = "EFFECTIVELY_KAFKA_OFFSET_OUT_OF_RANGE"
-
 // positionAndBounds returns where the partition stands (after the last
 // record fetched, else the position stored in PostgreSQL) and its log start
 // and end offsets.
@@ -87,7 +83,7 @@ func (c *Consumer) positionAndBounds(ctx context.Context, tp topicPartition, fet
 		if err != nil {
 			return 0, 0, 0, fmt.Errorf("reading the stored position: %w", err)
 		}
-		pos = stored[tp.partition]
+		pos = stored[tp.partition].Next
 	}
 	adm := kadm.NewClient(c.cl)
 	starts, err := adm.ListStartOffsets(ctx, tp.topic)

@@ -23,9 +23,9 @@ func WarnPartitionCount(log *zap.Logger, topic string, was, now int) {
 }
 
 // partitionsGrew runs when a partition at or beyond the topic's known count
-// is assigned: it looks up the new count, warns, and updates the
-// partitioner check so the new partitions are not taken for a producer
-// with another partitioner.
+// is assigned: it looks up the new count, warns, and replaces the member's
+// counts, so the partitioner check does not take the new partitions for a
+// producer with another partitioner.
 func (c *Consumer) partitionsGrew(topic string, was, atLeast int) {
 	now := atLeast
 	ctx, cancel := context.WithTimeout(c.hardCtx, 10*time.Second)
@@ -37,13 +37,16 @@ func (c *Consumer) partitionsGrew(topic string, was, atLeast int) {
 		c.log.Warn("looking up the topic's new partition count failed; using the highest partition assigned", zap.String("topic", topic), zap.Error(err))
 	}
 	c.mu.Lock()
-	c.counts[topic] = now
+	counts := map[string]int{topic: now}
+	for t, n := range *c.counts.Load() {
+		if t != topic {
+			counts[t] = n
+		}
+	}
+	c.counts.Store(&counts)
 	c.growing[topic] = false
 	c.mu.Unlock()
 	WarnPartitionCount(c.log, topic, was, now)
-	if pc := c.partitioner.Load(); pc != nil {
-		c.partitioner.Store(pc.withCount(topic, now))
-	}
 	if c.opts.OnPartitionCount != nil {
 		c.opts.OnPartitionCount(topic, now)
 	}

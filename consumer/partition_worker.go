@@ -182,7 +182,7 @@ func lingerDone(c <-chan time.Time) bool { return c == closedTimeChan }
 // apply applies b, retrying transient failures with backoff while the
 // partition is paused. It returns false when the worker was cancelled.
 func (w *partitionWorker) apply(b Batch) bool {
-	w.c.partitioner.Load().check(b)
+	w.c.partitioner.Load().check(b, w.c.partitionCount(b.Topic))
 	start := time.Now()
 	attempt := 0
 	err := retry(w.ctx, w.c.opts.RetryInitial, w.c.opts.RetryMax, func() error {

@@ -16,43 +16,28 @@ import (
 type partitionerCheck struct {
 	log     *zap.Logger
 	metrics *Metrics
-	// counts are the topics' partition counts; a topic absent here (or
-	// with its check switched off) is not checked.
-	counts map[string]int
+	// checked are the topics whose records are checked.
+	checked map[string]bool
 
 	mu     sync.Mutex
 	warned map[string]bool
 }
 
-func newPartitionerCheck(log *zap.Logger, m *Metrics, counts map[string]int) *partitionerCheck {
-	return &partitionerCheck{log: log, metrics: m, counts: counts, warned: map[string]bool{}}
-}
-
-// withCount returns a check like pc with topic's partition count set to n,
-// if pc checks topic at all.
-func (pc *partitionerCheck) withCount(topic string, n int) *partitionerCheck {
-	if _, ok := pc.counts[topic]; !ok {
-		return pc
+func newPartitionerCheck(log *zap.Logger, m *Metrics, topics []string) *partitionerCheck {
+	checked := make(map[string]bool, len(topics))
+	for _, t := range topics {
+		checked[t] = true
 	}
-	counts := make(map[string]int, len(pc.counts))
-	for t, c := range pc.counts {
-		counts[t] = c
-	}
-	counts[topic] = n
-	return newPartitionerCheck(pc.log, pc.metrics, counts)
+	return &partitionerCheck{log: log, metrics: m, checked: checked, warned: map[string]bool{}}
 }
 
 // murmur2 is franz-go's default key partitioner: murmur2, as Kafka's Java
 // client computes it.
 var murmur2 = kgo.StickyKeyPartitioner(nil).ForTopic("")
 
-// check inspects one batch's records.
-func (pc *partitionerCheck) check(b Batch) {
-	if pc == nil {
-		return
-	}
-	n, ok := pc.counts[b.Topic]
-	if !ok || n <= 0 {
+// check inspects one batch's records against the topic's partition count n.
+func (pc *partitionerCheck) check(b Batch, n int) {
+	if pc == nil || !pc.checked[b.Topic] || n <= 0 {
 		return
 	}
 	mismatches := 0

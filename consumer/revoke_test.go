@@ -41,7 +41,7 @@ func (g *gatedApplier) Apply(ctx context.Context, b consumer.Batch) error {
 	return nil
 }
 
-func (g *gatedApplier) Positions(ctx context.Context, group, topic string, ps []int32) (map[int32]int64, error) {
+func (g *gatedApplier) Positions(ctx context.Context, group, topic string, ps []int32) (map[int32]consumer.Position, error) {
 	return g.store.Positions(ctx, group, topic, ps)
 }
 

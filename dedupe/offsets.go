@@ -13,25 +13,35 @@ type Querier interface {
 }
 
 const positionsSQL = `
-SELECT "partition", next_offset FROM consumer_offsets
-WHERE consumer_group = $1 AND topic = $2 AND "partition" = ANY($3)`
+SELECT "partition", next_offset, reset_epoch FROM consumer_offsets
+WHERE consumer_group = $1 AND topic = $2 AND ($3::int[] IS NULL OR "partition" = ANY($3))`
 
-// Positions returns the stored next offset of each given partition; those
-// without one are absent.
-func Positions(ctx context.Context, db Querier, group, topic string, partitions []int32) (map[int32]int64, error) {
+// Position is a partition's stored position.
+type Position struct {
+	// Next is the offset after the last record the group has processed.
+	Next int64
+	// ResetEpoch counts how many times `effectively replay --execute` has
+	// lowered it (0: never).
+	ResetEpoch int64
+}
+
+// Positions returns the stored position of each given partition of topic
+// for group (every partition when partitions is nil); partitions without
+// one are absent.
+func Positions(ctx context.Context, db Querier, group, topic string, partitions []int32) (map[int32]Position, error) {
 	rows, err := db.Query(ctx, positionsSQL, group, topic, partitions)
 	if err != nil {
-		return nil, fmt.Errorf("reading positions of %s: %w", topic, err)
+		return nil, fmt.Errorf("reading the stored positions of group %s on %s: %w", group, topic, err)
 	}
-	out := make(map[int32]int64, len(partitions))
+	out := make(map[int32]Position, len(partitions))
 	var p int32
-	var next int64
-	_, err = pgx.ForEachRow(rows, []any{&p, &next}, func() error {
-		out[p] = next
+	var pos Position
+	_, err = pgx.ForEachRow(rows, []any{&p, &pos.Next, &pos.ResetEpoch}, func() error {
+		out[p] = pos
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("reading positions of %s: %w", topic, err)
+		return nil, fmt.Errorf("reading the stored positions of group %s on %s: %w", group, topic, err)
 	}
 	return out, nil
 }

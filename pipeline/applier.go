@@ -55,8 +55,16 @@ func NewApplier(pool *pgxpool.Pool, opts Options) *Applier {
 var _ consumer.Applier = (*Applier)(nil)
 
 // Positions implements consumer.Applier.
-func (a *Applier) Positions(ctx context.Context, group, topic string, partitions []int32) (map[int32]int64, error) {
-	return dedupe.Positions(ctx, a.pool, group, topic, partitions)
+func (a *Applier) Positions(ctx context.Context, group, topic string, partitions []int32) (map[int32]consumer.Position, error) {
+	stored, err := dedupe.Positions(ctx, a.pool, group, topic, partitions)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int32]consumer.Position, len(stored))
+	for p, pos := range stored {
+		out[p] = consumer.Position(pos)
+	}
+	return out, nil
 }
 
 // item is one record of a batch on its way to a disposition.

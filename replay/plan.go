@@ -9,10 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/effectively-io/effectively/dedupe"
 )
 
 // From is where a replay starts: exactly one of its fields is set.
@@ -238,7 +239,7 @@ func (pl *Planner) Plan(ctx context.Context, group, topic string, from From) (Pl
 		partitions = append(partitions, p)
 	}
 	sort.Slice(partitions, func(i, j int) bool { return partitions[i] < partitions[j] })
-	stored, err := StoredPositions(ctx, pl.DB, group, topic)
+	stored, err := dedupe.Positions(ctx, pl.DB, group, topic, nil)
 	if err != nil {
 		return plan, err
 	}
@@ -249,7 +250,7 @@ func (pl *Planner) Plan(ctx context.Context, group, topic string, from From) (Pl
 	for _, p := range partitions {
 		pp := PartitionPlan{Partition: p, TargetOffset: targets[p], LogStart: b.Start[p], End: b.End[p]}
 		if s, ok := stored[p]; ok {
-			pp.StoredOffset = &s
+			pp.StoredOffset = &s.Next
 		}
 		if k, ok := committed[p]; ok {
 			pp.KafkaOffset = &k
@@ -386,27 +387,6 @@ func (pl *Planner) readAt(ctx context.Context, topic string, offsets map[int32]i
 				out[p.Partition] = p.Records[0]
 			}
 		})
-	}
-	return out, nil
-}
-
-const storedPositionsSQL = `
-SELECT "partition", next_offset FROM consumer_offsets WHERE consumer_group = $1 AND topic = $2`
-
-// StoredPositions returns every stored position of group on topic.
-func StoredPositions(ctx context.Context, db *pgxpool.Pool, group, topic string) (map[int32]int64, error) {
-	rows, err := db.Query(ctx, storedPositionsSQL, group, topic)
-	if err != nil {
-		return nil, fmt.Errorf("reading the stored positions of group %s on %s: %w", group, topic, err)
-	}
-	out := map[int32]int64{}
-	var p int32
-	var o int64
-	if _, err := pgx.ForEachRow(rows, []any{&p, &o}, func() error {
-		out[p] = o
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("reading the stored positions of group %s on %s: %w", group, topic, err)
 	}
 	return out, nil
 }

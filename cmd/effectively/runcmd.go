@@ -99,8 +99,7 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	if err != nil {
 		return err
 	}
-	cons.CheckPartitioner(checkedTopics(cfg, counts))
-	cons.WatchPartitionCounts(counts)
+	cons.Topics(counts, checkedTopics(cfg))
 
 	var srv *httpserver.Server
 	if cfg.HTTP.Addr != "" {
@@ -237,13 +236,13 @@ func newDecoders(cfg config.Config, log *zap.Logger) (map[string]*handlers.Decod
 	return decoders, nil
 }
 
-// checkedTopics are the partition counts of the topics whose records are
+// checkedTopics are the topics whose records are
 // checked against murmur2 of their key.
-func checkedTopics(cfg config.Config, counts map[string]int) map[string]int {
-	out := make(map[string]int, len(counts))
-	for t, n := range counts {
+func checkedTopics(cfg config.Config) []string {
+	var out []string
+	for _, t := range cfg.Kafka.Topics {
 		if cp := cfg.TopicSettings(t).CheckPartitioner; cp != nil && *cp {
-			out[t] = n
+			out = append(out, t)
 		}
 	}
 	return out
