@@ -108,14 +108,7 @@ func chaosPoison() []badInput {
 func buildChaosStream(t *testing.T, p chaosProfile, topic string, seed uint64) chaosStream {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
-	var gen []*kgo.Record
-	exp, err := workload.Generate(workload.Config{Accounts: p.accounts, Events: p.events, Duplicates: 0.1, OutOfOrder: 0.1, Seed: seed},
-		func(rec workload.Record) error {
-			gen = append(gen, &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value,
-				Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte(workload.ContentType)}}})
-			return nil
-		})
-	require.NoError(t, err)
+	gen, exp := workloadRecords(t, topic, workload.Config{Accounts: p.accounts, Events: p.events, Duplicates: 0.1, OutOfOrder: 0.1, Seed: seed})
 	accounts := make([]string, 0, len(exp.Accounts))
 	for id := range exp.Accounts {
 		accounts = append(accounts, id)

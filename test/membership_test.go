@@ -217,8 +217,7 @@ func producePaced(t *testing.T, topic string, cfg workload.Config, rate int) (st
 				if !ok {
 					return
 				}
-				cl.Produce(context.Background(), &kgo.Record{Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp,
-					Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte(workload.ContentType)}}}, promise)
+				cl.Produce(context.Background(), workloadRecord(topic, rec), promise)
 			}
 			select {
 			case <-quit:

@@ -65,14 +65,25 @@ func (r *rig) produce(t *testing.T, cfg workload.Config) workload.Expected {
 // records generates cfg's workload as records for the rig's topic.
 func (r *rig) records(t *testing.T, cfg workload.Config) ([]*kgo.Record, workload.Expected) {
 	t.Helper()
+	return workloadRecords(t, r.topic, cfg)
+}
+
+// workloadRecords generates cfg's workload as records for topic.
+func workloadRecords(t *testing.T, topic string, cfg workload.Config) ([]*kgo.Record, workload.Expected) {
+	t.Helper()
 	var recs []*kgo.Record
 	exp, err := workload.Generate(cfg, func(rec workload.Record) error {
-		recs = append(recs, &kgo.Record{Topic: r.topic, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp,
-			Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte(workload.ContentType)}}})
+		recs = append(recs, workloadRecord(topic, rec))
 		return nil
 	})
 	require.NoError(t, err)
 	return recs, exp
+}
+
+// workloadRecord is one generated record as the producer contract has it.
+func workloadRecord(topic string, rec workload.Record) *kgo.Record {
+	return &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp,
+		Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte(workload.ContentType)}}}
 }
 
 // worker starts a worker process with the rig's environment plus extra.
