@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/dedupe"
-	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/event"
 )
 
 // What the audit finds for a record. The first four are the dispositions a
@@ -57,7 +57,7 @@ type Options struct {
 	From, To time.Time
 	// Decoder is the worker's decoder of Topic: keys must be derived as
 	// the worker derives them.
-	Decoder *handlers.Decoder
+	Decoder *event.Decoder
 	// MaxListed bounds the unaccounted records listed (default 100; they
 	// are all counted).
 	MaxListed int
@@ -362,7 +362,7 @@ func (a *auditor) read(ctx context.Context, cl *kgo.Client, ranges []Range) erro
 // decoded is a record of a chunk with its event (or decode error).
 type decoded struct {
 	rec *kgo.Record
-	ev  handlers.Event
+	ev  event.Event
 	err error
 }
 
@@ -379,12 +379,12 @@ func (a *auditor) decodeAll(recs []*kgo.Record) []decoded {
 			defer wg.Done()
 			for i := lo; i < hi; i++ {
 				r := recs[i]
-				hs := make([]handlers.Header, len(r.Headers))
+				hs := make([]event.Header, len(r.Headers))
 				for j, h := range r.Headers {
-					hs[j] = handlers.Header{Key: h.Key, Value: h.Value}
+					hs[j] = event.Header{Key: h.Key, Value: h.Value}
 				}
 				out[i].rec = r
-				out[i].ev, out[i].err = a.opts.Decoder.Decode(handlers.Record{
+				out[i].ev, out[i].err = a.opts.Decoder.Decode(event.Record{
 					Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 					Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp,
 				})
@@ -568,7 +568,7 @@ func (a *auditor) settlePending(pruned map[int32]int64) {
 }
 
 func reasonOf(err error) string {
-	if r := handlers.ReasonOf(err); r != "" {
+	if r := event.ReasonOf(err); r != "" {
 		return string(r)
 	}
 	return err.Error()

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/effectively-io/effectively/event"
 )
 
 // The reference domain's event types.
@@ -40,19 +42,19 @@ type AccountState struct {
 // ReasonInvalidPayload: the data does not fit the event type (not an object,
 // a missing or mistyped field). Amounts and currencies have reasons of their
 // own.
-const ReasonInvalidPayload Reason = "invalid_payload"
+const ReasonInvalidPayload event.Reason = "invalid_payload"
 
 // ReasonMissingVersion: an absolute-state event without resourceversion.
-const ReasonMissingVersion Reason = "missing_version"
+const ReasonMissingVersion event.Reason = "missing_version"
 
 func invalidPayload(format string, args ...any) error {
-	return PermanentWithReason(ReasonInvalidPayload, fmt.Errorf(format, args...))
+	return event.PermanentWithReason(ReasonInvalidPayload, fmt.Errorf(format, args...))
 }
 
 // ParseAccount validates an account event's data.
-func ParseAccount(ev Event) (AccountState, error) {
+func ParseAccount(ev event.Event) (AccountState, error) {
 	if ev.Version < 1 {
-		return AccountState{}, PermanentWithReason(ReasonMissingVersion, fmt.Errorf("%s needs the resourceversion extension (an integer ≥ 1)", ev.Type))
+		return AccountState{}, event.PermanentWithReason(ReasonMissingVersion, fmt.Errorf("%s needs the resourceversion extension (an integer ≥ 1)", ev.Type))
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(ev.Data, &raw); err != nil || raw == nil {
@@ -88,7 +90,7 @@ SET version = excluded.version, name = excluded.name, email = excluded.email,
     plan = excluded.plan, status = excluded.status, updated_at = excluded.updated_at
 WHERE accounts.version < excluded.version`
 
-func handleAccount(_ context.Context, e *Effects, ev Event) error {
+func handleAccount(_ context.Context, e *Effects, ev event.Event) error {
 	s, err := ParseAccount(ev)
 	if err != nil {
 		return err

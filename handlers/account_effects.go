@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/outbox"
 )
 
@@ -29,7 +30,7 @@ type accountHandler struct {
 }
 
 // Handle implements Handler.
-func (h *accountHandler) Handle(ctx context.Context, e *Effects, ev Event) error {
+func (h *accountHandler) Handle(ctx context.Context, e *Effects, ev event.Event) error {
 	if err := handleAccount(ctx, e, ev); err != nil {
 		return err
 	}
@@ -61,7 +62,7 @@ type welcomeMail struct {
 	AccountID string `json:"account_id"`
 }
 
-func (h *accountHandler) intents(ev Event, s AccountState) []outbox.Intent {
+func (h *accountHandler) intents(ev event.Event, s AccountState) []outbox.Intent {
 	var out []outbox.Intent
 	// Older than the outbox's retention, the event's intents may have been
 	// pruned: recording them again would fire them again. Unless asked to,

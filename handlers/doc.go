@@ -1,21 +1,11 @@
-// Package handlers turns Kafka records into events and, in time, applies
-// them: it will also hold the reference domain's handlers (accounts, ledger).
+// Package handlers is the handler API: what a team writes to apply its
+// events. A Handler receives one newly claimed event.Event and queues its
+// statements on Effects; a Registry maps event types to handlers; a
+// Prefetcher reads the outside world before the batch's transaction begins
+// (fetch-on-event); a Prerequisite tells the engine which events wait for
+// which resource to exist (parking).
 //
-// Decoding is pure logic. A Decoder, configured per topic, reads a Record
-// (the consumer's copy of a Kafka record) as a CloudEvents 1.0 event in JSON
-// structured mode or Kafka binary mode, or as provider JSON mapped by JSON
-// pointers, validates it, and derives two things the exactly-once machinery
-// stands on:
-//
-//   - Event.Key, the dedupe key: the identity of the work, by the topic's key
-//     strategy (see StrategyCloudEvents and the others), never an arrival
-//     time or an offset;
-//   - Event.PayloadHash, over the RFC 8785 canonical form of type, subject,
-//     resourceversion and data, so that a redelivery in another transport
-//     mode or with a new time is a duplicate and a changed payload under the
-//     same key is a conflict.
-//
-// Every decoding failure is a *DecodeError with a stable Reason, the code the
-// record is dead-lettered under. Permanent and IsPermanent classify handler
-// errors the same way: permanent errors dead-letter, all others are retried.
+// Handlers never call the outside world from Handle, never commit, and
+// validate before they queue: an event they can never apply returns
+// event.Permanent (dead-lettered with its reason), anything else is retried.
 package handlers

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/outbox"
 )
 
@@ -24,9 +25,9 @@ const TypeAccountRefreshed = "account.refreshed"
 // batch's transaction begins (never inside it): the doorbell fetches the
 // resource's current state. Prefetch returns the event to apply (its Key and
 // PayloadHash unchanged), a transient error (the batch is retried with
-// backoff), or a Permanent one.
+// backoff), or a event.Permanent one.
 type Prefetcher interface {
-	Prefetch(ctx context.Context, ev Event) (Event, error)
+	Prefetch(ctx context.Context, ev event.Event) (event.Event, error)
 }
 
 // ReferenceOptions configure the reference domain's handlers.
@@ -71,12 +72,12 @@ func ReferenceWith(opts ReferenceOptions) Registry {
 const (
 	// ReasonSourceRejected: the source API answered a 4xx other than 404 and
 	// 429 (the request can never succeed as it is).
-	ReasonSourceRejected Reason = "source_rejected"
+	ReasonSourceRejected event.Reason = "source_rejected"
 	// ReasonSourceInvalid: the source API's answer is not an account.
-	ReasonSourceInvalid Reason = "source_invalid"
+	ReasonSourceInvalid event.Reason = "source_invalid"
 	// ReasonSourceUnconfigured: a doorbell arrived but sources.accounts.url
 	// is not set.
-	ReasonSourceUnconfigured Reason = "source_unconfigured"
+	ReasonSourceUnconfigured event.Reason = "source_unconfigured"
 )
 
 // ErrSourceUnavailable is a transient failure of the source API (timeout,
@@ -106,13 +107,13 @@ func (d *doorbell) url(id string) string {
 }
 
 // Prefetch GETs the account's current state.
-func (d *doorbell) Prefetch(ctx context.Context, ev Event) (Event, error) {
+func (d *doorbell) Prefetch(ctx context.Context, ev event.Event) (event.Event, error) {
 	if d.opts.AccountsURL == "" {
-		return ev, PermanentWithReason(ReasonSourceUnconfigured, errors.New("account.refreshed needs sources.accounts.url; set it and redrive"))
+		return ev, event.PermanentWithReason(ReasonSourceUnconfigured, errors.New("account.refreshed needs sources.accounts.url; set it and redrive"))
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.url(ev.Subject), nil)
 	if err != nil {
-		return ev, PermanentWithReason(ReasonSourceRejected, fmt.Errorf("building the request for %s: %w", excerpt(ev.Subject), err))
+		return ev, event.PermanentWithReason(ReasonSourceRejected, fmt.Errorf("building the request for %s: %w", event.Excerpt(ev.Subject), err))
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := d.opts.HTTPClient.Do(req)
@@ -132,14 +133,14 @@ func (d *doorbell) Prefetch(ctx context.Context, ev Event) (Event, error) {
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		return ev, fmt.Errorf("%w: GET %s: %s", ErrSourceUnavailable, req.URL.Redacted(), resp.Status)
 	default:
-		return ev, PermanentWithReason(ReasonSourceRejected, fmt.Errorf("GET %s: %s: %s", req.URL.Redacted(), resp.Status, excerpt(string(body))))
+		return ev, event.PermanentWithReason(ReasonSourceRejected, fmt.Errorf("GET %s: %s: %s", req.URL.Redacted(), resp.Status, event.Excerpt(string(body))))
 	}
 	var a sourceAccount
 	if err := json.Unmarshal(body, &a); err != nil {
-		return ev, PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: not an account: %s", req.URL.Redacted(), excerpt(string(body))))
+		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: not an account: %s", req.URL.Redacted(), event.Excerpt(string(body))))
 	}
 	if a.ID != ev.Subject || a.Version < 1 || (a.Status != "open" && a.Status != "closed") {
-		return ev, PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: an account needs the same id, a version ≥ 1 and status open or closed", req.URL.Redacted()))
+		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: an account needs the same id, a version ≥ 1 and status open or closed", req.URL.Redacted()))
 	}
 	data, _ := json.Marshal(a) // plain strings and an integer: cannot fail
 	ev.Data = data
@@ -150,7 +151,7 @@ func (d *doorbell) Prefetch(ctx context.Context, ev Event) (Event, error) {
 // Handle applies the fetched state through the same version gate as the
 // account events; a doorbell for an account the source does not know yet is
 // parked until the account exists (then there is nothing left to apply).
-func (d *doorbell) Handle(_ context.Context, e *Effects, ev Event) error {
+func (d *doorbell) Handle(_ context.Context, e *Effects, ev event.Event) error {
 	if string(ev.Data) == notFoundMarker || ev.Version == 0 {
 		parked, err := MarshalParked(ev)
 		if err != nil {
@@ -170,15 +171,15 @@ func (d *doorbell) Handle(_ context.Context, e *Effects, ev Event) error {
 			case wasParked:
 				return dedupe.Parked, nil
 			default:
-				return dedupe.DeadLettered, PermanentWithReason(ReasonPrerequisiteMissing,
-					fmt.Errorf("account %s is unknown to the source and already has parked events (parking.max_per_resource %d)", excerpt(ev.Subject), limit))
+				return dedupe.DeadLettered, event.PermanentWithReason(ReasonPrerequisiteMissing,
+					fmt.Errorf("account %s is unknown to the source and already has parked events (parking.max_per_resource %d)", event.Excerpt(ev.Subject), limit))
 			}
 		}, parkDoorbellSQL, ev.Key, ev.Subject, ev.Type, o.Group, o.Topic, o.Partition, o.Offset, parked, limit)
 		return nil
 	}
 	var a sourceAccount
 	if err := json.Unmarshal(ev.Data, &a); err != nil {
-		return PermanentWithReason(ReasonSourceInvalid, err)
+		return event.PermanentWithReason(ReasonSourceInvalid, err)
 	}
 	e.Exec(AppliedOrStale, upsertAccountSQL, ev.Subject, ev.Version, a.Name, a.Email, a.Plan, a.Status)
 	return nil

@@ -8,20 +8,23 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
 )
 
 // Handler applies the effect of one newly claimed event. It validates the
-// event's data (returning a Permanent error for data it can never apply)
+// event's data (returning a event.Permanent error for data it can never apply)
 // and queues its statements on e. Handlers never call the outside world.
 type Handler interface {
-	Handle(ctx context.Context, e *Effects, ev Event) error
+	Handle(ctx context.Context, e *Effects, ev event.Event) error
 }
 
 // HandlerFunc adapts a function to Handler.
-type HandlerFunc func(ctx context.Context, e *Effects, ev Event) error
+type HandlerFunc func(ctx context.Context, e *Effects, ev event.Event) error
 
 // Handle calls f.
-func (f HandlerFunc) Handle(ctx context.Context, e *Effects, ev Event) error { return f(ctx, e, ev) }
+func (f HandlerFunc) Handle(ctx context.Context, e *Effects, ev event.Event) error {
+	return f(ctx, e, ev)
+}
 
 // Registry maps event types to their handlers.
 type Registry map[string]Handler
@@ -108,7 +111,7 @@ func (e *Effects) QueryRow(decide func(pgx.Row) (dedupe.Disposition, error), sql
 	e.queued++
 	e.batch.Queue(sql, args...).QueryRow(func(row pgx.Row) error {
 		d, err := decide(row)
-		if err != nil && !IsPermanent(err) {
+		if err != nil && !event.IsPermanent(err) {
 			return err // a scan failure: fail the batch
 		}
 		o.Disposition, o.Err = d, err
@@ -133,12 +136,12 @@ func AppliedOrStale(ct pgconn.CommandTag) (dedupe.Disposition, error) {
 
 // ReasonPrerequisiteMissing: a relative event for a resource that does not
 // exist (a ledger entry for an account never opened).
-const ReasonPrerequisiteMissing Reason = "prerequisite_missing"
+const ReasonPrerequisiteMissing event.Reason = "prerequisite_missing"
 
 // ReasonUnknownType: no handler is registered for the event's type.
-const ReasonUnknownType Reason = "unknown_type"
+const ReasonUnknownType event.Reason = "unknown_type"
 
 // UnknownType is the permanent error of an event no handler takes.
 func UnknownType(typ string) error {
-	return PermanentWithReason(ReasonUnknownType, fmt.Errorf("no handler for event type %s", excerpt(typ)))
+	return event.PermanentWithReason(ReasonUnknownType, fmt.Errorf("no handler for event type %s", event.Excerpt(typ)))
 }

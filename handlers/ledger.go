@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/text/currency"
 
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
 )
 
 // LedgerEntry is a validated ledger event's data.
@@ -20,7 +22,7 @@ type LedgerEntry struct {
 
 // ParseLedger validates a ledger event's data: amount_cents an integer > 0
 // that fits int64, currency an ISO 4217 code.
-func ParseLedger(ev Event) (LedgerEntry, error) {
+func ParseLedger(ev event.Event) (LedgerEntry, error) {
 	var raw struct {
 		AmountCents json.RawMessage `json:"amount_cents"`
 		Currency    json.RawMessage `json:"currency"`
@@ -32,20 +34,20 @@ func ParseLedger(ev Event) (LedgerEntry, error) {
 		return LedgerEntry{}, invalidPayload("%s data lacks amount_cents", ev.Type)
 	}
 	if c := raw.AmountCents[0]; c != '-' && (c < '0' || c > '9') {
-		return LedgerEntry{}, invalidAmount("%s data.amount_cents must be an integer, got %s", ev.Type, excerpt(string(raw.AmountCents)))
+		return LedgerEntry{}, invalidAmount("%s data.amount_cents must be an integer, got %s", ev.Type, event.Excerpt(string(raw.AmountCents)))
 	}
 	var amount json.Number
 	dec := json.NewDecoder(bytes.NewReader(raw.AmountCents))
 	dec.UseNumber()
 	if err := dec.Decode(&amount); err != nil {
-		return LedgerEntry{}, invalidAmount("%s data.amount_cents must be an integer, got %s", ev.Type, excerpt(string(raw.AmountCents)))
+		return LedgerEntry{}, invalidAmount("%s data.amount_cents must be an integer, got %s", ev.Type, event.Excerpt(string(raw.AmountCents)))
 	}
 	n, err := amount.Int64()
 	if err != nil {
-		if !isIntegerLiteral(amount.String()) {
-			return LedgerEntry{}, invalidAmount("%s data.amount_cents must be an integer, got %s", ev.Type, excerpt(amount.String()))
+		if strings.ContainsAny(amount.String(), ".eE") {
+			return LedgerEntry{}, invalidAmount("%s data.amount_cents must be an integer, got %s", ev.Type, event.Excerpt(amount.String()))
 		}
-		return LedgerEntry{}, invalidAmount("%s data.amount_cents %s does not fit in 64 bits", ev.Type, excerpt(amount.String()))
+		return LedgerEntry{}, invalidAmount("%s data.amount_cents %s does not fit in 64 bits", ev.Type, event.Excerpt(amount.String()))
 	}
 	if n <= 0 {
 		return LedgerEntry{}, invalidAmount("%s data.amount_cents must be > 0, got %d", ev.Type, n)
@@ -55,10 +57,10 @@ func ParseLedger(ev Event) (LedgerEntry, error) {
 		return LedgerEntry{}, invalidPayload("%s data.currency must be an ISO 4217 code string", ev.Type)
 	}
 	if len(code) != 3 || code[0] < 'A' || code[0] > 'Z' || code[1] < 'A' || code[1] > 'Z' || code[2] < 'A' || code[2] > 'Z' {
-		return LedgerEntry{}, PermanentWithReason(ReasonInvalidCurrency, fmt.Errorf("%s data.currency %s is not an ISO 4217 code", ev.Type, excerpt(code)))
+		return LedgerEntry{}, event.PermanentWithReason(ReasonInvalidCurrency, fmt.Errorf("%s data.currency %s is not an ISO 4217 code", ev.Type, event.Excerpt(code)))
 	}
 	if _, err := currency.ParseISO(code); err != nil {
-		return LedgerEntry{}, PermanentWithReason(ReasonInvalidCurrency, fmt.Errorf("%s data.currency %s is not an ISO 4217 code", ev.Type, code))
+		return LedgerEntry{}, event.PermanentWithReason(ReasonInvalidCurrency, fmt.Errorf("%s data.currency %s is not an ISO 4217 code", ev.Type, code))
 	}
 	if ev.Type == TypeLedgerDebited {
 		n = -n
@@ -67,14 +69,14 @@ func ParseLedger(ev Event) (LedgerEntry, error) {
 }
 
 // ReasonInvalidCurrency: a ledger event's currency is not an ISO 4217 code.
-const ReasonInvalidCurrency Reason = "invalid_currency"
+const ReasonInvalidCurrency event.Reason = "invalid_currency"
 
 // ReasonInvalidAmount: a ledger event's amount_cents is not an integer > 0
 // that fits in 64 bits.
-const ReasonInvalidAmount Reason = "invalid_amount"
+const ReasonInvalidAmount event.Reason = "invalid_amount"
 
 func invalidAmount(format string, args ...any) error {
-	return PermanentWithReason(ReasonInvalidAmount, fmt.Errorf(format, args...))
+	return event.PermanentWithReason(ReasonInvalidAmount, fmt.Errorf(format, args...))
 }
 
 // ledgerSQL applies a ledger entry, or parks it, in one statement, so the
@@ -105,7 +107,7 @@ park AS (
 )
 SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM park), (SELECT n FROM blocked)`
 
-func handleLedger(_ context.Context, e *Effects, ev Event) error {
+func handleLedger(_ context.Context, e *Effects, ev event.Event) error {
 	entry, err := ParseLedger(ev)
 	if err != nil {
 		return err
@@ -127,8 +129,8 @@ func handleLedger(_ context.Context, e *Effects, ev Event) error {
 		case wasParked:
 			return dedupe.Parked, nil
 		default:
-			return dedupe.DeadLettered, PermanentWithReason(ReasonPrerequisiteMissing,
-				fmt.Errorf("account %s does not exist and already has %d parked events (parking.max_per_resource %d)", excerpt(ev.Subject), blocked, limit))
+			return dedupe.DeadLettered, event.PermanentWithReason(ReasonPrerequisiteMissing,
+				fmt.Errorf("account %s does not exist and already has %d parked events (parking.max_per_resource %d)", event.Excerpt(ev.Subject), blocked, limit))
 		}
 	}, ledgerSQL, ev.Key, ev.Subject, entry.Currency, entry.AmountCents, ev.Type,
 		o.Group, o.Topic, o.Partition, o.Offset, parked, limit)

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/effectively-io/effectively/event"
 )
 
-// parkedEvent is an Event as stored in parked_events.event, so that it can
+// parkedEvent is an event.Event as stored in parked_events.event, so that it can
 // be applied when its prerequisite arrives without the original record.
 type parkedEvent struct {
 	Source      string          `json:"source"`
@@ -22,7 +24,7 @@ type parkedEvent struct {
 }
 
 // MarshalParked encodes ev for parked_events.event.
-func MarshalParked(ev Event) ([]byte, error) {
+func MarshalParked(ev event.Event) ([]byte, error) {
 	p := parkedEvent{Source: ev.Source, ID: ev.ID, Type: ev.Type, Subject: ev.Subject, Version: ev.Version,
 		Data: ev.Data, Key: ev.Key, Strategy: ev.Strategy, PayloadHash: ev.PayloadHash[:]}
 	if !ev.Time.IsZero() {
@@ -32,15 +34,15 @@ func MarshalParked(ev Event) ([]byte, error) {
 }
 
 // UnmarshalParked decodes parked_events.event.
-func UnmarshalParked(b []byte) (Event, error) {
+func UnmarshalParked(b []byte) (event.Event, error) {
 	var p parkedEvent
 	if err := json.Unmarshal(b, &p); err != nil {
-		return Event{}, fmt.Errorf("decoding a parked event: %w", err)
+		return event.Event{}, fmt.Errorf("decoding a parked event: %w", err)
 	}
 	if len(p.PayloadHash) != 32 {
-		return Event{}, fmt.Errorf("decoding a parked event: payload hash of %d bytes", len(p.PayloadHash))
+		return event.Event{}, fmt.Errorf("decoding a parked event: payload hash of %d bytes", len(p.PayloadHash))
 	}
-	ev := Event{Source: p.Source, ID: p.ID, Type: p.Type, Subject: p.Subject, Version: p.Version,
+	ev := event.Event{Source: p.Source, ID: p.ID, Type: p.Type, Subject: p.Subject, Version: p.Version,
 		Data: p.Data, Key: p.Key, Strategy: p.Strategy}
 	if p.Time != nil {
 		ev.Time = *p.Time

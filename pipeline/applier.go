@@ -17,13 +17,14 @@ import (
 	"github.com/effectively-io/effectively/crashpoint"
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 )
 
 // Options configure an Applier.
 type Options struct {
 	// Decoders decode each topic's records.
-	Decoders map[string]*handlers.Decoder
+	Decoders map[string]*event.Decoder
 	// Handlers apply events by type.
 	Handlers handlers.Registry
 	// Logger receives per-batch problems.
@@ -70,10 +71,10 @@ func (a *Applier) Positions(ctx context.Context, group, topic string, partitions
 // item is one record of a batch on its way to a disposition.
 type item struct {
 	rec *kgo.Record
-	ev  handlers.Event
+	ev  event.Event
 	// disposition is the outcome; reason and err explain a dead letter.
 	disposition dedupe.Disposition
-	reason      handlers.Reason
+	reason      event.Reason
 	err         error
 	// claimed: this transaction claimed ev.Key (the handlers run).
 	claimed bool
@@ -81,9 +82,9 @@ type item struct {
 
 func (it *item) deadLetter(err error) {
 	it.disposition = dedupe.DeadLettered
-	it.reason = handlers.ReasonOf(err)
+	it.reason = event.ReasonOf(err)
 	if it.reason == "" {
-		it.reason = handlers.ReasonHandlerError
+		it.reason = event.ReasonHandlerError
 	}
 	it.err = err
 }
@@ -92,7 +93,7 @@ func (it *item) deadLetter(err error) {
 type Result struct {
 	Counts map[dedupe.Disposition]int
 	// DeadLetters by reason (conflicts included, reason "conflict").
-	DeadLetters map[handlers.Reason]int
+	DeadLetters map[event.Reason]int
 	// Isolated is true when a statement failed and the batch was redone one
 	// event at a time to isolate the culprit.
 	Isolated bool
@@ -163,7 +164,7 @@ func (a *Applier) prefetch(ctx context.Context, items []*item) error {
 			switch {
 			case err == nil:
 				it.ev = ev
-			case handlers.IsPermanent(err):
+			case event.IsPermanent(err):
 				it.deadLetter(err)
 			default:
 				errs <- fmt.Errorf("prefetching %s %s: %w", it.ev.Type, truncateKey(it.ev.Key), err)
@@ -184,14 +185,14 @@ func (a *Applier) decode(b consumer.Batch) []*item {
 		it := &item{rec: r}
 		items[i] = it
 		if dec == nil {
-			it.deadLetter(handlers.PermanentWithReason("unconfigured_topic", fmt.Errorf("no decoder for topic %s", b.Topic)))
+			it.deadLetter(event.PermanentWithReason("unconfigured_topic", fmt.Errorf("no decoder for topic %s", b.Topic)))
 			continue
 		}
-		hs := make([]handlers.Header, len(r.Headers))
+		hs := make([]event.Header, len(r.Headers))
 		for j, h := range r.Headers {
-			hs[j] = handlers.Header{Key: h.Key, Value: h.Value}
+			hs[j] = event.Header{Key: h.Key, Value: h.Value}
 		}
-		ev, err := dec.Decode(handlers.Record{
+		ev, err := dec.Decode(event.Record{
 			Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 			Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp,
 		})
@@ -252,7 +253,7 @@ func (a *Applier) apply(ctx context.Context, tx pgx.Tx, b consumer.Batch, items 
 	rec := &pgx.Batch{}
 	var keys []string
 	var disps []dedupe.Disposition
-	res := Result{Counts: map[dedupe.Disposition]int{}, DeadLetters: map[handlers.Reason]int{}, Released: map[dedupe.Disposition]int{}}
+	res := Result{Counts: map[dedupe.Disposition]int{}, DeadLetters: map[event.Reason]int{}, Released: map[dedupe.Disposition]int{}}
 	inBatch := make(map[string]*item, len(items))
 	for _, it := range items {
 		if it.claimed {
@@ -337,14 +338,14 @@ func (a *Applier) claim(ctx context.Context, tx pgx.Tx, b consumer.Batch, items 
 }
 
 // ReasonConflict: the same event key arrived with a different payload.
-const ReasonConflict handlers.Reason = "conflict"
+const ReasonConflict event.Reason = "conflict"
 
 func (a *Applier) settleRepeat(it *item, storedHash []byte) {
 	if bytes.Equal(storedHash, it.ev.PayloadHash[:]) {
 		it.disposition = dedupe.Duplicate
 		return
 	}
-	it.deadLetter(handlers.PermanentWithReason(ReasonConflict,
+	it.deadLetter(event.PermanentWithReason(ReasonConflict,
 		fmt.Errorf("event key %s was claimed with a different payload (stored hash %x, this one %x)",
 			truncateKey(it.ev.Key), storedHash[:8], it.ev.PayloadHash[:8])))
 }
@@ -358,7 +359,7 @@ func truncateKey(k string) string {
 
 // job is one event to hand to its handler, and where its outcome goes.
 type job struct {
-	ev     handlers.Event
+	ev     event.Event
 	origin handlers.Origin
 	// settle records the outcome: a disposition, or a permanent error.
 	settle func(d dedupe.Disposition, err error)
@@ -406,7 +407,7 @@ func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated b
 		}
 		out := effects.Begin(j.origin)
 		if err := h.Handle(ctx, effects, j.ev); err != nil {
-			if !handlers.IsPermanent(err) {
+			if !event.IsPermanent(err) {
 				return fmt.Errorf("handling %s %s: %w", j.ev.Type, truncateKey(j.ev.Key), err)
 			}
 			if effects.Queued() > 0 {
@@ -421,7 +422,7 @@ func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated b
 				if !isStatementFailure(err) {
 					return err
 				}
-				j.settle("", handlers.Permanent(fmt.Errorf("applying %s: %w", j.ev.Type, err)))
+				j.settle("", event.Permanent(fmt.Errorf("applying %s: %w", j.ev.Type, err)))
 				queued = queued[:len(queued)-1]
 			}
 		}

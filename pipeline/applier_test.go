@@ -12,6 +12,7 @@ import (
 
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/test/cetest"
@@ -35,9 +36,9 @@ func setup(t *testing.T) *bundle {
 func setupWith(t *testing.T, opts pipeline.Options) *bundle {
 	t.Helper()
 	db := pgtest.New(t)
-	dec, err := handlers.NewDecoder(handlers.DecoderConfig{Topic: topic})
+	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
 	require.NoError(t, err)
-	opts.Decoders = map[string]*handlers.Decoder{topic: dec}
+	opts.Decoders = map[string]*event.Decoder{topic: dec}
 	opts.Handlers = handlers.Reference()
 	opts.Logger = zaptest.NewLogger(t)
 	return &bundle{db: db, applier: pipeline.NewApplier(db.Pool, opts), offsets: map[int32]int64{}}
@@ -185,9 +186,9 @@ func TestPoisonIsDeadLetteredAndTheBatchMoves(t *testing.T) {
 	// The ledger event for an account that does not exist is parked, not
 	// dead-lettered: its account may still arrive.
 	require.Equal(t, map[dedupe.Disposition]int{dedupe.Applied: 2, dedupe.DeadLettered: 5, dedupe.Parked: 1}, res.Counts)
-	require.Equal(t, map[handlers.Reason]int{
-		handlers.ReasonNotJSON: 1, handlers.ReasonInvalidAmount: 1, handlers.ReasonInvalidCurrency: 1,
-		handlers.ReasonUnknownType: 1, handlers.ReasonHandlerError: 1,
+	require.Equal(t, map[event.Reason]int{
+		event.ReasonNotJSON: 1, handlers.ReasonInvalidAmount: 1, handlers.ReasonInvalidCurrency: 1,
+		handlers.ReasonUnknownType: 1, event.ReasonHandlerError: 1,
 	}, res.DeadLetters)
 	require.Equal(t, int64(250), b.count(t, `SELECT sum(amount_cents) FROM ledger_entries`))
 	require.Equal(t, int64(1), b.version(t, "a1"))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/test/pgtest"
@@ -56,10 +57,10 @@ func setupDoorbell(t *testing.T) (*bundle, *sourceAPI) {
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	db := pgtest.New(t)
-	dec, err := handlers.NewDecoder(handlers.DecoderConfig{Topic: topic})
+	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
 	require.NoError(t, err)
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{
-		Decoders: map[string]*handlers.Decoder{topic: dec},
+		Decoders: map[string]*event.Decoder{topic: dec},
 		Handlers: handlers.ReferenceWith(handlers.ReferenceOptions{AccountsURL: srv.URL + "/accounts"}),
 		Logger:   zaptest.NewLogger(t),
 	})

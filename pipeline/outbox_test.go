@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/pipeline"
@@ -24,10 +25,10 @@ func setupOutbox(t *testing.T) *bundle {
 func setupOutboxWith(t *testing.T, ro handlers.ReferenceOptions) *bundle {
 	t.Helper()
 	db := pgtest.New(t)
-	dec, err := handlers.NewDecoder(handlers.DecoderConfig{Topic: topic})
+	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
 	require.NoError(t, err)
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{
-		Decoders: map[string]*handlers.Decoder{topic: dec},
+		Decoders: map[string]*event.Decoder{topic: dec},
 		Handlers: handlers.ReferenceWith(ro),
 		Logger:   zaptest.NewLogger(t),
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 )
 
@@ -37,11 +38,11 @@ func arrivals(items []*item) []string {
 
 // released is a parked event that was released, with its outcome.
 type released struct {
-	ev          handlers.Event
+	ev          event.Event
 	origin      handlers.Origin
 	raw         []byte // the stored event, kept in a dead letter
 	disposition dedupe.Disposition
-	reason      handlers.Reason
+	reason      event.Reason
 	err         error
 }
 
@@ -119,9 +120,9 @@ func (a *Applier) releaseParked(ctx context.Context, tx pgx.Tx, resources []stri
 		jobs = append(jobs, job{ev: ev, origin: r.origin, settle: func(d dedupe.Disposition, err error) {
 			if err != nil {
 				rel.disposition = dedupe.DeadLettered
-				rel.reason = handlers.ReasonOf(err)
+				rel.reason = event.ReasonOf(err)
 				if rel.reason == "" {
-					rel.reason = handlers.ReasonHandlerError
+					rel.reason = event.ReasonHandlerError
 				}
 				rel.err = err
 				return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 )
 
@@ -279,7 +280,7 @@ WHERE state = 'parked' AND ($1 = '' OR resource = $1) AND ($2 = '' OR event_key 
 }
 
 // ReasonDropped: an operator gave up on a parked event.
-const ReasonDropped handlers.Reason = "dropped"
+const ReasonDropped event.Reason = "dropped"
 
 // DropParked gives up on the selected parked events: each is dead-lettered
 // with reason dropped (it keeps a disposition; nothing disappears).

@@ -153,7 +153,7 @@ type Generator struct {
 	openSpan   uint64
 	pLedger    float64
 	pHold      float64
-	ready      []event
+	ready      []logicalEvent
 	readyHead  int
 
 	// The record stream.
@@ -182,7 +182,7 @@ type account struct {
 	home        uint8 // the currency most of its ledger events use
 	closed      bool
 	name, email string
-	held        event // a late event waiting for the account's next one
+	held        logicalEvent // a late event waiting for the account's next one
 	hasHeld     bool
 	exp         expectedAccount // version 0 until an account event is emitted
 	currencies  uint8           // bit i: a ledger event in currencies[i] was emitted
@@ -212,8 +212,8 @@ var types = [numKinds]string{TypeAccountOpened, TypeAccountUpdated, TypeAccountC
 
 func (k kind) ledger() bool { return k == kindCredited || k == kindDebited }
 
-// event is one logical event.
-type event struct {
+// logicalEvent is one logical event.
+type logicalEvent struct {
 	seq         uint64
 	acct        int32
 	kind        kind
@@ -353,13 +353,13 @@ func (g *Generator) timestampMs(i int) int64 {
 }
 
 // nextEvent returns the next logical event in arrival order.
-func (g *Generator) nextEvent() event {
+func (g *Generator) nextEvent() logicalEvent {
 	for g.readyHead == len(g.ready) {
 		g.ready, g.readyHead = g.ready[:0], 0
 		g.generate()
 	}
 	e := g.ready[g.readyHead]
-	g.ready[g.readyHead] = event{}
+	g.ready[g.readyHead] = logicalEvent{}
 	g.readyHead++
 	return e
 }
@@ -377,7 +377,7 @@ func (g *Generator) generate() {
 		return
 	}
 	a := g.rng.IntN(g.opened)
-	var e event
+	var e logicalEvent
 	if g.rng.Float64() < g.pLedger {
 		e = g.ledger(a, n)
 	} else {
@@ -388,7 +388,7 @@ func (g *Generator) generate() {
 	case acc.hasHeld:
 		held := acc.held
 		held.late = true
-		acc.held, acc.hasHeld = event{}, false
+		acc.held, acc.hasHeld = logicalEvent{}, false
 		g.ready = append(g.ready, e, held)
 	case g.pHold > 0 && g.rng.Float64() < g.pHold:
 		acc.held, acc.hasHeld = e, true
@@ -397,7 +397,7 @@ func (g *Generator) generate() {
 	}
 }
 
-func (g *Generator) open(a int, n uint64) event {
+func (g *Generator) open(a int, n uint64) logicalEvent {
 	acc := &g.accounts[a]
 	acc.version = 1
 	acc.first = uint8(g.rng.IntN(len(firstNames)))
@@ -419,7 +419,7 @@ func (g *Generator) open(a int, n uint64) event {
 
 // change makes an account.updated or account.closed event: the account's
 // whole new state, one version up.
-func (g *Generator) change(a int, n uint64) event {
+func (g *Generator) change(a int, n uint64) logicalEvent {
 	acc := &g.accounts[a]
 	acc.version++
 	if !acc.closed && g.rng.Float64() < closeChance {
@@ -451,11 +451,11 @@ func (g *Generator) surname(acc *account) {
 	}
 }
 
-func (g *Generator) accountEvent(acc *account, a int, n uint64, k kind) event {
-	return event{seq: n, acct: int32(a), kind: k, version: acc.version, plan: acc.plan, name: acc.name, email: acc.email}
+func (g *Generator) accountEvent(acc *account, a int, n uint64, k kind) logicalEvent {
+	return logicalEvent{seq: n, acct: int32(a), kind: k, version: acc.version, plan: acc.plan, name: acc.name, email: acc.email}
 }
 
-func (g *Generator) ledger(a int, n uint64) event {
+func (g *Generator) ledger(a int, n uint64) logicalEvent {
 	acc := &g.accounts[a]
 	k := kindDebited
 	if g.rng.Float64() < creditChance {
@@ -467,13 +467,13 @@ func (g *Generator) ledger(a int, n uint64) event {
 	}
 	// Log-uniform-ish: most amounts are small, a few reach thousands.
 	amount := 1 + g.rng.Int64N(int64(1)<<(7+g.rng.IntN(12)))
-	return event{seq: n, acct: int32(a), kind: k, currency: cur, amount: amount}
+	return logicalEvent{seq: n, acct: int32(a), kind: k, currency: cur, amount: amount}
 }
 
 // render writes e as a CloudEvent in JSON structured mode. The strings it
 // copies unquoted (names, emails, keys, types) come from this package's own
 // tables and need no escaping.
-func (g *Generator) render(e event, key []byte, ts time.Time) []byte {
+func (g *Generator) render(e logicalEvent, key []byte, ts time.Time) []byte {
 	b := make([]byte, 0, 384)
 	b = append(b, g.head...)
 	b = strconv.AppendUint(b, e.seq, 10)
@@ -517,7 +517,7 @@ func (g *Generator) appendTime(b []byte, ts time.Time) []byte {
 
 // record folds an emitted original into the expected state, as the worker
 // should: account events through the version gate, ledger events summed.
-func (g *Generator) record(e event, acc *account) {
+func (g *Generator) record(e logicalEvent, acc *account) {
 	x := &g.exp
 	x.distinct++
 	x.byType[e.kind]++

@@ -18,7 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/event"
 )
 
 var testStart = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -40,7 +40,7 @@ func testConfig() Config {
 // decoded is one generated record with its decoding.
 type decoded struct {
 	rec Record
-	ev  handlers.Event
+	ev  event.Event
 	seq uint64 // the n of the event ID "evt-<seed>-<n>": generation order
 }
 
@@ -67,7 +67,7 @@ var testStream = sync.OnceValues(func() (*stream, error) {
 // generateDecoded generates cfg's workload and decodes every record, on
 // all cores (decoding under the race detector is slow).
 func generateDecoded(cfg Config) (*stream, error) {
-	dec, err := handlers.NewDecoder(handlers.DecoderConfig{Topic: "t"})
+	dec, err := event.NewDecoder(event.DecoderConfig{Topic: "t"})
 	if err != nil {
 		return nil, err
 	}
@@ -86,9 +86,9 @@ func generateDecoded(cfg Config) (*stream, error) {
 		wg.Go(func() {
 			for i := w; i < len(s.recs); i += workers {
 				d := &s.recs[i]
-				ev, err := dec.Decode(handlers.Record{
+				ev, err := dec.Decode(event.Record{
 					Topic: "t", Offset: int64(i), Key: d.rec.Key, Value: d.rec.Value, Timestamp: d.rec.Timestamp,
-					Headers: []handlers.Header{{Key: "content-type", Value: []byte(ContentType)}},
+					Headers: []event.Header{{Key: "content-type", Value: []byte(ContentType)}},
 				})
 				if err != nil {
 					errs[w] = fmt.Errorf("record %d: %w", i, err)

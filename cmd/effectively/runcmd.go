@@ -20,6 +20,7 @@ import (
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/httpserver"
 	"github.com/effectively-io/effectively/outbox"
@@ -216,11 +217,11 @@ func probeKafka(ctx context.Context, cfg config.Config, log *zap.Logger) (map[st
 
 // newDecoders builds each topic's decoder from its settings and logs the
 // start-up warnings (the content-hash key strategy's collisions).
-func newDecoders(cfg config.Config, log *zap.Logger) (map[string]*handlers.Decoder, error) {
-	decoders := make(map[string]*handlers.Decoder, len(cfg.Kafka.Topics))
+func newDecoders(cfg config.Config, log *zap.Logger) (map[string]*event.Decoder, error) {
+	decoders := make(map[string]*event.Decoder, len(cfg.Kafka.Topics))
 	for _, name := range cfg.Kafka.Topics {
 		t := cfg.TopicSettings(name)
-		d, err := handlers.NewDecoder(handlers.DecoderConfig{
+		d, err := event.NewDecoder(event.DecoderConfig{
 			Topic: name, Format: t.Format, KeyStrategy: t.KeyStrategy, KeyPointer: t.KeyPointer, NaturalKey: t.NaturalKey,
 			IDPointer: t.IDPointer, TypePointer: t.TypePointer, SubjectPointer: t.SubjectPointer, VersionPointer: t.VersionPointer,
 			MaxPayloadBytes: cfg.Consumer.MaxPayloadBytes,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/consumer"
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/workload"
@@ -168,7 +169,7 @@ func (b *bench) runB2(ctx context.Context, data *b2Data) (baselineRun, error) {
 	}
 
 	ts := def.TopicSettings(b.topic)
-	dec, err := handlers.NewDecoder(handlers.DecoderConfig{
+	dec, err := event.NewDecoder(event.DecoderConfig{
 		Topic: b.topic, Format: ts.Format, KeyStrategy: ts.KeyStrategy, KeyPointer: ts.KeyPointer, NaturalKey: ts.NaturalKey,
 		IDPointer: ts.IDPointer, TypePointer: ts.TypePointer, SubjectPointer: ts.SubjectPointer, VersionPointer: ts.VersionPointer,
 		MaxPayloadBytes: def.Consumer.MaxPayloadBytes,
@@ -177,7 +178,7 @@ func (b *bench) runB2(ctx context.Context, data *b2Data) (baselineRun, error) {
 		return r, err
 	}
 	applier := pipeline.NewApplier(pool, pipeline.Options{
-		Decoders: map[string]*handlers.Decoder{b.topic: dec},
+		Decoders: map[string]*event.Decoder{b.topic: dec},
 		Handlers: handlers.Reference(),
 	})
 	group := b.name("b2")

@@ -1,4 +1,4 @@
-package handlers
+package event
 
 import (
 	"encoding/hex"
@@ -563,13 +563,13 @@ func TestPermanent(t *testing.T) {
 
 func TestExcerpt(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, `"abc"`, excerpt("abc"))
-	require.Equal(t, `"a\x00\n\x1b"`, excerpt("a\x00\n\x1b"))
+	require.Equal(t, `"abc"`, Excerpt("abc"))
+	require.Equal(t, `"a\x00\n\x1b"`, Excerpt("a\x00\n\x1b"))
 	long := strings.Repeat("é", 40) // 80 bytes
-	got := excerpt(long)
+	got := Excerpt(long)
 	require.Equal(t, `"`+strings.Repeat("é", 32)+`"...`, got)
 	// A cut through a multi-byte character drops the partial one.
-	got = excerpt("x" + strings.Repeat("é", 40))
+	got = Excerpt("x" + strings.Repeat("é", 40))
 	require.Equal(t, `"x`+strings.Repeat("é", 31)+`"...`, got)
-	require.Equal(t, `"\xff"`, excerpt("\xff"))
+	require.Equal(t, `"\xff"`, Excerpt("\xff"))
 }

@@ -1,4 +1,4 @@
-package handlers
+package event
 
 import (
 	"errors"
@@ -185,9 +185,9 @@ func ReasonOf(err error) Reason {
 // excerptBytes is how much of an offending value an error message may quote.
 const excerptBytes = 64
 
-// excerpt quotes at most the first 64 bytes of s for an error message, with
+// Excerpt quotes at most the first 64 bytes of s for an error message, with
 // control characters and invalid UTF-8 escaped, and marks a cut with "...".
-func excerpt(s string) string {
+func Excerpt(s string) string {
 	if len(s) <= excerptBytes {
 		return strconv.Quote(s)
 	}

@@ -1,4 +1,4 @@
-package handlers
+package event
 
 import (
 	"bytes"
@@ -218,7 +218,7 @@ func (d *Decoder) decode(r Record) (Event, error) {
 	}
 	if hasCT && strings.HasPrefix(ct, "application/cloudevents") {
 		if ct != "application/cloudevents+json" {
-			return Event{}, decodeErr(ReasonNotCloudEvents, "content-type %s: only application/cloudevents+json (one event in JSON) is supported", excerpt(ct))
+			return Event{}, decodeErr(ReasonNotCloudEvents, "content-type %s: only application/cloudevents+json (one event in JSON) is supported", Excerpt(ct))
 		}
 		return d.decodeStructured(r)
 	}
@@ -306,7 +306,7 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 			continue
 		}
 		if !validAttributeName(m.name) {
-			return Event{}, decodeErr(ReasonNotCloudEvents, "attribute name %s: CloudEvents attribute names are lowercase letters and digits", excerpt(m.name))
+			return Event{}, decodeErr(ReasonNotCloudEvents, "attribute name %s: CloudEvents attribute names are lowercase letters and digits", Excerpt(m.name))
 		}
 		if m.value.kind == kindNull {
 			continue // null is absent (CloudEvents JSON format)
@@ -316,7 +316,7 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 	if sv, ok := attrs["specversion"]; !ok {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "the object has no specversion: not a CloudEvent")
 	} else if sv.kind != kindString || sv.text != "1.0" {
-		return Event{}, decodeErr(ReasonNotCloudEvents, "specversion %s: only CloudEvents 1.0 is supported", excerpt(sv.raw))
+		return Event{}, decodeErr(ReasonNotCloudEvents, "specversion %s: only CloudEvents 1.0 is supported", Excerpt(sv.raw))
 	}
 	for i := range root.members {
 		// In input order, so that the message is deterministic.
@@ -355,7 +355,7 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 			continue
 		}
 		if !validAttributeName(name) {
-			return Event{}, decodeErr(ReasonNotCloudEvents, "header %s: CloudEvents attribute names are lowercase letters and digits", excerpt(h.Key))
+			return Event{}, decodeErr(ReasonNotCloudEvents, "header %s: CloudEvents attribute names are lowercase letters and digits", Excerpt(h.Key))
 		}
 		if !utf8.Valid(h.Value) {
 			return Event{}, decodeErr(ReasonInvalidUTF8, "header %s is not valid UTF-8", h.Key)
@@ -366,7 +366,7 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 		attrs[name] = attribute{present: true, kind: kindString, text: string(h.Value), raw: string(h.Value)}
 	}
 	if sv := attrs["specversion"]; sv.text != "1.0" {
-		return Event{}, decodeErr(ReasonNotCloudEvents, "header ce_specversion %s: only CloudEvents 1.0 is supported", excerpt(sv.text))
+		return Event{}, decodeErr(ReasonNotCloudEvents, "header ce_specversion %s: only CloudEvents 1.0 is supported", Excerpt(sv.text))
 	}
 	if hasCT {
 		attrs["datacontenttype"] = attribute{present: true, kind: kindString, text: ct, raw: ct}
@@ -405,7 +405,7 @@ func (d *Decoder) envelope(r Record, attrs map[string]attribute, binary bool) (E
 		case !a.present || (a.kind == kindString && a.text == ""):
 			err = decodeErr(reason, "the event has no %s", name)
 		case a.kind != kindString:
-			err = decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, excerpt(a.raw), article(a.kind))
+			err = decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(a.raw), article(a.kind))
 		}
 		return a.text
 	}
@@ -429,13 +429,13 @@ func (d *Decoder) envelope(r Record, attrs map[string]attribute, binary bool) (E
 	if a := attrs["time"]; a.present {
 		t, terr := time.Parse(time.RFC3339Nano, a.text)
 		if a.kind != kindString || terr != nil {
-			return Event{}, decodeErr(ReasonInvalidAttribute, "time %s is not an RFC 3339 timestamp", excerpt(a.raw))
+			return Event{}, decodeErr(ReasonInvalidAttribute, "time %s is not an RFC 3339 timestamp", Excerpt(a.raw))
 		}
 		ev.Time = t
 	}
 	if a := attrs["resourceversion"]; a.present {
 		if !binary && a.kind != kindNumber {
-			return Event{}, decodeErr(ReasonInvalidVersion, "resourceversion %s is %s; want an integer ≥ 1", excerpt(a.raw), article(a.kind))
+			return Event{}, decodeErr(ReasonInvalidVersion, "resourceversion %s is %s; want an integer ≥ 1", Excerpt(a.raw), article(a.kind))
 		}
 		if ev.Version, err = parseVersion(a.text); err != nil {
 			return Event{}, err
@@ -445,14 +445,14 @@ func (d *Decoder) envelope(r Record, attrs map[string]attribute, binary bool) (E
 		mt := a.text
 		if !binary {
 			if a.kind != kindString {
-				return Event{}, decodeErr(ReasonInvalidAttribute, "datacontenttype %s is %s, not a string", excerpt(a.raw), article(a.kind))
+				return Event{}, decodeErr(ReasonInvalidAttribute, "datacontenttype %s is %s, not a string", Excerpt(a.raw), article(a.kind))
 			}
 			if parsed, _, perr := mime.ParseMediaType(mt); perr == nil {
 				mt = parsed
 			}
 		}
 		if !isJSONMediaType(strings.ToLower(mt)) {
-			return Event{}, decodeErr(ReasonUnsupportedData, "data content type %s: only JSON data is supported", excerpt(a.text))
+			return Event{}, decodeErr(ReasonUnsupportedData, "data content type %s: only JSON data is supported", Excerpt(a.text))
 		}
 	}
 	return ev, nil
@@ -490,7 +490,7 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 	if d.versionPtr != nil {
 		if v := d.versionPtr.resolve(root); v != nil && v.kind != kindNull {
 			if v.kind != kindNumber {
-				return Event{}, decodeErr(ReasonInvalidVersion, "version %s is %s; want an integer ≥ 1", excerpt(head(v.raw)), article(v.kind))
+				return Event{}, decodeErr(ReasonInvalidVersion, "version %s is %s; want an integer ≥ 1", Excerpt(head(v.raw)), article(v.kind))
 			}
 			if ev.Version, err = parseVersion(v.text); err != nil {
 				return Event{}, err
@@ -514,7 +514,7 @@ func field(root *jsonValue, p *pointer, name string, reason Reason, integers boo
 	v := p.resolve(root)
 	switch {
 	case v == nil || v.kind == kindNull || (v.kind == kindString && v.text == ""):
-		return "", decodeErr(reason, "the payload has no %s at %s", name, excerpt(p.text))
+		return "", decodeErr(reason, "the payload has no %s at %s", name, Excerpt(p.text))
 	case v.kind == kindString:
 		return v.text, nil
 	case integers && v.kind == kindNumber && isIntegerLiteral(v.text):
@@ -524,7 +524,7 @@ func field(root *jsonValue, p *pointer, name string, reason Reason, integers boo
 		if integers {
 			want += " or an integer"
 		}
-		return "", decodeErr(ReasonInvalidAttribute, "%s at %s is %s %s; want %s", name, excerpt(p.text), article(v.kind), excerpt(head(v.raw)), want)
+		return "", decodeErr(ReasonInvalidAttribute, "%s at %s is %s %s; want %s", name, Excerpt(p.text), article(v.kind), Excerpt(head(v.raw)), want)
 	}
 }
 
@@ -545,9 +545,9 @@ func checkSubject(subject string, key []byte) error {
 		return nil
 	}
 	if len(key) == 0 {
-		return decodeErr(ReasonSubjectMismatch, "subject %s but the record has no key; key records by resource ID", excerpt(subject))
+		return decodeErr(ReasonSubjectMismatch, "subject %s but the record has no key; key records by resource ID", Excerpt(subject))
 	}
-	return decodeErr(ReasonSubjectMismatch, "subject %s differs from the record key %s", excerpt(subject), excerpt(string(key)))
+	return decodeErr(ReasonSubjectMismatch, "subject %s differs from the record key %s", Excerpt(subject), Excerpt(string(key)))
 }
 
 // parseVersion parses a resourceversion: an integer from 1 to 2^63-1 in
@@ -558,11 +558,11 @@ func parseVersion(s string) (int64, error) {
 		ok = s[i] >= '0' && s[i] <= '9'
 	}
 	if !ok {
-		return 0, decodeErr(ReasonInvalidVersion, "resourceversion %s is not an integer ≥ 1 in plain decimal digits", excerpt(s))
+		return 0, decodeErr(ReasonInvalidVersion, "resourceversion %s is not an integer ≥ 1 in plain decimal digits", Excerpt(s))
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, decodeErr(ReasonInvalidVersion, "resourceversion %s is larger than 2^63-1", excerpt(s))
+		return 0, decodeErr(ReasonInvalidVersion, "resourceversion %s is larger than 2^63-1", Excerpt(s))
 	}
 	return v, nil
 }
@@ -587,7 +587,7 @@ func validAttributeName(name string) bool {
 func checkChars(name, s string) error {
 	for _, r := range s {
 		if isControl(r) || isNoncharacter(r) {
-			return decodeErr(ReasonInvalidAttribute, "%s %s contains %U, which CloudEvents strings must not", name, excerpt(s), r)
+			return decodeErr(ReasonInvalidAttribute, "%s %s contains %U, which CloudEvents strings must not", name, Excerpt(s), r)
 		}
 	}
 	return nil

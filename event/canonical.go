@@ -1,4 +1,4 @@
-package handlers
+package event
 
 import (
 	"cmp"
@@ -350,7 +350,7 @@ func (p *jsonParser) object() (jsonValue, error) {
 		if _, dup := seen[name]; dup {
 			// Recorded before the value is parsed, so that a repeated
 			// top-level name is a root issue, not one inside the member.
-			p.issue("duplicate member name " + excerpt(name))
+			p.issue("duplicate member name " + Excerpt(name))
 		}
 		seen[name] = struct{}{}
 		if top {
@@ -532,7 +532,7 @@ func (p *jsonParser) number() (jsonValue, error) {
 	lit := string(p.data[start:p.pos])
 	canon, ok := canonicalNumber(lit)
 	if !ok {
-		p.issue("number " + excerpt(lit) + " is beyond the range of a double")
+		p.issue("number " + Excerpt(lit) + " is beyond the range of a double")
 	}
 	return jsonValue{kind: kindNumber, raw: p.data[start:p.pos], text: lit, canon: canon}, nil
 }

@@ -1,4 +1,4 @@
-package handlers
+package event
 
 import (
 	"crypto/sha256"
@@ -113,21 +113,21 @@ func (d *Decoder) deriveKey(ev *Event, payload *jsonValue) error {
 // pointer than an identity, and is refused.
 func keyValue(payload *jsonValue, p *pointer) (*jsonValue, error) {
 	if payload == nil {
-		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: the event has no data", excerpt(p.text))
+		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: the event has no data", Excerpt(p.text))
 	}
 	v := p.resolve(payload)
 	switch {
 	case v == nil:
-		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: not found", excerpt(p.text))
+		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: not found", Excerpt(p.text))
 	case v.kind == kindString && v.text != "":
 		return v, nil
 	case v.kind == kindNumber && isIntegerLiteral(v.text):
 		return v, nil
 	case v.kind == kindString:
-		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: empty string", excerpt(p.text))
+		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: empty string", Excerpt(p.text))
 	default:
 		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: found %s %s, want a non-empty string or an integer",
-			excerpt(p.text), article(v.kind), excerpt(head(v.raw)))
+			Excerpt(p.text), article(v.kind), Excerpt(head(v.raw)))
 	}
 }
 
