@@ -26,8 +26,14 @@ func (f HandlerFunc) Handle(ctx context.Context, e *Effects, ev event.Event) err
 	return f(ctx, e, ev)
 }
 
-// Registry maps event types to their handlers.
-type Registry map[string]Handler
+// Prefetcher is a handler that reads from the outside world before the
+// batch's transaction begins (never inside it): a doorbell fetches the
+// resource's current state. Prefetch returns the event to apply (its Key and
+// PayloadHash unchanged), a transient error (the batch is retried with
+// backoff), or a permanent one (event.Permanent: dead-lettered).
+type Prefetcher interface {
+	Prefetch(ctx context.Context, ev event.Event) (event.Event, error)
+}
 
 // Outcome is what became of one event's effects once its statements ran.
 type Outcome struct {
@@ -43,7 +49,6 @@ type Outcome struct {
 // when it was queued; its result callback decides that event's outcome.
 type Effects struct {
 	batch   *pgx.Batch
-	limits  ParkingLimits
 	current *Outcome
 	origin  Origin
 	queued  int // statements queued for the current event
@@ -57,19 +62,9 @@ type Origin struct {
 	Offset    int64
 }
 
-// ParkingLimits bound what may wait for a prerequisite.
-type ParkingLimits struct {
-	// MaxPerResource is the most events parked for one resource; the next
-	// is dead-lettered (prerequisite_missing).
-	MaxPerResource int
-}
-
 // NewEffects returns an empty collection.
-func NewEffects(limits ParkingLimits) *Effects {
-	if limits.MaxPerResource <= 0 {
-		limits.MaxPerResource = 1000
-	}
-	return &Effects{batch: &pgx.Batch{}, limits: limits}
+func NewEffects() *Effects {
+	return &Effects{batch: &pgx.Batch{}}
 }
 
 // Begin starts collecting the statements of the next event, read at
@@ -84,9 +79,6 @@ func (e *Effects) Begin(origin Origin) *Outcome {
 
 // Origin is where the current event was read.
 func (e *Effects) Origin() Origin { return e.origin }
-
-// Limits are the parking bounds.
-func (e *Effects) Limits() ParkingLimits { return e.limits }
 
 // Queued is the number of statements queued for the current event.
 func (e *Effects) Queued() int { return e.queued }

@@ -25,14 +25,16 @@ import (
 type Options struct {
 	// Decoders decode each topic's records.
 	Decoders map[string]*event.Decoder
-	// Handlers apply events by type.
-	Handlers handlers.Registry
+	// Handlers apply events by type and name their prerequisites.
+	Handlers *handlers.Registry
 	// Logger receives per-batch problems.
 	Logger *zap.Logger
 	// Metrics, when set, counts dispositions.
 	Metrics *Metrics
-	// Parking bounds what waits for a prerequisite.
-	Parking handlers.ParkingLimits
+	// MaxParkedPerResource is the most events parked for one resource
+	// (parking.max_per_resource); the next is dead-lettered with reason
+	// prerequisite_missing. 0 means 1000.
+	MaxParkedPerResource int
 }
 
 // Applier applies batches, one transaction each: lock the partition's
@@ -49,6 +51,12 @@ type Applier struct {
 func NewApplier(pool *pgxpool.Pool, opts Options) *Applier {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
+	}
+	if opts.Handlers == nil {
+		opts.Handlers = &handlers.Registry{}
+	}
+	if opts.MaxParkedPerResource <= 0 {
+		opts.MaxParkedPerResource = 1000
 	}
 	return &Applier{pool: pool, opts: opts, log: opts.Logger}
 }
@@ -152,7 +160,8 @@ func (a *Applier) prefetch(ctx context.Context, items []*item) error {
 		if it.disposition != "" {
 			continue
 		}
-		pf, ok := a.opts.Handlers[it.ev.Type].(handlers.Prefetcher)
+		h, _ := a.opts.Handlers.Handler(it.ev.Type)
+		pf, ok := h.(handlers.Prefetcher)
 		if !ok {
 			continue
 		}
@@ -241,10 +250,15 @@ func (a *Applier) apply(ctx context.Context, tx pgx.Tx, b consumer.Batch, items 
 	if err := a.claim(ctx, tx, b, items); err != nil {
 		return Result{}, err
 	}
-	if err := a.runJobs(ctx, tx, a.itemJobs(b, items), isolated); err != nil {
+	jobs := a.itemJobs(b, items)
+	gate, err := a.parkingGate(ctx, tx, jobs)
+	if err != nil {
 		return Result{}, err
 	}
-	released, err := a.releaseParked(ctx, tx, arrivals(items), isolated)
+	if err := a.runJobs(ctx, tx, jobs, isolated, gate); err != nil {
+		return Result{}, err
+	}
+	released, err := a.releaseParked(ctx, tx, a.arrivals(items), isolated)
 	if err != nil {
 		return Result{}, err
 	}
@@ -389,24 +403,39 @@ func (a *Applier) itemJobs(b consumer.Batch, items []*item) []job {
 
 // runJobs runs the jobs' handlers in order and sends their statements: all
 // in one round trip, or, isolated, each event's in a savepoint of its own.
-func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated bool) error {
-	effects := handlers.NewEffects(a.opts.Parking)
+// With a gate, an event that waits for a prerequisite that does not exist
+// yet (or for a resource with parked events) is parked instead; without
+// one (parked events being released) every event runs its handler.
+func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated bool, gate *gate) error {
+	effects := handlers.NewEffects()
 	type pending struct {
 		j   job
 		out *handlers.Outcome
 	}
 	var queued []pending
 	for _, j := range jobs {
-		h, ok := a.opts.Handlers[j.ev.Type]
+		h, ok := a.opts.Handlers.Handler(j.ev.Type)
 		if !ok {
 			j.settle("", handlers.UnknownType(j.ev.Type))
 			continue
 		}
 		if isolated {
-			effects = handlers.NewEffects(a.opts.Parking)
+			effects = handlers.NewEffects()
 		}
 		out := effects.Begin(j.origin)
-		if err := h.Handle(ctx, effects, j.ev); err != nil {
+		park := false
+		if gate != nil {
+			var err error
+			if park, err = gate.mustPark(j.ev); err != nil {
+				j.settle("", err)
+				continue
+			}
+		}
+		if park {
+			if err := queuePark(effects, j); err != nil {
+				return err
+			}
+		} else if err := h.Handle(ctx, effects, j.ev); err != nil {
 			if !event.IsPermanent(err) {
 				return fmt.Errorf("handling %s %s: %w", j.ev.Type, truncateKey(j.ev.Key), err)
 			}
@@ -424,7 +453,13 @@ func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated b
 				}
 				j.settle("", event.Permanent(fmt.Errorf("applying %s: %w", j.ev.Type, err)))
 				queued = queued[:len(queued)-1]
+				continue
 			}
+		}
+		if gate != nil && !park {
+			// A batch that fails here is redone isolated, where only an
+			// event whose statements committed gets this far.
+			gate.created(j.ev)
 		}
 	}
 	if !isolated && effects.Len() > 0 {

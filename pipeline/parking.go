@@ -3,10 +3,11 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
@@ -14,14 +15,14 @@ import (
 	"github.com/effectively-io/effectively/handlers"
 )
 
-// arrivals are the resources whose prerequisite exists after this batch:
-// the subjects of account events that were newly claimed and applied or
-// found stale (the account exists either way).
-func arrivals(items []*item) []string {
+// arrivals are the resources that exist after this batch: the subjects of
+// newly claimed events of a type that creates a prerequisite, applied or
+// found stale (the resource exists either way).
+func (a *Applier) arrivals(items []*item) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, it := range items {
-		if !it.claimed || !strings.HasPrefix(it.ev.Type, "account.") {
+		if !it.claimed || !a.opts.Handlers.Creates(it.ev.Type) {
 			continue
 		}
 		if it.disposition != dedupe.Applied && it.disposition != dedupe.Stale {
@@ -34,6 +35,124 @@ func arrivals(items []*item) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// gate decides, in offset order, which of a batch's events wait: it starts
+// from what the database says (which resources exist, how many events each
+// has parked) and follows the batch (an event that creates a resource lets
+// the later ones of that resource through; a parked one makes them queue
+// behind it).
+type gate struct {
+	reg    *handlers.Registry
+	limit  int
+	exists map[prereqKey]bool
+	parked map[string]int // by resource
+}
+
+type prereqKey struct{ name, resource string }
+
+// mustPark reports whether ev is parked rather than applied, or the
+// permanent error of an event that would exceed the per-resource bound.
+func (g *gate) mustPark(ev event.Event) (bool, error) {
+	p := g.reg.WaitsFor(ev)
+	if p == nil {
+		return false, nil
+	}
+	n := g.parked[ev.Subject]
+	if n == 0 && g.exists[prereqKey{p.Name, ev.Subject}] {
+		return false, nil
+	}
+	if n >= g.limit {
+		return false, event.PermanentWithReason(handlers.ReasonPrerequisiteMissing,
+			fmt.Errorf("%s %s does not exist and already has %d parked events (parking.max_per_resource %d)", p.Name, event.Excerpt(ev.Subject), n, g.limit))
+	}
+	g.parked[ev.Subject]++
+	return true, nil
+}
+
+// created records that ev, applied, made its resource exist.
+func (g *gate) created(ev event.Event) {
+	for _, p := range g.reg.Prerequisites() {
+		if slices.Contains(p.CreatedBy, ev.Type) {
+			g.exists[prereqKey{p.Name, ev.Subject}] = true
+		}
+	}
+}
+
+// parkedCountsSQL counts the events parked per resource.
+const parkedCountsSQL = `
+SELECT resource, count(*) FROM parked_events
+WHERE state = 'parked' AND resource = ANY($1)
+GROUP BY resource`
+
+// parkingGate reads, in one round trip, what the gate starts from: for the
+// resources that the jobs' waiting events name, whether their prerequisite
+// exists and how many events they have parked. Nil when no job waits.
+func (a *Applier) parkingGate(ctx context.Context, tx pgx.Tx, jobs []job) (*gate, error) {
+	byPrereq := map[*handlers.Prerequisite][]string{}
+	var all []string
+	for _, j := range jobs {
+		if p := a.opts.Handlers.WaitsFor(j.ev); p != nil {
+			byPrereq[p] = append(byPrereq[p], j.ev.Subject)
+			all = append(all, j.ev.Subject)
+		}
+	}
+	if len(all) == 0 {
+		return nil, nil
+	}
+	g := &gate{reg: a.opts.Handlers, limit: a.opts.MaxParkedPerResource, exists: map[prereqKey]bool{}, parked: map[string]int{}}
+	b := &pgx.Batch{}
+	for p, ids := range byPrereq {
+		b.Queue(p.ExistsSQL, ids).Query(func(rows pgx.Rows) error {
+			var id string
+			_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+				g.exists[prereqKey{p.Name, id}] = true
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("checking whether %s exists (%s): %w", p.Name, p.ExistsSQL, err)
+			}
+			return nil
+		})
+	}
+	b.Queue(parkedCountsSQL, all).Query(func(rows pgx.Rows) error {
+		var r string
+		var n int
+		_, err := pgx.ForEachRow(rows, []any{&r, &n}, func() error {
+			g.parked[r] = n
+			return nil
+		})
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("reading the prerequisites of %d waiting events: %w", len(all), err)
+	}
+	return g, nil
+}
+
+// parkSQL parks an event. Nothing is inserted when the key has a parked
+// row already (from a claim that has since expired): the event is then
+// dead-lettered rather than parked where nothing would release it.
+const parkSQL = `
+INSERT INTO parked_events (event_key, consumer_group, topic, "partition", "offset", resource, event_type, event)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (event_key) DO NOTHING`
+
+// queuePark queues the statement that parks j's event.
+func queuePark(e *handlers.Effects, j job) error {
+	raw, err := MarshalParked(j.ev)
+	if err != nil {
+		return err
+	}
+	o := j.origin
+	e.Exec(func(ct pgconn.CommandTag) (dedupe.Disposition, error) {
+		if ct.RowsAffected() == 0 {
+			return dedupe.DeadLettered, event.PermanentWithReason(handlers.ReasonPrerequisiteMissing,
+				fmt.Errorf("%s was parked before and resolved; it cannot wait again", truncateKey(j.ev.Key)))
+		}
+		return dedupe.Parked, nil
+	}, parkSQL, j.ev.Key, o.Group, o.Topic, o.Partition, o.Offset, j.ev.Subject, j.ev.Type, raw)
+	return nil
 }
 
 // released is a parked event that was released, with its outcome.
@@ -112,7 +231,7 @@ func (a *Applier) releaseParked(ctx context.Context, tx pgx.Tx, resources []stri
 	for i, r := range rs {
 		rel := &released{origin: r.origin, raw: r.raw}
 		out[i] = rel
-		ev, err := handlers.UnmarshalParked(r.raw)
+		ev, err := UnmarshalParked(r.raw)
 		if err != nil {
 			return nil, err // our own encoding: a bug, not the event's fault
 		}
@@ -130,7 +249,7 @@ func (a *Applier) releaseParked(ctx context.Context, tx pgx.Tx, resources []stri
 			rel.disposition = d
 		}})
 	}
-	if err := a.runJobs(ctx, tx, jobs, isolated); err != nil {
+	if err := a.runJobs(ctx, tx, jobs, isolated, nil); err != nil {
 		return nil, err
 	}
 	// A released event that could not be applied is dead-lettered; its

@@ -154,7 +154,12 @@ func (a *Applier) Redrive(ctx context.Context, id int64) (RedriveResult, error) 
 				}
 			}
 			if it.claimed {
-				if err := a.runJobs(ctx, tx, a.itemJobs(b, []*item{it}), true); err != nil {
+				jobs := a.itemJobs(b, []*item{it})
+				gate, err := a.parkingGate(ctx, tx, jobs)
+				if err != nil {
+					return err
+				}
+				if err := a.runJobs(ctx, tx, jobs, true, gate); err != nil {
 					return err
 				}
 			}

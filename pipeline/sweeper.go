@@ -35,7 +35,7 @@ type SweeperOptions struct {
 }
 
 // Sweeper retries parked events whose prerequisite appeared by another path
-// (an account written by a doorbell or by hand), and dead-letters those past
+// (written by a doorbell, a redrive or by hand), and dead-letters those past
 // their bound with reason prerequisite_missing.
 type Sweeper struct {
 	pool    *pgxpool.Pool
@@ -96,8 +96,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 }
 
 const dueSQL = `
-SELECT event_key, consumer_group, topic, "partition", "offset", resource, event, attempts, parked_at,
-       EXISTS (SELECT 1 FROM accounts WHERE id = p.resource)
+SELECT event_key, consumer_group, topic, "partition", "offset", resource, event, attempts, parked_at
 FROM parked_events p
 WHERE state = 'parked' AND next_attempt_at <= now()
 ORDER BY next_attempt_at
@@ -125,9 +124,9 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (SweepResult, error) {
 		var key string
 		r := dueRow{}
 		_, err = pgx.ForEachRow(rows, []any{&key, &r.origin.Group, &r.origin.Topic, &r.origin.Partition, &r.origin.Offset,
-			&r.resource, &r.raw, &r.attempts, &r.parkedAt, &r.hasPrereq}, func() error {
+			&r.resource, &r.raw, &r.attempts, &r.parkedAt}, func() error {
 			d := r
-			ev, err := handlers.UnmarshalParked(d.raw)
+			ev, err := UnmarshalParked(d.raw)
 			if err != nil {
 				return err
 			}
@@ -137,6 +136,9 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (SweepResult, error) {
 		})
 		if err != nil {
 			return fmt.Errorf("finding due parked events: %w", err)
+		}
+		if err := s.checkPrerequisites(ctx, tx, due); err != nil {
+			return err
 		}
 
 		// Resources whose prerequisite now exists: release all their parked
@@ -207,6 +209,44 @@ FROM unnest($1::text[], $2::timestamptz[]) AS r(event_key, at) WHERE p.event_key
 		return res, err
 	}
 	return res, err
+}
+
+// checkPrerequisites sets hasPrereq of each due event: its prerequisite
+// exists now (arrived by another path: a doorbell, a redrive, by hand), or
+// its type no longer waits for one.
+func (s *Sweeper) checkPrerequisites(ctx context.Context, tx pgx.Tx, due []*dueRow) error {
+	reg := s.applier.opts.Handlers
+	byPrereq := map[*handlers.Prerequisite][]*dueRow{}
+	for _, d := range due {
+		p := reg.WaitsFor(d.ev)
+		if p == nil {
+			d.hasPrereq = true
+			continue
+		}
+		byPrereq[p] = append(byPrereq[p], d)
+	}
+	for p, ds := range byPrereq {
+		ids := make([]string, len(ds))
+		for i, d := range ds {
+			ids[i] = d.resource
+		}
+		rows, err := tx.Query(ctx, p.ExistsSQL, ids)
+		if err != nil {
+			return fmt.Errorf("checking whether %s exists (%s): %w", p.Name, p.ExistsSQL, err)
+		}
+		exists := map[string]bool{}
+		var id string
+		if _, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+			exists[id] = true
+			return nil
+		}); err != nil {
+			return fmt.Errorf("checking whether %s exists (%s): %w", p.Name, p.ExistsSQL, err)
+		}
+		for _, d := range ds {
+			d.hasPrereq = exists[d.resource]
+		}
+	}
+	return nil
 }
 
 func (s *Sweeper) backoff(attempt int) time.Duration {
@@ -300,7 +340,7 @@ RETURNING consumer_group, topic, "partition", "offset", event`, f.Resource, f.Ev
 		var r released
 		_, err = pgx.ForEachRow(rows, []any{&r.origin.Group, &r.origin.Topic, &r.origin.Partition, &r.origin.Offset, &r.raw}, func() error {
 			rel := r
-			ev, err := handlers.UnmarshalParked(rel.raw)
+			ev, err := UnmarshalParked(rel.raw)
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"regexp"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -19,7 +20,16 @@ import (
 //go:embed migrations/*.sql
 var embedded embed.FS
 
-// Migrations returns the embedded migration files.
+// VersionTable is where the engine's migrations record their versions. It
+// is not goose's default (goose_db_version), so a team that runs goose for
+// its own tables in the same schema keeps its history apart.
+const VersionTable = "effectively_schema_version"
+
+// legacyVersionTable is where releases before the public API recorded the
+// engine's versions; Migrate carries it over once.
+const legacyVersionTable = "goose_db_version"
+
+// Migrations returns the engine's embedded migration files.
 func Migrations() fs.FS {
 	sub, err := fs.Sub(embedded, "migrations")
 	if err != nil {
@@ -28,22 +38,60 @@ func Migrations() fs.FS {
 	return sub
 }
 
+// Set is a team's migrations: numbered goose SQL files (00001_orders.sql)
+// applied after the engine's, with a version table of their own.
+type Set struct {
+	// Name names the set in logs and errors ("orders").
+	Name string
+	// Table is the set's version table, e.g. "orders_schema_version". It
+	// must differ from every other set's and from the engine's.
+	Table string
+	// FS holds the migration files at its root.
+	FS fs.FS
+}
+
+var tableName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+func (s Set) validate() error {
+	if s.Name == "" || s.FS == nil {
+		return errors.New("a migration set needs a Name and an FS")
+	}
+	if !tableName.MatchString(s.Table) || s.Table == VersionTable || s.Table == legacyVersionTable {
+		return fmt.Errorf("migration set %s: version table %q must be a lowercase identifier other than %s and %s", s.Name, s.Table, VersionTable, legacyVersionTable)
+	}
+	return nil
+}
+
+// SetResult reports what Migrate did to one set.
+type SetResult struct {
+	// Name is the set's name; "effectively" for the engine's.
+	Name string
+	// Applied lists the versions this call applied; empty when another
+	// replica had already applied them.
+	Applied []int64
+	// Version is the set's version after the call.
+	Version int64
+}
+
 // Result reports what Migrate did.
 type Result struct {
 	// Schema is the PostgreSQL schema migrated (the first entry of the
 	// connection's search_path).
 	Schema string
-	// Applied lists the versions this call applied; empty when another
-	// replica had already applied them.
-	Applied []int64
-	// Version is the schema version after the call.
-	Version int64
+	// Sets are the engine's migrations, then each team set, in order.
+	Sets []SetResult
 }
 
-// Migrate applies every pending migration to the database at url. It is
-// idempotent and safe to run from several processes at once: goose holds a
-// session advisory lock, keyed by the target schema, while it works.
-func Migrate(ctx context.Context, url string, logger *zap.Logger) (Result, error) {
+// Migrate applies every pending migration to the database at url: the
+// engine's, then each set's in order. It is idempotent and safe to run from
+// several processes at once: goose holds a session advisory lock, keyed by
+// the target schema and the set, while it works.
+func Migrate(ctx context.Context, url string, logger *zap.Logger, sets ...Set) (Result, error) {
+	for _, s := range sets {
+		if err := s.validate(); err != nil {
+			return Result{}, err
+		}
+	}
 	connCfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return Result{}, fmt.Errorf("parsing postgres.url: %w", err)
@@ -59,70 +107,131 @@ func Migrate(ctx context.Context, url string, logger *zap.Logger) (Result, error
 	if !schemaName.Valid {
 		return Result{}, errors.New("the connection's search_path names no existing schema; create the schema first or fix search_path in postgres.url")
 	}
+	res := Result{Schema: schemaName.String}
+	all := append([]Set{{Name: "effectively", Table: VersionTable, FS: Migrations()}}, sets...)
+	for i, s := range all {
+		if i == 0 {
+			if err := adoptLegacy(ctx, db, schemaName.String); err != nil {
+				return Result{}, err
+			}
+		}
+		sr, err := migrateSet(ctx, db, schemaName.String, s, logger)
+		if err != nil {
+			return Result{}, err
+		}
+		res.Sets = append(res.Sets, sr)
+	}
+	return res, nil
+}
 
+func migrateSet(ctx context.Context, db *sql.DB, schemaName string, s Set, logger *zap.Logger) (SetResult, error) {
 	locker, err := lock.NewPostgresSessionLocker(
-		lock.WithLockID(lockID(schemaName.String)),
+		lock.WithLockID(lockID(schemaName, s.Table)),
 		// Probe every second for up to 5 minutes: replicas starting together
 		// wait for the first one instead of failing.
 		lock.WithLockTimeout(1, 300),
 	)
 	if err != nil {
-		return Result{}, fmt.Errorf("creating the migration lock: %w", err)
+		return SetResult{}, fmt.Errorf("creating the migration lock: %w", err)
 	}
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(),
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, s.FS,
 		goose.WithSessionLocker(locker),
 		goose.WithDisableGlobalRegistry(true),
+		goose.WithTableName(s.Table),
 	)
 	if err != nil {
-		return Result{}, fmt.Errorf("loading migrations: %w", err)
+		return SetResult{}, fmt.Errorf("loading the %s migrations: %w", s.Name, err)
 	}
 	results, err := provider.Up(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("applying migrations to schema %q: %w", schemaName.String, err)
+		return SetResult{}, fmt.Errorf("applying the %s migrations to schema %q: %w", s.Name, schemaName, err)
 	}
-	res := Result{Schema: schemaName.String}
+	sr := SetResult{Name: s.Name}
 	for _, r := range results {
-		res.Applied = append(res.Applied, r.Source.Version)
-		logger.Info("migration applied", zap.String("schema", res.Schema),
+		sr.Applied = append(sr.Applied, r.Source.Version)
+		logger.Info("migration applied", zap.String("schema", schemaName), zap.String("set", s.Name),
 			zap.Int64("version", r.Source.Version), zap.Duration("duration", r.Duration))
 	}
-	if res.Version, err = provider.GetDBVersion(ctx); err != nil {
-		return Result{}, fmt.Errorf("reading the schema version: %w", err)
+	if sr.Version, err = provider.GetDBVersion(ctx); err != nil {
+		return SetResult{}, fmt.Errorf("reading the %s schema version: %w", s.Name, err)
 	}
-	return res, nil
+	return sr, nil
 }
 
-// lockID derives the advisory lock ID from the schema name, so concurrent
-// migrations of one schema serialise while separate schemas do not wait for
-// each other.
-func lockID(schemaName string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("effectively/schema/" + schemaName))
-	return int64(h.Sum64() >> 1)
-}
-
-// Check fails when the database's schema is behind the binary's migrations,
-// naming the fix.
-func Check(ctx context.Context, db interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}) error {
-	want, err := latestVersion()
+// adoptLegacy carries a database migrated by a release before the public
+// API over: that release recorded the engine's versions in goose's default
+// table. Under the engine's migration lock, and only when the engine's own
+// table does not exist yet, the rows are copied into it. The old table is
+// left as it was, so the previous binary still starts if rolled back.
+func adoptLegacy(ctx context.Context, db *sql.DB, schemaName string) error {
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
 	}
-	var have int64
-	err = db.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&have)
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("the database schema is not migrated (%v); fix: run `effectively migrate` or start with `effectively run --migrate`", err)
+		return err
 	}
-	if have < want {
-		return fmt.Errorf("the database schema is at version %d, this binary needs %d; fix: run `effectively migrate` or start with `effectively run --migrate`", have, want)
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	// The transaction-level lock conflicts with goose's session-level lock
+	// of the same ID: a concurrent migrator waits for this, and this for it.
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, lockID(schemaName, VersionTable)); err != nil {
+		return fmt.Errorf("locking the schema for migration: %w", err)
+	}
+	var hasNew, hasLegacy, hasClaims bool
+	err = tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass('processed_events') IS NOT NULL`,
+		VersionTable, legacyVersionTable).Scan(&hasNew, &hasLegacy, &hasClaims)
+	if err != nil {
+		return fmt.Errorf("looking for a previous release's schema: %w", err)
+	}
+	if hasNew || !hasLegacy || !hasClaims {
+		return tx.Commit()
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE `+VersionTable+` (LIKE `+legacyVersionTable+` INCLUDING ALL)`); err != nil {
+		return fmt.Errorf("creating %s: %w", VersionTable, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO `+VersionTable+` (version_id, is_applied, tstamp)
+SELECT version_id, is_applied, tstamp FROM `+legacyVersionTable+` ORDER BY id`); err != nil {
+		return fmt.Errorf("carrying the engine's versions over from %s: %w", legacyVersionTable, err)
+	}
+	return tx.Commit()
+}
+
+// lockID derives the advisory lock ID from the schema and version table,
+// so concurrent migrations of one set in one schema serialise while other
+// schemas and sets do not wait for each other.
+func lockID(schemaName, table string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("effectively/schema/" + schemaName + "/" + table))
+	return int64(h.Sum64() >> 1)
+}
+
+// Check fails when the database's schema is behind the binary's migrations
+// (the engine's or a set's), naming the fix.
+func Check(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, sets ...Set) error {
+	all := append([]Set{{Name: "effectively", Table: VersionTable, FS: Migrations()}}, sets...)
+	for _, s := range all {
+		want, err := latestVersion(s.FS)
+		if err != nil {
+			return err
+		}
+		var have int64
+		err = db.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM `+pgx.Identifier{s.Table}.Sanitize()+` WHERE is_applied`).Scan(&have)
+		if err != nil {
+			return fmt.Errorf("the database schema is not migrated (%s: %v); fix: run `migrate` or start with `run --migrate`", s.Name, err)
+		}
+		if have < want {
+			return fmt.Errorf("the %s migrations are at version %d, this binary needs %d; fix: run `migrate` or start with `run --migrate`", s.Name, have, want)
+		}
 	}
 	return nil
 }
 
-func latestVersion() (int64, error) {
-	entries, err := fs.ReadDir(Migrations(), ".")
+func latestVersion(fsys fs.FS) (int64, error) {
+	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
 		return 0, err
 	}

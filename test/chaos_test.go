@@ -22,10 +22,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/crashpoint"
+	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/test/cetest"
 	"github.com/effectively-io/effectively/test/kafkatest"
 	"github.com/effectively-io/effectively/test/pgtest"
-	"github.com/effectively-io/effectively/workload"
 )
 
 // The chaos suite runs the real binary as several processes against a
@@ -416,7 +417,7 @@ func TestChaos(t *testing.T) {
 
 	brokers, kafkaStack := ownKafka(t)
 	pgPort, pgStack := ownPostgres(t)
-	db := pgtest.NewOn(t, fmt.Sprintf("postgres://effectively:effectively@127.0.0.1:%s/effectively?sslmode=disable", pgPort))
+	db := pgtest.NewOn(t, fmt.Sprintf("postgres://effectively:effectively@127.0.0.1:%s/effectively?sslmode=disable", pgPort), accounts.Migrations())
 	topic, group := "chaos."+strconv.FormatUint(seed, 36), "chaos-group"
 	adm := kadmOn(t, brokers)
 	created, err := adm.CreateTopic(context.Background(), p.partitions, 1, nil, topic)

@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/workload"
 )
 
 // Shape of the membership measurement.

@@ -21,9 +21,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/test/kafkatest"
 	"github.com/effectively-io/effectively/test/pgtest"
-	"github.com/effectively-io/effectively/workload"
 )
 
 // stackInstance runs the stack script for an instance of the test's own
@@ -94,7 +95,7 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 	t.Parallel()
 	port, stack := ownPostgres(t)
 	base := fmt.Sprintf("postgres://effectively:effectively@127.0.0.1:%s/effectively?sslmode=disable", port)
-	db := pgtest.NewOn(t, base)
+	db := pgtest.NewOn(t, base, accounts.Migrations())
 	topic := kafkatest.NewTopic(t, 4)
 	group := kafkatest.NewGroup(t)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -155,7 +156,7 @@ func ownKafka(t *testing.T) (brokers []string, stackCmd func(args ...string)) {
 func TestBrokerRestartLosesNothing(t *testing.T) {
 	t.Parallel()
 	brokers, stack := ownKafka(t)
-	db := pgtest.New(t)
+	db := pgtest.New(t, accounts.Migrations())
 	topic, group := kafkatest.Name(t, "topic"), kafkatest.Name(t, "group")
 	adm := kadmOn(t, brokers)
 	resp, err := adm.CreateTopic(context.Background(), 4, 1, nil, topic)

@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-io/effectively/crashpoint"
-	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/outbox"
-	"github.com/effectively-io/effectively/workload"
 )
 
 // effectsServer is a local CRM or mail API that counts what it receives.
@@ -235,12 +235,12 @@ func TestSideEffectsLeaveOnce(t *testing.T) {
 	// The 400: dead-lettered with its status, not retried.
 	dead := r.outboxIntents(t, "--state", "dead_lettered")
 	require.Len(t, dead, 1)
-	require.Equal(t, handlers.OpCRMUpsertContact, dead[0].Operation)
+	require.Equal(t, accounts.OpCRMUpsertContact, dead[0].Operation)
 	require.Equal(t, "crm:contact:"+rejected, dead[0].Resource)
 	require.Equal(t, 400, *dead[0].LastStatus)
 	require.Contains(t, dead[0].LastError, "400 Bad Request")
 	require.Equal(t, 1, crm.snapshot().Received[rejected], "a 400 is not retried")
-	retryAfter := r.outboxIntents(t, "--operation", handlers.OpCRMUpsertContact)
+	retryAfter := r.outboxIntents(t, "--operation", accounts.OpCRMUpsertContact)
 	for _, in := range retryAfter {
 		id, _ := strconv.Atoi(strings.TrimLeft(strings.TrimPrefix(strings.TrimPrefix(in.Resource, "crm:contact:"), "acct-"), "0"))
 		if id%3 == 1 && in.State == outbox.Sent && in.Resource != "crm:contact:"+rejected {
@@ -389,7 +389,7 @@ func TestSideEffectsSurviveAKillLoop(t *testing.T) {
 	require.NotEmpty(t, unknown, "the mid-call and after-call kills must leave some mails in doubt")
 	resent := 0
 	for _, in := range unknown {
-		require.Equal(t, handlers.OpMailWelcome, in.Operation, "only a call without idempotency becomes unknown")
+		require.Equal(t, accounts.OpMailWelcome, in.Operation, "only a call without idempotency becomes unknown")
 		acct := strings.TrimPrefix(in.Resource, "mail:account:")
 		how := "--resend"
 		if m.Received[acct] == 1 {

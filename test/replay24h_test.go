@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/audit"
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/workload"
 )
 
 // effectSnapshot is what reprocessing must not change: the effect tables

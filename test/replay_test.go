@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/workload"
 )
 
 // replayPlan is the JSON a rewind prints.

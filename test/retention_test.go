@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/effectively-io/effectively/workload"
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 )
 
 // tinyRetention makes claims expire after 2 s and lets that pass

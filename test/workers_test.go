@@ -11,9 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/test/kafkatest"
 	"github.com/effectively-io/effectively/test/pgtest"
-	"github.com/effectively-io/effectively/workload"
 )
 
 // rig is one end-to-end setup: a schema, a topic, a group, and the
@@ -30,7 +31,7 @@ type rig struct {
 
 func newRig(t *testing.T, partitions int32, extraEnv ...string) *rig {
 	t.Helper()
-	r := &rig{db: pgtest.New(t), topic: kafkatest.NewTopic(t, partitions), group: kafkatest.NewGroup(t)}
+	r := &rig{db: pgtest.New(t, accounts.Migrations()), topic: kafkatest.NewTopic(t, partitions), group: kafkatest.NewGroup(t)}
 	r.env = append([]string{
 		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(t), ","),
 		"EFFECTIVELY_KAFKA_GROUP=" + r.group,

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/schema"
 )
 
@@ -54,7 +55,7 @@ func checkSchema(ctx context.Context, url string) error {
 		return postgresUnreachable(url, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	return schema.Check(ctx, conn)
+	return schema.Check(ctx, conn, accounts.Migrations())
 }
 
 // openPool opens the worker's pool. Every session bounds how long it may wait

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/pipeline"
 )
 
@@ -122,8 +121,8 @@ claim, so nothing applies twice.`,
 				return err
 			}
 			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				applier := pipeline.NewApplier(pool, pipeline.Options{Decoders: decoders, Handlers: handlers.ReferenceWith(referenceOptions(c.cfg)), Logger: c.log.Named("redrive"),
-					Parking: handlers.ParkingLimits{MaxPerResource: c.cfg.Parking.MaxPerResource}})
+				applier := pipeline.NewApplier(pool, pipeline.Options{Decoders: decoders, Handlers: referenceHandlers(c.cfg), Logger: c.log.Named("redrive"),
+					MaxParkedPerResource: c.cfg.Parking.MaxPerResource})
 				ids := []int64{id}
 				if id == 0 {
 					fl := filter()

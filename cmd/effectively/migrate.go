@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/schema"
 )
 
@@ -22,14 +23,16 @@ func newMigrateCmd(c *cli) *cobra.Command {
 			if err := checkPostgres(ctx, c.cfg.Postgres.URL); err != nil {
 				return err
 			}
-			res, err := schema.Migrate(ctx, c.cfg.Postgres.URL, c.log.Named("migrate"))
+			res, err := schema.Migrate(ctx, c.cfg.Postgres.URL, c.log.Named("migrate"), accounts.Migrations())
 			if err != nil {
 				return err
 			}
-			if len(res.Applied) == 0 {
-				fmt.Fprintf(c.stdout, "schema %s is up to date at version %d\n", res.Schema, res.Version)
-			} else {
-				fmt.Fprintf(c.stdout, "schema %s migrated to version %d (applied %v)\n", res.Schema, res.Version, res.Applied)
+			for _, s := range res.Sets {
+				if len(s.Applied) == 0 {
+					fmt.Fprintf(c.stdout, "schema %s: %s migrations up to date at version %d\n", res.Schema, s.Name, s.Version)
+				} else {
+					fmt.Fprintf(c.stdout, "schema %s: %s migrations at version %d (applied %v)\n", res.Schema, s.Name, s.Version, s.Applied)
+				}
 			}
 			return nil
 		},

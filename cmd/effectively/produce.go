@@ -20,7 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kzap"
 
-	"github.com/effectively-io/effectively/workload"
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 )
 
 // produceLine is one line of a JSON-lines input file: the record key, the

@@ -21,6 +21,7 @@ import (
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/httpserver"
 	"github.com/effectively-io/effectively/outbox"
@@ -49,7 +50,7 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 		if err := checkPostgres(ctx, cfg.Postgres.URL); err != nil {
 			return err
 		}
-		if _, err := schema.Migrate(ctx, cfg.Postgres.URL, log.Named("migrate")); err != nil {
+		if _, err := schema.Migrate(ctx, cfg.Postgres.URL, log.Named("migrate"), accounts.Migrations()); err != nil {
 			return err
 		}
 	}
@@ -191,16 +192,17 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	return err
 }
 
-// referenceOptions configures the reference domain from the source and
+// referenceHandlers registers the reference domain from the source and
 // effects URLs.
-func referenceOptions(cfg config.Config) handlers.ReferenceOptions {
-	return handlers.ReferenceOptions{
-		AccountsURL: cfg.Sources.Accounts.URL,
-		CRMURL:      cfg.Effects.CRM.URL,
-		MailURL:     cfg.Effects.Mail.URL,
-
-		Expiry: outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired},
-	}
+func referenceHandlers(cfg config.Config) *handlers.Registry {
+	reg := &handlers.Registry{}
+	accounts.Register(reg, accounts.Options{
+		SourceURL: cfg.Sources.Accounts.URL,
+		CRMURL:    cfg.Effects.CRM.URL,
+		MailURL:   cfg.Effects.Mail.URL,
+		Expiry:    outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired},
+	})
+	return reg
 }
 
 // probeKafka checks, with a short-lived client, that the brokers answer and
@@ -292,10 +294,10 @@ func newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log 
 		return nil, err
 	}
 	return pipeline.NewApplier(pool, pipeline.Options{
-		Decoders: decoders,
-		Handlers: handlers.ReferenceWith(referenceOptions(cfg)),
-		Logger:   log.Named("pipeline"),
-		Metrics:  metrics,
-		Parking:  handlers.ParkingLimits{MaxPerResource: cfg.Parking.MaxPerResource},
+		Decoders:             decoders,
+		Handlers:             referenceHandlers(cfg),
+		Logger:               log.Named("pipeline"),
+		Metrics:              metrics,
+		MaxParkedPerResource: cfg.Parking.MaxPerResource,
 	}), nil
 }

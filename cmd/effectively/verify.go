@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
-	"github.com/effectively-io/effectively/workload"
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 )
 
 func newVerifyCmd(c *cli) *cobra.Command {

@@ -1,5 +1,7 @@
--- The core of exactly-once effects: claims, positions, the reference domain
--- and dead letters. See DESIGN.md, "Invariants" and "Clarifications".
+-- The core of exactly-once effects: claims, positions and dead letters.
+-- Releases before the public API created the reference example's tables here
+-- too; they now come from the example's own migrations (which adopt them
+-- where this file created them). See DESIGN.md, "Invariants" and "Clarifications".
 
 -- +goose Up
 
@@ -37,34 +39,6 @@ CREATE TABLE consumer_offsets (
     PRIMARY KEY (consumer_group, topic, "partition")
 );
 
--- Reference domain: absolute, version-gated state.
-CREATE TABLE accounts (
-    id         text        NOT NULL PRIMARY KEY,
-    version    bigint      NOT NULL CHECK (version >= 1),
-    name       text        NOT NULL,
-    email      text        NOT NULL,
-    plan       text        NOT NULL,
-    status     text        NOT NULL CHECK (status IN ('open', 'closed')),
-    updated_at timestamptz NOT NULL DEFAULT now()
-);
-
--- Reference domain: relative effects, one row per event key (the ledger
--- pattern); balances are derived, so they can always be recomputed.
-CREATE TABLE ledger_entries (
-    event_key    text        NOT NULL PRIMARY KEY,
-    account_id   text        NOT NULL REFERENCES accounts (id),
-    currency     char(3)     NOT NULL CHECK (currency ~ '^[A-Z]{3}$'),
-    amount_cents bigint      NOT NULL CHECK (amount_cents <> 0),
-    event_type   text        NOT NULL,
-    created_at   timestamptz NOT NULL DEFAULT now()
-);
-CREATE INDEX ledger_entries_account_idx ON ledger_entries (account_id, currency);
-
-CREATE VIEW account_balances AS
-SELECT account_id, currency, sum(amount_cents) AS balance_cents
-FROM ledger_entries
-GROUP BY account_id, currency;
-
 -- Every record that could not be applied, with its reason and origin. Unique
 -- on the origin, so a redelivered record never makes a second dead letter.
 CREATE TABLE dead_letters (
@@ -90,8 +64,5 @@ CREATE INDEX dead_letters_reason_idx ON dead_letters (reason, first_seen_at);
 
 -- +goose Down
 DROP TABLE dead_letters;
-DROP VIEW account_balances;
-DROP TABLE ledger_entries;
-DROP TABLE accounts;
 DROP TABLE consumer_offsets;
 DROP TABLE processed_events;

@@ -24,10 +24,5 @@ CREATE INDEX parked_events_resource_idx ON parked_events (resource, topic, "part
 -- The sweeper's queue.
 CREATE INDEX parked_events_due_idx ON parked_events (next_attempt_at) WHERE state = 'parked';
 
--- The order in which ledger entries were written (parked entries released
--- late must still land in their original order).
-ALTER TABLE ledger_entries ADD COLUMN seq bigint GENERATED ALWAYS AS IDENTITY;
-
 -- +goose Down
-ALTER TABLE ledger_entries DROP COLUMN seq;
 DROP TABLE parked_events;

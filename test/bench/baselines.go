@@ -14,9 +14,10 @@ import (
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/pipeline"
-	"github.com/effectively-io/effectively/workload"
 )
 
 // baselineRun is one run of B1 or B2.
@@ -179,7 +180,7 @@ func (b *bench) runB2(ctx context.Context, data *b2Data) (baselineRun, error) {
 	}
 	applier := pipeline.NewApplier(pool, pipeline.Options{
 		Decoders: map[string]*event.Decoder{b.topic: dec},
-		Handlers: handlers.Reference(),
+		Handlers: referenceHandlers(),
 	})
 	group := b.name("b2")
 	size := def.Consumer.BatchMaxRecords
@@ -225,4 +226,12 @@ func (b *bench) runB2(ctx context.Context, data *b2Data) (baselineRun, error) {
 		return r, err
 	}
 	return r, nil
+}
+
+// referenceHandlers is the reference domain without side effects, as E runs
+// it in the benchmark.
+func referenceHandlers() *handlers.Registry {
+	reg := &handlers.Registry{}
+	accounts.Register(reg, accounts.Options{})
+	return reg
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/effectively-io/effectively/workload"
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 )
 
 // e2eHistogram is the worker's histogram from a record's timestamp to the

@@ -21,8 +21,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
+	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/schema"
-	"github.com/effectively-io/effectively/workload"
 )
 
 // Environment variables naming the services (stack/with-stack.sh exports
@@ -254,7 +255,7 @@ func (b *bench) newDB(ctx context.Context, kind, migrator string) (*db, error) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("migrating schema %s with %s migrate: %w\n%s", name, b.opts.bin, err, out)
 		}
-	} else if _, err := schema.Migrate(ctx, d.url, zap.NewNop()); err != nil {
+	} else if _, err := schema.Migrate(ctx, d.url, zap.NewNop(), accounts.Migrations()); err != nil {
 		return nil, fmt.Errorf("migrating schema %s: %w", name, err)
 	}
 	cfg, err := pgxpool.ParseConfig(d.url)
@@ -274,7 +275,7 @@ func (b *bench) newDB(ctx context.Context, kind, migrator string) (*db, error) {
 // B2 would not run the worker's SQL.
 func (b *bench) checkSchemaVersion(ctx context.Context, d *db, migrator string) {
 	var v int64
-	if err := d.pool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&v); err != nil {
+	if err := d.pool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM `+schema.VersionTable+` WHERE is_applied`).Scan(&v); err != nil {
 		progress("warning: reading the schema version of %s: %v", d.schema, err)
 		return
 	}

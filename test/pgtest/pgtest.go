@@ -30,20 +30,20 @@ type DB struct {
 	Pool *pgxpool.Pool
 }
 
-// New creates a uniquely named schema, applies the migrations to it and drops
-// it when the test ends.
-func New(t testing.TB) DB {
+// New creates a uniquely named schema, applies the engine's migrations and
+// then sets' to it, and drops it when the test ends.
+func New(t testing.TB, sets ...schema.Set) DB {
 	t.Helper()
-	return NewOn(t, stacktest.PostgresURL(t))
+	return NewOn(t, stacktest.PostgresURL(t), sets...)
 }
 
 // NewOn is New on the server at base (a test's own instance).
-func NewOn(t testing.TB, base string) DB {
+func NewOn(t testing.TB, base string, sets ...schema.Set) DB {
 	t.Helper()
 	db := newEmptyOn(t, base)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := schema.Migrate(ctx, db.URL, zap.NewNop()); err != nil {
+	if _, err := schema.Migrate(ctx, db.URL, zap.NewNop(), sets...); err != nil {
 		t.Fatalf("migrating test schema %s: %v", db.Schema, err)
 	}
 	return db

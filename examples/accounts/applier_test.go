@@ -1,4 +1,4 @@
-package pipeline_test
+package accounts_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/test/cetest"
@@ -35,13 +36,20 @@ func setup(t *testing.T) *bundle {
 // setupWith fills in the decoder, the reference handlers and a logger.
 func setupWith(t *testing.T, opts pipeline.Options) *bundle {
 	t.Helper()
-	db := pgtest.New(t)
+	db := pgtest.New(t, accounts.Migrations())
 	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
 	require.NoError(t, err)
 	opts.Decoders = map[string]*event.Decoder{topic: dec}
-	opts.Handlers = handlers.Reference()
+	opts.Handlers = registry(accounts.Options{})
 	opts.Logger = zaptest.NewLogger(t)
 	return &bundle{db: db, applier: pipeline.NewApplier(db.Pool, opts), offsets: map[int32]int64{}}
+}
+
+// registry is the reference domain's handlers.
+func registry(opts accounts.Options) *handlers.Registry {
+	reg := &handlers.Registry{}
+	accounts.Register(reg, opts)
+	return reg
 }
 
 func ce(id, typ, subject string, version int64, data any) *kgo.Record {
@@ -187,7 +195,7 @@ func TestPoisonIsDeadLetteredAndTheBatchMoves(t *testing.T) {
 	// dead-lettered: its account may still arrive.
 	require.Equal(t, map[dedupe.Disposition]int{dedupe.Applied: 2, dedupe.DeadLettered: 5, dedupe.Parked: 1}, res.Counts)
 	require.Equal(t, map[event.Reason]int{
-		event.ReasonNotJSON: 1, handlers.ReasonInvalidAmount: 1, handlers.ReasonInvalidCurrency: 1,
+		event.ReasonNotJSON: 1, accounts.ReasonInvalidAmount: 1, accounts.ReasonInvalidCurrency: 1,
 		handlers.ReasonUnknownType: 1, event.ReasonHandlerError: 1,
 	}, res.DeadLetters)
 	require.Equal(t, int64(250), b.count(t, `SELECT sum(amount_cents) FROM ledger_entries`))

@@ -1,4 +1,4 @@
-package pipeline_test
+package accounts_test
 
 import (
 	"context"
@@ -78,7 +78,7 @@ func TestParkAndReleaseWithinOneBatch(t *testing.T) {
 // with prerequisite_missing instead of piling up.
 func TestParkingIsBoundedPerResource(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, pipeline.Options{Parking: handlers.ParkingLimits{MaxPerResource: 2}})
+	b := setupWith(t, pipeline.Options{MaxParkedPerResource: 2})
 	res := b.apply(t, 0,
 		ledger("l1", "ledger.credited", "a1", 1, "EUR"),
 		ledger("l2", "ledger.credited", "a1", 1, "EUR"),
@@ -150,7 +150,7 @@ func deadLetterID(t *testing.T, b *bundle, reason string) int64 {
 // nothing more.
 func TestRedriveAppliesOnceAfterAFix(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, pipeline.Options{Parking: handlers.ParkingLimits{MaxPerResource: 1}})
+	b := setupWith(t, pipeline.Options{MaxParkedPerResource: 1})
 	ctx := context.Background()
 	// l2 is dead-lettered: parking for a1 is full.
 	b.apply(t, 0, ledger("l1", "ledger.credited", "a1", 10, "EUR"), ledger("l2", "ledger.credited", "a1", 20, "EUR"))

@@ -1,4 +1,4 @@
-package handlers
+package pipeline
 
 import (
 	"encoding/json"

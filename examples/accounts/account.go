@@ -1,4 +1,4 @@
-package handlers
+package accounts
 
 import (
 	"context"
@@ -7,29 +7,8 @@ import (
 	"strings"
 
 	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/handlers"
 )
-
-// The reference domain's event types.
-const (
-	TypeAccountOpened  = "account.opened"
-	TypeAccountUpdated = "account.updated"
-	TypeAccountClosed  = "account.closed"
-	TypeLedgerCredited = "ledger.credited"
-	TypeLedgerDebited  = "ledger.debited"
-)
-
-// Reference returns the reference domain's handlers.
-func Reference() Registry {
-	acct := HandlerFunc(handleAccount)
-	ledger := HandlerFunc(handleLedger)
-	return Registry{
-		TypeAccountOpened:  acct,
-		TypeAccountUpdated: acct,
-		TypeAccountClosed:  acct,
-		TypeLedgerCredited: ledger,
-		TypeLedgerDebited:  ledger,
-	}
-}
 
 // AccountState is an account's whole state: account events are absolute
 // (an update is not a patch).
@@ -90,7 +69,7 @@ SET version = excluded.version, name = excluded.name, email = excluded.email,
     plan = excluded.plan, status = excluded.status, updated_at = excluded.updated_at
 WHERE accounts.version < excluded.version`
 
-func handleAccount(_ context.Context, e *Effects, ev event.Event) error {
+func handleAccount(_ context.Context, e *handlers.Effects, ev event.Event) error {
 	s, err := ParseAccount(ev)
 	if err != nil {
 		return err
@@ -99,6 +78,6 @@ func handleAccount(_ context.Context, e *Effects, ev event.Event) error {
 	if ev.Type == TypeAccountClosed {
 		status = "closed"
 	}
-	e.Exec(AppliedOrStale, upsertAccountSQL, ev.Subject, ev.Version, s.Name, s.Email, s.Plan, status)
+	e.Exec(handlers.AppliedOrStale, upsertAccountSQL, ev.Subject, ev.Version, s.Name, s.Email, s.Plan, status)
 	return nil
 }

@@ -1,4 +1,4 @@
-package handlers
+package accounts
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/outbox"
 )
 
@@ -26,11 +27,11 @@ const (
 // same transaction. They are recorded even when the state arrives stale:
 // the account was opened.
 type accountHandler struct {
-	opts ReferenceOptions
+	opts Options
 }
 
-// Handle implements Handler.
-func (h *accountHandler) Handle(ctx context.Context, e *Effects, ev event.Event) error {
+// Handle implements handlers.Handler.
+func (h *accountHandler) Handle(ctx context.Context, e *handlers.Effects, ev event.Event) error {
 	if err := handleAccount(ctx, e, ev); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package pipeline_test
+package accounts_test
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
-	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/test/pgtest"
@@ -19,17 +19,17 @@ import (
 
 func setupOutbox(t *testing.T) *bundle {
 	t.Helper()
-	return setupOutboxWith(t, handlers.ReferenceOptions{CRMURL: "http://crm.test/", MailURL: "http://mail.test/send"})
+	return setupOutboxWith(t, accounts.Options{CRMURL: "http://crm.test/", MailURL: "http://mail.test/send"})
 }
 
-func setupOutboxWith(t *testing.T, ro handlers.ReferenceOptions) *bundle {
+func setupOutboxWith(t *testing.T, ro accounts.Options) *bundle {
 	t.Helper()
-	db := pgtest.New(t)
+	db := pgtest.New(t, accounts.Migrations())
 	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
 	require.NoError(t, err)
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{
 		Decoders: map[string]*event.Decoder{topic: dec},
-		Handlers: handlers.ReferenceWith(ro),
+		Handlers: registry(ro),
 		Logger:   zaptest.NewLogger(t),
 	})
 	return &bundle{db: db, applier: a, offsets: map[int32]int64{}}
@@ -46,11 +46,11 @@ func TestAccountOpenedRecordsIntentsOnce(t *testing.T) {
 
 	require.Equal(t, int64(4), b.count(t, `SELECT count(*) FROM outbox`))
 	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN processed_events p ON p.event_key = o.event_key WHERE p.subject = 'a1' AND o.state = 'pending'`))
-	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM outbox WHERE operation = $1 AND target = 'http://crm.test/contacts/a2' AND method = 'PUT' AND idempotent`, handlers.OpCRMUpsertContact))
-	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM outbox WHERE operation = $1 AND target = 'http://mail.test/send' AND method = 'POST' AND NOT idempotent AND request->>'to' = 'ann@example.com'`, handlers.OpMailWelcome))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM outbox WHERE operation = $1 AND target = 'http://crm.test/contacts/a2' AND method = 'PUT' AND idempotent`, accounts.OpCRMUpsertContact))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM outbox WHERE operation = $1 AND target = 'http://mail.test/send' AND method = 'POST' AND NOT idempotent AND request->>'to' = 'ann@example.com'`, accounts.OpMailWelcome))
 	var key, eventKey string
-	require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT idempotency_key, event_key FROM outbox WHERE operation = $1 AND resource = 'crm:contact:a2'`, handlers.OpCRMUpsertContact).Scan(&key, &eventKey))
-	require.Equal(t, outbox.IdempotencyKey(eventKey, handlers.OpCRMUpsertContact), key)
+	require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT idempotency_key, event_key FROM outbox WHERE operation = $1 AND resource = 'crm:contact:a2'`, accounts.OpCRMUpsertContact).Scan(&key, &eventKey))
+	require.Equal(t, outbox.IdempotencyKey(eventKey, accounts.OpCRMUpsertContact), key)
 }
 
 // An account.opened whose record is older than the outbox retention (a
@@ -60,7 +60,7 @@ func TestAccountOpenedRecordsIntentsOnce(t *testing.T) {
 func TestOldEventsRecordSuppressedIntents(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	opts := handlers.ReferenceOptions{CRMURL: "http://crm.test/", MailURL: "http://mail.test/send",
+	opts := accounts.Options{CRMURL: "http://crm.test/", MailURL: "http://mail.test/send",
 		Expiry: outbox.Expiry{Retention: 7 * 24 * time.Hour, Now: func() time.Time { return now }}}
 	at := func(r *kgo.Record, age time.Duration) *kgo.Record { r.Timestamp = now.Add(-age); return r }
 

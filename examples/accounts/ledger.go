@@ -1,4 +1,4 @@
-package handlers
+package accounts
 
 import (
 	"bytes"
@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"golang.org/x/text/currency"
 
-	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/handlers"
 )
 
 // LedgerEntry is a validated ledger event's data.
@@ -79,60 +78,19 @@ func invalidAmount(format string, args ...any) error {
 	return event.PermanentWithReason(ReasonInvalidAmount, fmt.Errorf(format, args...))
 }
 
-// ledgerSQL applies a ledger entry, or parks it, in one statement, so the
-// next event of the same resource in the same pipelined batch already sees
-// it parked and queues behind it:
-//   - the entry exists already (a replay after its claim expired): nothing;
-//   - the account exists and nothing of it is parked: insert the entry;
-//   - otherwise, below the per-resource bound: park it;
-//   - otherwise: neither (the caller dead-letters it).
-//
-// The entry's key is the event key, so nothing is ever written twice.
-const ledgerSQL = `
-WITH acct AS (SELECT 1 FROM accounts WHERE id = $2),
-done AS (SELECT 1 FROM ledger_entries WHERE event_key = $1),
-blocked AS (SELECT count(*) AS n FROM parked_events WHERE resource = $2 AND state = 'parked'),
-ins AS (
-    INSERT INTO ledger_entries (event_key, account_id, currency, amount_cents, event_type)
-    SELECT $1, $2, $3, $4, $5 FROM blocked
-    WHERE blocked.n = 0 AND EXISTS (SELECT 1 FROM acct) AND NOT EXISTS (SELECT 1 FROM done)
-    RETURNING 1
-),
-park AS (
-    INSERT INTO parked_events (event_key, consumer_group, topic, "partition", "offset", resource, event_type, event)
-    SELECT $1, $6, $7, $8, $9, $2, $5, $10 FROM blocked
-    WHERE NOT EXISTS (SELECT 1 FROM done) AND (blocked.n > 0 OR NOT EXISTS (SELECT 1 FROM acct)) AND blocked.n < $11
-    ON CONFLICT (event_key) DO NOTHING
-    RETURNING 1
-)
-SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM ins), EXISTS (SELECT 1 FROM park), (SELECT n FROM blocked)`
+// insertEntrySQL is the ledger pattern: one row per event key, so nothing
+// is ever written twice (a replay after the claim expired inserts nothing).
+// The account exists: the engine parks ledger events until it does.
+const insertEntrySQL = `
+INSERT INTO ledger_entries (event_key, account_id, currency, amount_cents, event_type)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (event_key) DO NOTHING`
 
-func handleLedger(_ context.Context, e *Effects, ev event.Event) error {
+func handleLedger(_ context.Context, e *handlers.Effects, ev event.Event) error {
 	entry, err := ParseLedger(ev)
 	if err != nil {
 		return err
 	}
-	parked, err := MarshalParked(ev)
-	if err != nil {
-		return err
-	}
-	o, limit := e.Origin(), e.Limits().MaxPerResource
-	e.QueryRow(func(row pgx.Row) (dedupe.Disposition, error) {
-		var done, inserted, wasParked bool
-		var blocked int64
-		if err := row.Scan(&done, &inserted, &wasParked, &blocked); err != nil {
-			return "", err
-		}
-		switch {
-		case done, inserted:
-			return dedupe.Applied, nil
-		case wasParked:
-			return dedupe.Parked, nil
-		default:
-			return dedupe.DeadLettered, event.PermanentWithReason(ReasonPrerequisiteMissing,
-				fmt.Errorf("account %s does not exist and already has %d parked events (parking.max_per_resource %d)", event.Excerpt(ev.Subject), blocked, limit))
-		}
-	}, ledgerSQL, ev.Key, ev.Subject, entry.Currency, entry.AmountCents, ev.Type,
-		o.Group, o.Topic, o.Partition, o.Offset, parked, limit)
+	e.Exec(nil, insertEntrySQL, ev.Key, ev.Subject, entry.Currency, entry.AmountCents, ev.Type)
 	return nil
 }

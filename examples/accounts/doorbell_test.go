@@ -1,4 +1,4 @@
-package pipeline_test
+package accounts_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
-	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/test/pgtest"
 )
@@ -56,19 +56,19 @@ func setupDoorbell(t *testing.T) (*bundle, *sourceAPI) {
 	api := &sourceAPI{accounts: map[string]map[string]any{}}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	db := pgtest.New(t)
+	db := pgtest.New(t, accounts.Migrations())
 	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
 	require.NoError(t, err)
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{
 		Decoders: map[string]*event.Decoder{topic: dec},
-		Handlers: handlers.ReferenceWith(handlers.ReferenceOptions{AccountsURL: srv.URL + "/accounts"}),
+		Handlers: registry(accounts.Options{SourceURL: srv.URL + "/accounts"}),
 		Logger:   zaptest.NewLogger(t),
 	})
 	return &bundle{db: db, applier: a, offsets: map[int32]int64{}}, api
 }
 
 func bell(id, subject string) *kgo.Record {
-	return ce(id, handlers.TypeAccountRefreshed, subject, 0, nil)
+	return ce(id, accounts.TypeAccountRefreshed, subject, 0, nil)
 }
 
 // Doorbells fetch the current state and apply it through the version gate:
@@ -101,7 +101,7 @@ func TestDoorbellSourceDownIsTransient(t *testing.T) {
 	for _, status := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests} {
 		api.status = status
 		_, err := b.applier.ApplyBatch(context.Background(), batch)
-		require.ErrorIs(t, err, handlers.ErrSourceUnavailable)
+		require.ErrorIs(t, err, accounts.ErrSourceUnavailable)
 	}
 	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM dead_letters`))
 	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM processed_events`), "a transient failure claims nothing")
@@ -124,6 +124,6 @@ func TestDoorbellNotFoundParksAndRejectedDeadLetters(t *testing.T) {
 
 	api.status = http.StatusForbidden
 	res = b.apply(t, 0, bell("d2", "a1"))
-	require.Equal(t, 1, res.DeadLetters[handlers.ReasonSourceRejected])
+	require.Equal(t, 1, res.DeadLetters[accounts.ReasonSourceRejected])
 	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'source_rejected' AND error LIKE '%403%'`))
 }

@@ -1,0 +1,117 @@
+package accounts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/handlers"
+)
+
+// The doorbell's dead-letter reasons.
+const (
+	// ReasonSourceRejected: the source API answered a 4xx other than 404 and
+	// 429 (the request can never succeed as it is).
+	ReasonSourceRejected event.Reason = "source_rejected"
+	// ReasonSourceInvalid: the source API's answer is not an account.
+	ReasonSourceInvalid event.Reason = "source_invalid"
+	// ReasonSourceUnconfigured: a doorbell arrived but sources.accounts.url
+	// is not set.
+	ReasonSourceUnconfigured event.Reason = "source_unconfigured"
+)
+
+// ErrSourceUnavailable is a transient failure of the source API (timeout,
+// connection refused, 5xx, 429): the batch is retried with backoff.
+var ErrSourceUnavailable = errors.New("the source API is unavailable")
+
+type doorbell struct{ opts Options }
+
+// sourceAccount is the source API's answer.
+type sourceAccount struct {
+	ID      string `json:"id"`
+	Version int64  `json:"version"`
+	Name    string `json:"name"`
+	Email   string `json:"email"`
+	Plan    string `json:"plan"`
+	Status  string `json:"status"`
+}
+
+// notFound marks a doorbell whose account the source does not know (yet).
+const notFoundMarker = `{"not_found":true}`
+
+func (d *doorbell) url(id string) string {
+	if strings.Contains(d.opts.SourceURL, "{id}") {
+		return strings.ReplaceAll(d.opts.SourceURL, "{id}", url.PathEscape(id))
+	}
+	return strings.TrimSuffix(d.opts.SourceURL, "/") + "/" + url.PathEscape(id)
+}
+
+// Prefetch GETs the account's current state.
+func (d *doorbell) Prefetch(ctx context.Context, ev event.Event) (event.Event, error) {
+	if d.opts.SourceURL == "" {
+		return ev, event.PermanentWithReason(ReasonSourceUnconfigured, errors.New("account.refreshed needs sources.accounts.url; set it and redrive"))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.url(ev.Subject), nil)
+	if err != nil {
+		return ev, event.PermanentWithReason(ReasonSourceRejected, fmt.Errorf("building the request for %s: %w", event.Excerpt(ev.Subject), err))
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := d.opts.HTTPClient.Do(req)
+	if err != nil {
+		return ev, fmt.Errorf("%w: GET %s: %v", ErrSourceUnavailable, req.URL.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return ev, fmt.Errorf("%w: reading %s: %v", ErrSourceUnavailable, req.URL.Redacted(), err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusNotFound:
+		ev.Data = json.RawMessage(notFoundMarker)
+		return ev, nil
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return ev, fmt.Errorf("%w: GET %s: %s", ErrSourceUnavailable, req.URL.Redacted(), resp.Status)
+	default:
+		return ev, event.PermanentWithReason(ReasonSourceRejected, fmt.Errorf("GET %s: %s: %s", req.URL.Redacted(), resp.Status, event.Excerpt(string(body))))
+	}
+	var a sourceAccount
+	if err := json.Unmarshal(body, &a); err != nil {
+		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: not an account: %s", req.URL.Redacted(), event.Excerpt(string(body))))
+	}
+	if a.ID != ev.Subject || a.Version < 1 || (a.Status != "open" && a.Status != "closed") {
+		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: an account needs the same id, a version ≥ 1 and status open or closed", req.URL.Redacted()))
+	}
+	data, _ := json.Marshal(a) // plain strings and an integer: cannot fail
+	ev.Data = data
+	ev.Version = a.Version
+	return ev, nil
+}
+
+// Waits reports whether a doorbell waits for its account: when the source
+// does not know the account yet. Such a doorbell is parked until the account
+// exists, and then has nothing left to apply (the account's own events carry
+// its state).
+func (d *doorbell) Waits(ev event.Event) bool {
+	return string(ev.Data) == notFoundMarker || ev.Version == 0
+}
+
+// Handle applies the fetched state through the same version gate as the
+// account events.
+func (d *doorbell) Handle(_ context.Context, e *handlers.Effects, ev event.Event) error {
+	if d.Waits(ev) {
+		return nil // released: the account exists
+	}
+	var a sourceAccount
+	if err := json.Unmarshal(ev.Data, &a); err != nil {
+		return event.PermanentWithReason(ReasonSourceInvalid, err)
+	}
+	e.Exec(handlers.AppliedOrStale, upsertAccountSQL, ev.Subject, ev.Version, a.Name, a.Email, a.Plan, a.Status)
+	return nil
+}

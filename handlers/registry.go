@@ -1,0 +1,132 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/effectively-io/effectively/event"
+)
+
+// Registry maps event types to their handlers and names the prerequisites
+// some of them wait for. The zero value is empty and ready to use; a
+// Registry is filled before the worker starts and only read afterwards.
+type Registry struct {
+	handlers      map[string]Handler
+	prerequisites []*Prerequisite
+	waits         map[string]*Prerequisite // event type → what it waits for
+	creates       map[string][]*Prerequisite
+}
+
+// Handle registers h for events of type typ. A type has one handler;
+// registering a second one panics, as http.ServeMux does: it is a wiring
+// bug, found at start-up.
+func (r *Registry) Handle(typ string, h Handler) {
+	if typ == "" || h == nil {
+		panic("handlers: Handle needs an event type and a handler")
+	}
+	if r.handlers == nil {
+		r.handlers = map[string]Handler{}
+	}
+	if _, ok := r.handlers[typ]; ok {
+		panic(fmt.Sprintf("handlers: a handler for %s is already registered", typ))
+	}
+	r.handlers[typ] = h
+}
+
+// HandleFunc registers f for events of type typ.
+func (r *Registry) HandleFunc(typ string, f func(ctx context.Context, e *Effects, ev event.Event) error) {
+	r.Handle(typ, HandlerFunc(f))
+}
+
+// Handler returns the handler of typ.
+func (r *Registry) Handler(typ string) (Handler, bool) {
+	h, ok := r.handlers[typ]
+	return h, ok
+}
+
+// Types are the registered event types, sorted.
+func (r *Registry) Types() []string {
+	out := make([]string, 0, len(r.handlers))
+	for t := range r.handlers {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Prerequisite is a resource some events cannot be applied without: a ledger
+// entry needs its account, an order line its order. An event of a type in
+// Waiting whose resource (its subject) does not exist yet is parked in
+// PostgreSQL, and so is every later event of that resource of a waiting
+// type (they queue behind it, in order). An event of a type in CreatedBy
+// that applies (or arrives stale: the resource exists either way) releases
+// the resource's parked events in the same transaction, in their original
+// order. Parked events past parking.max_age or parking.max_attempts are
+// dead-lettered with reason prerequisite_missing.
+type Prerequisite struct {
+	// Name names the resource in logs and dead letters ("account").
+	Name string
+	// ExistsSQL is how the engine checks: a query that takes the resource
+	// IDs as $1 (text[]) and returns the ones that exist, one per row, e.g.
+	// SELECT id FROM accounts WHERE id = ANY($1).
+	ExistsSQL string
+	// CreatedBy are the event types whose application means the resource
+	// exists.
+	CreatedBy []string
+	// Waiting are the event types that wait for the resource. A handler
+	// that implements Waiter decides per event.
+	Waiting []string
+}
+
+// Waiter is a handler whose events wait for their prerequisite only
+// sometimes: a doorbell waits when the source does not know the resource
+// yet, and creates it when the source does. Waits is called after Prefetch.
+type Waiter interface {
+	Waits(ev event.Event) bool
+}
+
+// Require registers a prerequisite. It panics on a wiring bug: no name, no
+// query, an event type that waits for two prerequisites.
+func (r *Registry) Require(p Prerequisite) {
+	if p.Name == "" || p.ExistsSQL == "" || len(p.Waiting) == 0 {
+		panic("handlers: a Prerequisite needs a Name, an ExistsSQL and Waiting event types")
+	}
+	if r.waits == nil {
+		r.waits = map[string]*Prerequisite{}
+		r.creates = map[string][]*Prerequisite{}
+	}
+	pp := &p
+	pp.CreatedBy = slices.Clone(p.CreatedBy)
+	pp.Waiting = slices.Clone(p.Waiting)
+	for _, t := range p.Waiting {
+		if q, ok := r.waits[t]; ok {
+			panic(fmt.Sprintf("handlers: %s already waits for %s", t, q.Name))
+		}
+		r.waits[t] = pp
+	}
+	for _, t := range p.CreatedBy {
+		r.creates[t] = append(r.creates[t], pp)
+	}
+	r.prerequisites = append(r.prerequisites, pp)
+}
+
+// WaitsFor returns the prerequisite ev waits for, or nil.
+func (r *Registry) WaitsFor(ev event.Event) *Prerequisite {
+	p := r.waits[ev.Type]
+	if p == nil {
+		return nil
+	}
+	if w, ok := r.handlers[ev.Type].(Waiter); ok && !w.Waits(ev) {
+		return nil
+	}
+	return p
+}
+
+// Creates reports whether an applied event of type typ means its resource
+// exists, for some prerequisite.
+func (r *Registry) Creates(typ string) bool { return len(r.creates[typ]) > 0 }
+
+// Prerequisites are the registered prerequisites.
+func (r *Registry) Prerequisites() []*Prerequisite { return r.prerequisites }
