@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"reflect"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -35,10 +36,11 @@ type Config struct {
 	Upstream Upstream `mapstructure:"upstream"`
 	// Outbox is how long finished side-effect intents are kept.
 	Outbox Outbox `mapstructure:"outbox"`
-	// Effects are the downstream systems side effects are sent to.
-	Effects Effects `mapstructure:"effects"`
-	// Sources are the APIs doorbell events fetch current state from.
-	Sources Sources `mapstructure:"sources"`
+	// Targets are the build's named outbound HTTP endpoints: where its side
+	// effects are sent (the outbox) and where its prefetchers read
+	// (fetch-on-event). A build declares their names (see [Extension]);
+	// each gets the keys targets.<name>.url and so on.
+	Targets map[string]Target `mapstructure:"targets"`
 	// Topics are per-topic settings (file only, the topics: list). A topic in
 	// kafka.topics without an entry gets the defaults; see [Config.TopicSettings].
 	Topics []Topic `mapstructure:"topics"`
@@ -188,23 +190,11 @@ type Outbox struct {
 	LeaseGrace time.Duration `mapstructure:"lease_grace"`
 }
 
-// Effects are the downstream systems of the reference domain.
-type Effects struct {
-	// CRM receives the account sync (HTTP with an idempotency key).
-	CRM Endpoint `mapstructure:"crm"`
-	// Mail sends the welcome mail (recorded intent).
-	Mail Endpoint `mapstructure:"mail"`
-}
-
-// Sources are the APIs doorbell events fetch from.
-type Sources struct {
-	// Accounts serves the current state of an account.
-	Accounts Endpoint `mapstructure:"accounts"`
-}
-
-// Endpoint is an HTTP service.
-type Endpoint struct {
-	// URL is the absolute http or https base URL; empty means not configured.
+// Target is a named outbound HTTP endpoint.
+type Target struct {
+	// URL is the absolute http or https base URL; empty means not
+	// configured (the build decides what that means: no such side effect,
+	// or dead letters until it is set).
 	URL string `mapstructure:"url"`
 }
 
@@ -291,14 +281,14 @@ const (
 	mib = 1 << 20
 )
 
-// Default returns the embedded defaults: the local stack `make stack-up`
-// starts, the reference domain's topic, and the HTTP server on localhost.
+// Default returns the engine's embedded defaults: the local stack `make
+// stack-up` starts and the HTTP server on localhost. A build adds its own
+// (its topics) through [Extension].Defaults.
 func Default() Config {
 	return Config{
 		Kafka: Kafka{
 			Brokers:                []string{"127.0.0.1:19092"},
 			Group:                  "effectively",
-			Topics:                 []string{"accounts"},
 			GroupProtocol:          GroupProtocolClassic,
 			StartOffset:            StartOffsetEarliest,
 			OffsetOutOfRange:       OffsetOutOfRangeStop,
@@ -367,7 +357,7 @@ func (c Config) TopicSettings(name string) Topic {
 const redactedPassword = "xxxxx"
 
 // Redacted returns a copy of c with the passwords in every URL field
-// (postgres.url, effects.*.url, sources.*.url) replaced by "xxxxx". The user
+// (postgres.url, targets.*.url) replaced by "xxxxx". The user
 // name and everything else are kept.
 func (c Config) Redacted() Config {
 	r := c.clone()
@@ -378,6 +368,10 @@ func (c Config) Redacted() Config {
 			f.SetString(redactURL(f.String()))
 		}
 	}
+	for n, t := range r.Targets {
+		t.URL = redactURL(t.URL)
+		r.Targets[n] = t
+	}
 	return r
 }
 
@@ -387,6 +381,12 @@ func (c Config) clone() Config {
 	r := c
 	r.Kafka.Brokers = append([]string(nil), c.Kafka.Brokers...)
 	r.Kafka.Topics = append([]string(nil), c.Kafka.Topics...)
+	if c.Targets != nil {
+		r.Targets = make(map[string]Target, len(c.Targets))
+		for n, t := range c.Targets {
+			r.Targets[n] = t
+		}
+	}
 	if c.Topics != nil {
 		r.Topics = make([]Topic, len(c.Topics))
 		for i, t := range c.Topics {
@@ -483,6 +483,18 @@ func yamlNode(v reflect.Value, omitEmpty bool) (*yaml.Node, error) {
 				return nil, err
 			}
 			m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: tagName(sf)}, child)
+		}
+		return m, nil
+	case v.Kind() == reflect.Map:
+		m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		keys := v.MapKeys()
+		sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+		for _, k := range keys {
+			child, err := yamlNode(v.MapIndex(k), omitEmpty)
+			if err != nil {
+				return nil, err
+			}
+			m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k.String()}, child)
 		}
 		return m, nil
 	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct:

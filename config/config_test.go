@@ -8,6 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// testExt is a build that consumes the topic orders by default: the engine
+// itself names no topic.
+var testExt = Extension{Defaults: func(c *Config) { c.Kafka.Topics = []string{"orders"} }}
+
+// testDefault is the defaults of that build.
+func testDefault() Config { return DefaultsOf(testExt) }
+
 func TestRedacted(t *testing.T) {
 	t.Parallel()
 
@@ -27,23 +34,23 @@ func TestRedacted(t *testing.T) {
 		})
 	}
 
-	c := Default()
+	c := testDefault()
 	c.Postgres.URL = "postgres://effectively:s3cret@db/effectively"
-	c.Effects.CRM.URL = "https://api:s3cret@crm.example.com/"
-	c.Sources.Accounts.URL = "https://accounts.example.com/"
+	c.Targets = map[string]Target{"warehouse": {URL: "https://api:s3cret@warehouse.example.com/"}, "catalog": {URL: "https://catalog.example.com/"}}
 	r := c.Redacted()
 	require.Equal(t, "postgres://effectively:xxxxx@db/effectively", r.Postgres.URL)
-	require.Equal(t, "https://api:xxxxx@crm.example.com/", r.Effects.CRM.URL)
-	require.Equal(t, "https://accounts.example.com/", r.Sources.Accounts.URL)
+	require.Equal(t, "https://api:xxxxx@warehouse.example.com/", r.Targets["warehouse"].URL)
+	require.Equal(t, "https://catalog.example.com/", r.Targets["catalog"].URL)
+	require.Equal(t, "https://api:s3cret@warehouse.example.com/", c.Targets["warehouse"].URL, "the original's targets are unchanged")
 	require.Equal(t, "postgres://effectively:s3cret@db/effectively", c.Postgres.URL, "the original is unchanged")
 }
 
 func TestDump(t *testing.T) {
 	t.Parallel()
 
-	c := Default()
+	c := testDefault()
 	c.Postgres.URL = "postgres://effectively:s3cret@db:5432/effectively"
-	c.Kafka.Topics = []string{"accounts", "stripe"}
+	c.Kafka.Topics = []string{"orders", "stripe"}
 	no := false
 	c.Topics = []Topic{{Name: "stripe", Format: FormatJSON, KeyStrategy: KeyStrategyField, IDPointer: "/id", TypePointer: "/type", SubjectPointer: "/customer", CheckPartitioner: &no}}
 	require.NoError(t, c.Validate())
@@ -63,7 +70,7 @@ func TestDump(t *testing.T) {
 	// The dump reads back as the same configuration (except the password).
 	path := filepath.Join(t.TempDir(), "dump.yaml")
 	require.NoError(t, os.WriteFile(path, out, 0o600))
-	loaded, err := Load(path, nil)
+	loaded, err := Load(path, nil, testExt)
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, c.Redacted(), loaded)
 }
@@ -71,12 +78,12 @@ func TestDump(t *testing.T) {
 func TestTopicSettings(t *testing.T) {
 	t.Parallel()
 
-	c := Default()
-	st := c.TopicSettings("accounts")
-	require.Equal(t, "accounts", st.Name)
+	c := testDefault()
+	st := c.TopicSettings("orders")
+	require.Equal(t, "orders", st.Name)
 	require.Equal(t, FormatCloudEvents, st.Format)
 	require.Equal(t, KeyStrategyCloudEvents, st.KeyStrategy)
-	require.Equal(t, "accounts.dlq", st.DLQ)
+	require.Equal(t, "orders.dlq", st.DLQ)
 	require.NotNil(t, st.CheckPartitioner)
 	require.True(t, *st.CheckPartitioner)
 

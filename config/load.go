@@ -61,8 +61,8 @@ func hasFlag(key string) bool {
 // of [Default] shown in --help. Pass the same fs to [Load]; a flag the user
 // did not set never overrides the environment or the file. Flags already
 // defined on fs are left alone.
-func BindFlags(fs *pflag.FlagSet) {
-	def := reflect.ValueOf(Default())
+func BindFlags(fs *pflag.FlagSet, exts ...Extension) {
+	def := reflect.ValueOf(defaults(exts))
 	for _, f := range flags {
 		name := FlagName(f.key)
 		if fs.Lookup(name) != nil {
@@ -95,24 +95,31 @@ func BindFlags(fs *pflag.FlagSet) {
 // the defaults. path "" means no file; fs may be nil. All problems are
 // reported at once, each as a *[FieldError] (joined), except a file that
 // cannot be read or parsed, which is reported alone.
-func Load(path string, fs *pflag.FlagSet) (Config, error) {
+//
+// exts are what the build adds: its targets, the older keys it still
+// accepts, its defaults.
+func Load(path string, fs *pflag.FlagSet, exts ...Extension) (Config, error) {
 	v := viper.New()
 	v.AllowEmptyEnv(true) // EFFECTIVELY_HTTP_ADDR= disables the server
-	def := reflect.ValueOf(Default())
+	def := reflect.ValueOf(defaults(exts))
 	for _, l := range leaves {
 		v.SetDefault(l.key, def.FieldByIndex(l.index).Interface())
-		if err := v.BindEnv(l.key, EnvName(l.key)); err != nil {
+		if err := v.BindEnv(append([]string{l.key}, envNames(l.key, exts)...)...); err != nil {
 			return Config{}, fmt.Errorf("binding %s: %w", l.key, err)
 		}
 	}
 
 	var errs []error
+	var file map[string]any
 	if path != "" {
-		file, err := readFile(path)
+		var err error
+		file, err = readFile(path)
 		if err != nil {
 			return Config{}, err
 		}
-		errs = append(errs, unknownKeys(path, file)...)
+		aliasErrs := applyAliases(path, file, exts)
+		errs = append(errs, aliasErrs...)
+		errs = append(errs, unknownKeys(path, file, exts)...)
 		if err := v.MergeConfigMap(file); err != nil {
 			return Config{}, fmt.Errorf("config file %s: %w", path, err)
 		}
@@ -152,6 +159,9 @@ func Load(path string, fs *pflag.FlagSet) (Config, error) {
 	topics, topicErrs := parseTopics(v.Get("topics"))
 	c.Topics = topics
 	errs = append(errs, topicErrs...)
+	targets, targetErrs := loadTargets(path, file, exts)
+	c.Targets = targets
+	errs = append(errs, targetErrs...)
 	if len(errs) == 0 {
 		if err := c.Validate(); err != nil {
 			return Config{}, err
@@ -286,7 +296,7 @@ func yamlKind(v any) string {
 // unknownKeys reports every key in the file that is not a configuration key,
 // with the closest known key as a suggestion, so a typo never silently falls
 // back to a default.
-func unknownKeys(path string, m map[string]any) []error {
+func unknownKeys(path string, m map[string]any, exts []Extension) []error {
 	var errs []error
 	var walk func(prefix string, m map[string]any)
 	walk = func(prefix string, m map[string]any) {
@@ -298,8 +308,14 @@ func unknownKeys(path string, m map[string]any) []error {
 		for _, k := range keys {
 			key := joinKey(prefix, k)
 			val := m[k]
-			if _, ok := leafByKey[key]; ok || key == "topics" {
+			if _, ok := leafByKey[key]; ok || key == "topics" || isTargetKey(key, exts) {
 				continue // a wrong type is reported when the value is parsed
+			}
+			if key == "targets" || isTargetSection(key, exts) {
+				if sub, ok := val.(map[string]any); ok {
+					walk(key, sub)
+					continue
+				}
 			}
 			if sub, ok := val.(map[string]any); ok && isSection(key) {
 				walk(key, sub)
@@ -468,8 +484,10 @@ func collectLeaves(t reflect.Type, prefix string, index []int) []leaf {
 		switch {
 		case sf.Type.Kind() == reflect.Struct:
 			out = append(out, collectLeaves(sf.Type, key, idx)...)
-		case sf.Type.Kind() == reflect.Slice && sf.Type.Elem().Kind() == reflect.Struct:
-			// Lists of records (topics) are parsed on their own.
+		case sf.Type.Kind() == reflect.Slice && sf.Type.Elem().Kind() == reflect.Struct,
+			sf.Type.Kind() == reflect.Map:
+			// Lists of records (topics) and named records (targets) are
+			// parsed on their own.
 		default:
 			if !supported(sf.Type) {
 				panic(fmt.Sprintf("config: key %s has unsupported type %s", key, sf.Type))
@@ -653,7 +671,7 @@ func parseTopics(raw any) ([]Topic, []error) {
 			Key:     "topics",
 			Value:   displayValue("topics", raw),
 			Problem: fmt.Sprintf("is a %s; expected a list of topic settings", yamlKind(raw)),
-			Fix:     "in the config file, write topics: as a list, e.g. topics: [{name: accounts, format: cloudevents}]",
+			Fix:     "in the config file, write topics: as a list, e.g. topics: [{name: orders, format: cloudevents}]",
 		}}
 	}
 	var errs []error
@@ -666,7 +684,7 @@ func parseTopics(raw any) ([]Topic, []error) {
 				Key:     prefix,
 				Value:   displayValue(prefix, e),
 				Problem: fmt.Sprintf("is a %s; expected the settings of one topic", yamlKind(e)),
-				Fix:     fmt.Sprintf("in the config file, write %s as a mapping, e.g. {name: accounts, format: cloudevents}", prefix),
+				Fix:     fmt.Sprintf("in the config file, write %s as a mapping, e.g. {name: orders, format: cloudevents}", prefix),
 			})
 			continue
 		}
@@ -716,11 +734,8 @@ func suggestTopicField(k string) string {
 
 // examples are example values for keys whose default is empty.
 var examples = map[string]string{
-	"kafka.instance_id":    "effectively-0",
-	"effects.crm.url":      "https://crm.example.com/",
-	"effects.mail.url":     "https://mail.example.com/",
-	"sources.accounts.url": "https://accounts.example.com/",
-	"postgres.max_conns":   "20",
+	"kafka.instance_id":  "effectively-0",
+	"postgres.max_conns": "20",
 }
 
 // example is a valid value of key in the form env and flags take.
@@ -738,15 +753,15 @@ func example(key string) string {
 func topicExample(field string) string {
 	switch field {
 	case "name":
-		return "accounts"
+		return "orders"
 	case "format":
 		return FormatJSON
 	case "key_strategy":
 		return KeyStrategyField
 	case "natural_key":
-		return "[/account_id, /sequence]"
+		return "[/order_id, /line]"
 	case "dlq":
-		return "accounts.dlq"
+		return "orders.dlq"
 	case "check_partitioner":
 		return "false"
 	default:

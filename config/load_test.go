@@ -64,13 +64,13 @@ func requireFieldError(t *testing.T, err error, key string, want ...string) *Fie
 func TestLoadDefaults(t *testing.T) {
 	t.Parallel()
 
-	c, err := Load("", nil)
+	c, err := Load("", nil, testExt)
 	require.NoError(t, err)
-	require.Equal(t, Default(), c)
+	require.Equal(t, testDefault(), c)
 
-	c, err = Load(writeConfig(t, "# nothing set\n"), flagSet(t))
+	c, err = Load(writeConfig(t, "# nothing set\n"), flagSet(t), testExt)
 	require.NoError(t, err)
-	require.Equal(t, Default(), c)
+	require.Equal(t, testDefault(), c)
 }
 
 // The precedence tests set the environment, so they cannot run in parallel.
@@ -97,7 +97,7 @@ func TestLoadPrecedence(t *testing.T) {
 			if tt.env != "" {
 				t.Setenv("EFFECTIVELY_KAFKA_GROUP", tt.env)
 			}
-			c, err := Load(tt.file, flagSet(t, tt.args...))
+			c, err := Load(tt.file, flagSet(t, tt.args...), testExt)
 			require.NoError(t, err)
 			require.Equal(t, tt.want, c.Kafka.Group)
 		})
@@ -112,30 +112,30 @@ func TestLoadUnchangedFlagLosesToFile(t *testing.T) {
 	fs := flagSet(t)
 	require.NoError(t, fs.Lookup("log-level").Value.Set("error"))
 	fs.Lookup("log-level").Changed = false
-	c, err := Load(writeConfig(t, "log:\n  level: warn\n"), fs)
+	c, err := Load(writeConfig(t, "log:\n  level: warn\n"), fs, testExt)
 	require.NoError(t, err)
 	require.Equal(t, "warn", c.Log.Level)
 }
 
 func TestLoadEnv(t *testing.T) {
 	t.Setenv("EFFECTIVELY_KAFKA_BROKERS", "a:1, b:2,")
-	t.Setenv("EFFECTIVELY_KAFKA_TOPICS", "accounts,payments")
+	t.Setenv("EFFECTIVELY_KAFKA_TOPICS", "orders,payments")
 	t.Setenv("EFFECTIVELY_KAFKA_SESSION_TIMEOUT", "30s")
 	t.Setenv("EFFECTIVELY_POSTGRES_MAX_CONNS", "12")
 	t.Setenv("EFFECTIVELY_CONSUMER_CHECK_PARTITIONER", "false")
 	t.Setenv("EFFECTIVELY_DEDUPE_RETENTION", "720h")
-	t.Setenv("EFFECTIVELY_SOURCES_ACCOUNTS_URL", "https://accounts.example.com/v1")
+	t.Setenv("EFFECTIVELY_TARGETS_CATALOG_URL", "https://catalog.example.com/v1")
 	t.Setenv("EFFECTIVELY_HTTP_ADDR", "") // empty disables the server
 
-	c, err := Load("", nil)
+	c, err := Load("", nil, Extension{Defaults: testExt.Defaults, Targets: []string{"catalog"}})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a:1", "b:2"}, c.Kafka.Brokers)
-	require.Equal(t, []string{"accounts", "payments"}, c.Kafka.Topics)
+	require.Equal(t, []string{"orders", "payments"}, c.Kafka.Topics)
 	require.Equal(t, 30*time.Second, c.Kafka.SessionTimeout)
 	require.Equal(t, int32(12), c.Postgres.MaxConns)
 	require.False(t, c.Consumer.CheckPartitioner)
 	require.Equal(t, 720*time.Hour, c.Dedupe.Retention)
-	require.Equal(t, "https://accounts.example.com/v1", c.Sources.Accounts.URL)
+	require.Equal(t, "https://catalog.example.com/v1", c.Targets["catalog"].URL)
 	require.Empty(t, c.HTTP.Addr)
 }
 
@@ -143,7 +143,7 @@ func TestEnvName(t *testing.T) {
 	t.Parallel()
 
 	require.Equal(t, "EFFECTIVELY_KAFKA_BROKERS", EnvName("kafka.brokers"))
-	require.Equal(t, "EFFECTIVELY_EFFECTS_CRM_URL", EnvName("effects.crm.url"))
+	require.Equal(t, "EFFECTIVELY_TARGETS_WAREHOUSE_URL", EnvName("targets.warehouse.url"))
 	require.Equal(t, "kafka-instance-id", FlagName("kafka.instance_id"))
 }
 
@@ -152,7 +152,7 @@ func TestLoadFlags(t *testing.T) {
 
 	fs := flagSet(t,
 		"--kafka-brokers", "a:1,b:2",
-		"--kafka-topics=accounts", "--kafka-topics=payments",
+		"--kafka-topics=orders", "--kafka-topics=payments",
 		"--kafka-instance-id", "pod-0",
 		"--kafka-group-protocol", "consumer",
 		"--kafka-start-offset", "latest",
@@ -163,10 +163,10 @@ func TestLoadFlags(t *testing.T) {
 		"--consumer-batch-max-records", "7",
 		"--consumer-batch-linger", "20ms",
 	)
-	c, err := Load("", fs)
+	c, err := Load("", fs, testExt)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a:1", "b:2"}, c.Kafka.Brokers)
-	require.Equal(t, []string{"accounts", "payments"}, c.Kafka.Topics)
+	require.Equal(t, []string{"orders", "payments"}, c.Kafka.Topics)
 	require.Equal(t, "pod-0", c.Kafka.InstanceID)
 	require.Equal(t, GroupProtocolConsumer, c.Kafka.GroupProtocol)
 	require.Equal(t, StartOffsetLatest, c.Kafka.StartOffset)
@@ -203,7 +203,7 @@ func TestLoadFile(t *testing.T) {
 	path := writeConfig(t, `
 Kafka:                       # keys are case-insensitive
   Brokers: [k1:9092, "k2:9092"]
-  topics: [accounts, stripe]
+  topics: [orders, stripe]
   session_timeout: 30s
   fetch_max_bytes: 1048576
 consumer:
@@ -222,13 +222,13 @@ topics:
     subject_pointer: /data/object/customer
     check_partitioner: false
 `)
-	c, err := Load(path, nil)
+	c, err := Load(path, nil, testExt)
 	require.NoError(t, err)
 	require.Equal(t, []string{"k1:9092", "k2:9092"}, c.Kafka.Brokers)
 	require.Equal(t, 30*time.Second, c.Kafka.SessionTimeout)
 	require.Equal(t, int32(1<<20), c.Kafka.FetchMaxBytes)
 	require.Equal(t, time.Duration(0), c.Consumer.BatchLinger)
-	require.Equal(t, Default().HTTP.Addr, c.HTTP.Addr)
+	require.Equal(t, testDefault().HTTP.Addr, c.HTTP.Addr)
 	require.Len(t, c.Topics, 1)
 
 	st := c.TopicSettings("stripe")
@@ -236,7 +236,7 @@ topics:
 	require.Equal(t, "/id", st.KeyPointer)
 	require.Equal(t, "stripe.dlq", st.DLQ)
 	require.False(t, *st.CheckPartitioner)
-	require.True(t, *c.TopicSettings("accounts").CheckPartitioner)
+	require.True(t, *c.TopicSettings("orders").CheckPartitioner)
 }
 
 func TestLoadFileErrors(t *testing.T) {
@@ -244,25 +244,25 @@ func TestLoadFileErrors(t *testing.T) {
 
 	t.Run("no such file", func(t *testing.T) {
 		t.Parallel()
-		_, err := Load("/x/y.yaml", nil)
+		_, err := Load("/x/y.yaml", nil, testExt)
 		require.EqualError(t, err, "config file /x/y.yaml: no such file; fix: pass an existing file to --config or omit it")
 	})
 	t.Run("bad YAML", func(t *testing.T) {
 		t.Parallel()
 		path := writeConfig(t, "kafka:\n  brokers: [a:1\n")
-		_, err := Load(path, nil)
+		_, err := Load(path, nil, testExt)
 		require.ErrorContains(t, err, "config file "+path+": invalid YAML: yaml: line")
 	})
 	t.Run("not a mapping", func(t *testing.T) {
 		t.Parallel()
 		path := writeConfig(t, "- kafka\n")
-		_, err := Load(path, nil)
+		_, err := Load(path, nil, testExt)
 		require.ErrorContains(t, err, "config file "+path+": the document is a list")
 	})
 	t.Run("duplicate key by case", func(t *testing.T) {
 		t.Parallel()
 		path := writeConfig(t, "log:\n  level: info\n  Level: warn\n")
-		_, err := Load(path, nil)
+		_, err := Load(path, nil, testExt)
 		require.ErrorContains(t, err, "key log.level appears twice")
 	})
 }
@@ -281,12 +281,12 @@ func TestLoadUnknownKeys(t *testing.T) {
 		{"wrong section", "consumer:\n  session_timeout: 10s\n", "consumer.session_timeout", []string{"did you mean kafka.session_timeout?"}},
 		{"no suggestion", "frobnicate: 1\n", "frobnicate", []string{"unknown key", "fix: remove it"}},
 		{"section as value", "kafka: 5\n", "kafka", []string{"is a section", "kafka: {brokers:"}},
-		{"topic field typo", "topics:\n  - name: accounts\n    fromat: json\n", "topics[0].fromat", []string{"unknown topic setting", "did you mean topics[0].format?"}},
+		{"topic field typo", "topics:\n  - name: orders\n    fromat: json\n", "topics[0].fromat", []string{"unknown topic setting", "did you mean topics[0].format?"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := Load(writeConfig(t, tt.yaml), nil)
+			_, err := Load(writeConfig(t, tt.yaml), nil, testExt)
 			requireFieldError(t, err, tt.key, tt.want...)
 		})
 	}
@@ -344,13 +344,13 @@ func TestLoadBadValues(t *testing.T) {
 		},
 		{
 			name: "topics not a list",
-			yaml: "topics:\n  name: accounts\n",
+			yaml: "topics:\n  name: orders\n",
 			key:  "topics",
 			want: []string{"expected a list of topic settings"},
 		},
 		{
 			name: "topic field of the wrong type",
-			yaml: "topics:\n  - name: accounts\n    natural_key: {a: 1}\n",
+			yaml: "topics:\n  - name: orders\n    natural_key: {a: 1}\n",
 			key:  "topics[0].natural_key",
 			want: []string{"expected a list of strings"},
 		},
@@ -364,7 +364,7 @@ func TestLoadBadValues(t *testing.T) {
 			if tt.yaml != "" {
 				path = writeConfig(t, tt.yaml)
 			}
-			_, err := Load(path, nil)
+			_, err := Load(path, nil, testExt)
 			requireFieldError(t, err, tt.key, tt.want...)
 		})
 	}
@@ -377,7 +377,7 @@ func TestLoadReportsEverything(t *testing.T) {
 	t.Setenv("EFFECTIVELY_LOG_LEVEL", "verbose")
 	t.Setenv("EFFECTIVELY_KAFKA_REBALANCE_TIMEOUT", "oops")
 
-	_, err := Load(writeConfig(t, "kafka:\n  broker: x\n"), nil)
+	_, err := Load(writeConfig(t, "kafka:\n  broker: x\n"), nil, testExt)
 	keys := map[string]bool{}
 	for _, fe := range fieldErrors(t, err) {
 		keys[fe.Key] = true
@@ -392,7 +392,7 @@ func TestLoadReportsEverything(t *testing.T) {
 
 func TestLoadRedactsErrors(t *testing.T) {
 	t.Setenv("EFFECTIVELY_POSTGRES_URL", "mysql://root:hunter2@db/x")
-	_, err := Load("", nil)
+	_, err := Load("", nil, testExt)
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "hunter2")
 	require.Contains(t, err.Error(), "mysql://root:xxxxx@db/x")
@@ -418,7 +418,7 @@ func FuzzLoadYAML(f *testing.F) {
 		"kafka:\n  brokers: [a:1\n",
 		"kafka: 5\n",
 		"- a\n- b\n",
-		"topics:\n  - name: accounts\n    format: json\n    key_strategy: natural\n    natural_key: [/a, /b]\n",
+		"topics:\n  - name: orders\n    format: json\n    key_strategy: natural\n    natural_key: [/a, /b]\n",
 		"topics: [{name: x, fromat: json}, 7, null]\n",
 		"dedupe:\n  retention: 2562047h\nupstream:\n  max_retry_horizon: 2562047h\n",
 		"consumer: {batch_linger: 1e99, batch_max_records: -1e400}\n",
@@ -438,7 +438,7 @@ func FuzzLoadYAML(f *testing.F) {
 		_, err = file.Write(data)
 		require.NoError(t, err)
 		require.NoError(t, file.Close())
-		c, err := Load(path, nil)
+		c, err := Load(path, nil, testExt)
 		if err != nil {
 			if strings.TrimSpace(err.Error()) == "" {
 				t.Fatal("empty error message")

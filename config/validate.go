@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -309,9 +310,14 @@ func (c Config) validate() []*FieldError {
 		v.intBetween("outbox.concurrency", int64(c.Outbox.Concurrency), 1, 1024)
 	}
 
-	v.optionalHTTPURL("effects.crm.url", c.Effects.CRM.URL)
-	v.optionalHTTPURL("effects.mail.url", c.Effects.Mail.URL)
-	v.optionalHTTPURL("sources.accounts.url", c.Sources.Accounts.URL)
+	names := make([]string, 0, len(c.Targets))
+	for n := range c.Targets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		v.optionalHTTPURL("targets."+n+".url", c.Targets[n].URL)
+	}
 
 	c.validateTopics(&v)
 	return v.errs
@@ -371,7 +377,7 @@ func (c Config) validateTopics(v *validator) {
 	for i, t := range c.Topics {
 		key := fmt.Sprintf("topics[%d].name", i)
 		if t.Name == "" {
-			v.add(key, "", "must not be empty", fileFix(key, "accounts"))
+			v.add(key, "", "must not be empty", fileFix(key, "orders"))
 			continue
 		}
 		if j, dup := entry[t.Name]; dup {
@@ -440,7 +446,7 @@ func (c Config) validateTopic(v *validator, prefix string, raw Topic) {
 	}
 	for _, p := range t.NaturalKey {
 		if pp := pointerProblem(p); pp != "" {
-			add("natural_key", p, pp, "[/account_id, /sequence]")
+			add("natural_key", p, pp, "[/order_id, /line]")
 		}
 	}
 
@@ -456,7 +462,7 @@ func (c Config) validateTopic(v *validator, prefix string, raw Topic) {
 				add("type_pointer", "", "format json needs a pointer to the event type", "/type")
 			}
 			if t.SubjectPointer == "" {
-				add("subject_pointer", "", "format json needs a pointer to the resource ID (the record key)", "/data/account_id")
+				add("subject_pointer", "", "format json needs a pointer to the resource ID (the record key)", "/data/order_id")
 			}
 		case FormatCloudEvents:
 			for _, p := range pointers[:4] {
@@ -474,7 +480,7 @@ func (c Config) validateTopic(v *validator, prefix string, raw Topic) {
 			add("key_pointer", raw.KeyPointer, fmt.Sprintf("is only used by key strategy field, not %s", t.KeyStrategy), `"" (remove it), or set key_strategy: field`)
 		}
 		if t.KeyStrategy == KeyStrategyNatural && len(t.NaturalKey) == 0 {
-			add("natural_key", "", "key strategy natural needs the pointers that make the key", "[/account_id, /sequence]")
+			add("natural_key", "", "key strategy natural needs the pointers that make the key", "[/order_id, /line]")
 		}
 		if t.KeyStrategy != KeyStrategyNatural && len(t.NaturalKey) > 0 {
 			add("natural_key", strings.Join(t.NaturalKey, ","), fmt.Sprintf("is only used by key strategy natural, not %s", t.KeyStrategy), `[] (remove it), or set key_strategy: natural`)
@@ -483,7 +489,7 @@ func (c Config) validateTopic(v *validator, prefix string, raw Topic) {
 
 	switch {
 	case topicNameProblem(t.DLQ) != "":
-		add("dlq", t.DLQ, "is not a legal topic name: "+topicNameProblem(t.DLQ), "accounts.dlq")
+		add("dlq", t.DLQ, "is not a legal topic name: "+topicNameProblem(t.DLQ), "orders.dlq")
 	case t.DLQ == t.Name:
 		add("dlq", t.DLQ, "is the topic itself", t.Name+".dlq")
 	case slices.Contains(c.Kafka.Topics, t.DLQ):

@@ -12,13 +12,13 @@ import (
 func TestDefaultValidates(t *testing.T) {
 	t.Parallel()
 
-	require.NoError(t, Default().Validate())
+	require.NoError(t, testDefault().Validate())
 }
 
 func TestFieldErrorFormat(t *testing.T) {
 	t.Parallel()
 
-	c := Default()
+	c := testDefault()
 	c.Kafka.SessionTimeout = 2 * time.Second
 	err := c.Validate()
 	var fe *FieldError
@@ -161,10 +161,10 @@ func TestValidate(t *testing.T) {
 			want:   []string{`"10ms"`, "at least retry.initial (100ms)"},
 		},
 		{
-			name:   "effect URL not http",
-			mutate: func(c *Config) { c.Effects.CRM.URL = "ftp://u:pw@crm/" },
-			key:    "effects.crm.url",
-			want:   []string{`"ftp://u:xxxxx@crm/"`, "absolute http or https URL", "EFFECTIVELY_EFFECTS_CRM_URL"},
+			name:   "target URL not http",
+			mutate: func(c *Config) { c.Targets = map[string]Target{"warehouse": {URL: "ftp://u:pw@warehouse/"}} },
+			key:    "targets.warehouse.url",
+			want:   []string{`"ftp://u:xxxxx@warehouse/"`, "absolute http or https URL", "EFFECTIVELY_TARGETS_WAREHOUSE_URL"},
 		},
 		{
 			name:   "bad topic name",
@@ -174,17 +174,17 @@ func TestValidate(t *testing.T) {
 		},
 		{
 			name:   "duplicate topic",
-			mutate: func(c *Config) { c.Kafka.Topics = []string{"accounts", "accounts"} },
+			mutate: func(c *Config) { c.Kafka.Topics = []string{"orders", "orders"} },
 			key:    "kafka.topics",
 			want:   []string{"listed twice"},
 		},
 		{
 			name: "natural key strategy without pointers",
 			mutate: func(c *Config) {
-				c.Topics = []Topic{{Name: "accounts", KeyStrategy: KeyStrategyNatural}}
+				c.Topics = []Topic{{Name: "orders", KeyStrategy: KeyStrategyNatural}}
 			},
 			key:  "topics[0].natural_key",
-			want: []string{"(topic accounts) key strategy natural needs the pointers", "in the config file, set topics[0].natural_key"},
+			want: []string{"(topic orders) key strategy natural needs the pointers", "in the config file, set topics[0].natural_key"},
 		},
 		{
 			name: "topic not in kafka.topics",
@@ -197,7 +197,7 @@ func TestValidate(t *testing.T) {
 		{
 			name: "duplicate topic entries",
 			mutate: func(c *Config) {
-				c.Topics = []Topic{{Name: "accounts"}, {Name: "accounts", Format: FormatCloudEvents}}
+				c.Topics = []Topic{{Name: "orders"}, {Name: "orders", Format: FormatCloudEvents}}
 			},
 			key:  "topics[1].name",
 			want: []string{"already configured by topics[0]"},
@@ -205,7 +205,7 @@ func TestValidate(t *testing.T) {
 		{
 			name: "json format cannot key by cloudevents",
 			mutate: func(c *Config) {
-				c.Topics = []Topic{{Name: "accounts", Format: FormatJSON, TypePointer: "/type", SubjectPointer: "/sub"}}
+				c.Topics = []Topic{{Name: "orders", Format: FormatJSON, TypePointer: "/type", SubjectPointer: "/sub"}}
 			},
 			key:  "topics[0].key_strategy",
 			want: []string{`"cloudevents"`, "format json has no CloudEvents source and id", "field (with key_pointer)"},
@@ -213,7 +213,7 @@ func TestValidate(t *testing.T) {
 		{
 			name: "json format needs type and subject pointers",
 			mutate: func(c *Config) {
-				c.Topics = []Topic{{Name: "accounts", Format: FormatJSON, KeyStrategy: KeyStrategyContentHash, TypePointer: "/type"}}
+				c.Topics = []Topic{{Name: "orders", Format: FormatJSON, KeyStrategy: KeyStrategyContentHash, TypePointer: "/type"}}
 			},
 			key:  "topics[0].subject_pointer",
 			want: []string{"needs a pointer to the resource ID"},
@@ -221,7 +221,7 @@ func TestValidate(t *testing.T) {
 		{
 			name: "field strategy needs a pointer",
 			mutate: func(c *Config) {
-				c.Topics = []Topic{{Name: "accounts", KeyStrategy: KeyStrategyField}}
+				c.Topics = []Topic{{Name: "orders", KeyStrategy: KeyStrategyField}}
 			},
 			key:  "topics[0].key_pointer",
 			want: []string{"needs key_pointer (or id_pointer)"},
@@ -229,7 +229,7 @@ func TestValidate(t *testing.T) {
 		{
 			name: "bad pointer",
 			mutate: func(c *Config) {
-				c.Topics = []Topic{{Name: "accounts", KeyStrategy: KeyStrategyNatural, NaturalKey: []string{"/a", "b~2"}}}
+				c.Topics = []Topic{{Name: "orders", KeyStrategy: KeyStrategyNatural, NaturalKey: []string{"/a", "b~2"}}}
 			},
 			key:  "topics[0].natural_key",
 			want: []string{`"b~2"`, "must start with /"},
@@ -237,7 +237,7 @@ func TestValidate(t *testing.T) {
 		{
 			name: "pointer for cloudevents ignored",
 			mutate: func(c *Config) {
-				c.Topics = []Topic{{Name: "accounts", TypePointer: "/type"}}
+				c.Topics = []Topic{{Name: "orders", TypePointer: "/type"}}
 			},
 			key:  "topics[0].type_pointer",
 			want: []string{"only used by format json"},
@@ -245,11 +245,11 @@ func TestValidate(t *testing.T) {
 		{
 			name: "dlq is a consumed topic",
 			mutate: func(c *Config) {
-				c.Kafka.Topics = []string{"accounts", "ledger"}
-				c.Topics = []Topic{{Name: "accounts", DLQ: "ledger", CheckPartitioner: boolp(false)}}
+				c.Kafka.Topics = []string{"orders", "payments"}
+				c.Topics = []Topic{{Name: "orders", DLQ: "payments", CheckPartitioner: boolp(false)}}
 			},
 			key:  "topics[0].dlq",
-			want: []string{`"ledger"`, "is a consumed topic"},
+			want: []string{`"payments"`, "is a consumed topic"},
 		},
 		{
 			name:   "default dlq too long",
@@ -261,7 +261,7 @@ func TestValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c := Default()
+			c := testDefault()
 			tt.mutate(&c)
 			err := c.Validate()
 			fe := requireFieldError(t, err, tt.key, tt.want...)
@@ -276,7 +276,7 @@ func TestValidate(t *testing.T) {
 func TestValidateAll(t *testing.T) {
 	t.Parallel()
 
-	c := Default()
+	c := testDefault()
 	c.Kafka.Group = ""
 	c.Log.Level = "verbose"
 	c.Log.Format = "xml"
@@ -286,8 +286,8 @@ func TestValidateAll(t *testing.T) {
 func TestValidTopics(t *testing.T) {
 	t.Parallel()
 
-	c := Default()
-	c.Kafka.Topics = []string{"accounts", "stripe", "orders", "legacy"}
+	c := testDefault()
+	c.Kafka.Topics = []string{"customers", "stripe", "orders", "legacy"}
 	c.Topics = []Topic{
 		{Name: "stripe", Format: FormatJSON, KeyStrategy: KeyStrategyField, IDPointer: "/id", TypePointer: "/type", SubjectPointer: "/data/object/customer", VersionPointer: "/data/object/version"},
 		{Name: "orders", Format: FormatJSON, KeyStrategy: KeyStrategyNatural, NaturalKey: []string{"/order_id", "/line~1no"}, TypePointer: "/kind", SubjectPointer: "/order_id", DLQ: "orders-dead"},

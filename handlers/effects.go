@@ -3,12 +3,14 @@ package handlers
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/outbox"
 )
 
 // Handler applies the effect of one newly claimed event. It validates the
@@ -32,7 +34,7 @@ func (f HandlerFunc) Handle(ctx context.Context, e *Effects, ev event.Event) err
 // PayloadHash unchanged), a transient error (the batch is retried with
 // backoff), or a permanent one (event.Permanent: dead-lettered).
 type Prefetcher interface {
-	Prefetch(ctx context.Context, ev event.Event) (event.Event, error)
+	Prefetch(ctx context.Context, env Env, ev event.Event) (event.Event, error)
 }
 
 // Outcome is what became of one event's effects once its statements ran.
@@ -48,10 +50,37 @@ type Outcome struct {
 // send in one round trip. Each statement belongs to the event being handled
 // when it was queued; its result callback decides that event's outcome.
 type Effects struct {
+	env     Env
 	batch   *pgx.Batch
 	current *Outcome
 	origin  Origin
+	ev      event.Event
 	queued  int // statements queued for the current event
+}
+
+// Env is what the engine tells handlers and prefetchers about the
+// deployment: the build's targets with their configured URLs, the outbox's
+// expiry policy, and the HTTP client for reading from targets.
+type Env struct {
+	// Targets are the declared targets by name.
+	Targets map[string]Target
+	// Expiry is outbox.retention and outbox.resend_expired.
+	Expiry outbox.Expiry
+	// HTTPClient is the client prefetchers read from targets with.
+	HTTPClient *http.Client
+}
+
+// Target returns the named target, ErrTargetOff when it has no URL, or an
+// error when the build declared no such target.
+func (env Env) Target(name string) (Target, error) {
+	t, ok := env.Targets[name]
+	switch {
+	case !ok:
+		return Target{}, fmt.Errorf("no target %q is declared", name)
+	case t.URL == "":
+		return t, fmt.Errorf("target %s: %w (set targets.%s.url)", name, ErrTargetOff, name)
+	}
+	return t, nil
 }
 
 // Origin is where an event was read: its group, topic, partition and offset.
@@ -63,16 +92,17 @@ type Origin struct {
 }
 
 // NewEffects returns an empty collection.
-func NewEffects() *Effects {
-	return &Effects{batch: &pgx.Batch{}}
+func NewEffects(env Env) *Effects {
+	return &Effects{env: env, batch: &pgx.Batch{}}
 }
 
-// Begin starts collecting the statements of the next event, read at
+// Begin starts collecting the statements of the next event, ev, read at
 // origin, and returns its outcome, filled in when the batch runs.
-func (e *Effects) Begin(origin Origin) *Outcome {
+func (e *Effects) Begin(origin Origin, ev event.Event) *Outcome {
 	o := &Outcome{Disposition: dedupe.Applied}
 	e.current = o
 	e.origin = origin
+	e.ev = ev
 	e.queued = 0
 	return o
 }

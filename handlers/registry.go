@@ -3,10 +3,13 @@ package handlers
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/outbox"
 )
 
 // Registry maps event types to their handlers and names the prerequisites
@@ -17,6 +20,49 @@ type Registry struct {
 	prerequisites []*Prerequisite
 	waits         map[string]*Prerequisite // event type → what it waits for
 	creates       map[string][]*Prerequisite
+	targets       map[string]bool // name → idempotent
+}
+
+// Target declares a named outbound HTTP endpoint the handlers send side
+// effects to (Effects.Send) or prefetchers read from. Its URL is
+// configuration (targets.<name>.url, env EFFECTIVELY_TARGETS_<NAME>_URL).
+// idempotent: the endpoint honours an Idempotency-Key header, so a call may
+// be repeated after a crash; false makes every call a recorded intent, made
+// at most once without an operator (a mail API).
+func (r *Registry) Target(name string, idempotent bool) {
+	if name == "" {
+		panic("handlers: a Target needs a name")
+	}
+	if r.targets == nil {
+		r.targets = map[string]bool{}
+	}
+	if _, ok := r.targets[name]; ok {
+		panic(fmt.Sprintf("handlers: target %s is declared twice", name))
+	}
+	r.targets[name] = idempotent
+}
+
+// Targets are the declared targets' names, sorted.
+func (r *Registry) Targets() []string {
+	out := make([]string, 0, len(r.targets))
+	for n := range r.targets {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Env resolves the declared targets against their configured URLs
+// (a name without one is off).
+func (r *Registry) Env(urls map[string]string, expiry outbox.Expiry, client *http.Client) Env {
+	env := Env{Targets: make(map[string]Target, len(r.targets)), Expiry: expiry, HTTPClient: client}
+	for n, idem := range r.targets {
+		env.Targets[n] = Target{URL: urls[n], Idempotent: idem}
+	}
+	if env.HTTPClient == nil {
+		env.HTTPClient = &http.Client{Timeout: 5 * time.Second}
+	}
+	return env
 }
 
 // Handle registers h for events of type typ. A type has one handler;

@@ -31,6 +31,10 @@ type Options struct {
 	Logger *zap.Logger
 	// Metrics, when set, counts dispositions.
 	Metrics *Metrics
+	// Env is the build's targets, the outbox's expiry policy and the HTTP
+	// client, for handlers that send side effects and prefetchers that
+	// read; the zero value has every declared target off.
+	Env handlers.Env
 	// MaxParkedPerResource is the most events parked for one resource
 	// (parking.max_per_resource); the next is dead-lettered with reason
 	// prerequisite_missing. 0 means 1000.
@@ -54,6 +58,9 @@ func NewApplier(pool *pgxpool.Pool, opts Options) *Applier {
 	}
 	if opts.Handlers == nil {
 		opts.Handlers = &handlers.Registry{}
+	}
+	if opts.Env.Targets == nil {
+		opts.Env = opts.Handlers.Env(nil, opts.Env.Expiry, opts.Env.HTTPClient)
 	}
 	if opts.MaxParkedPerResource <= 0 {
 		opts.MaxParkedPerResource = 1000
@@ -169,7 +176,7 @@ func (a *Applier) prefetch(ctx context.Context, items []*item) error {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ev, err := pf.Prefetch(ctx, it.ev)
+			ev, err := pf.Prefetch(ctx, a.opts.Env, it.ev)
 			switch {
 			case err == nil:
 				it.ev = ev
@@ -407,7 +414,7 @@ func (a *Applier) itemJobs(b consumer.Batch, items []*item) []job {
 // yet (or for a resource with parked events) is parked instead; without
 // one (parked events being released) every event runs its handler.
 func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated bool, gate *gate) error {
-	effects := handlers.NewEffects()
+	effects := handlers.NewEffects(a.opts.Env)
 	type pending struct {
 		j   job
 		out *handlers.Outcome
@@ -420,9 +427,9 @@ func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated b
 			continue
 		}
 		if isolated {
-			effects = handlers.NewEffects()
+			effects = handlers.NewEffects(a.opts.Env)
 		}
-		out := effects.Begin(j.origin)
+		out := effects.Begin(j.origin, j.ev)
 		park := false
 		if gate != nil {
 			var err error

@@ -1,21 +1,29 @@
-// Command effectively is the worker and its operator tools: run the consumer,
-// migrate the schema, produce test workloads, inspect and replay.
+// Command effectively is the reference build: the engine plus the
+// reference domain (examples/accounts), wired only through the public API,
+// as a team's own build would be.
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/examples/accounts/cli"
+	"github.com/effectively-io/effectively/service"
 )
 
+// version is set at build time (-ldflags "-X main.version=v1.2.3").
+var version = ""
+
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "effectively:", err)
-		os.Exit(exitCode(err))
-	}
+	app := service.New("effectively")
+	app.Version = version
+	accounts.Register(&app.Registry)
+	app.Migrations(accounts.Migrations())
+	app.Defaults(func(c *config.Config) { c.Kafka.Topics = []string{"accounts"} })
+	// The keys of releases before named targets keep working.
+	app.Alias("effects.crm.url", "targets.crm.url")
+	app.Alias("effects.mail.url", "targets.mail.url")
+	app.Alias("sources.accounts.url", "targets.accounts.url")
+	app.Workload(&cli.Workload{})
+	app.Command(cli.Verify)
+	app.Main()
 }

@@ -3,11 +3,8 @@ package accounts
 import (
 	"embed"
 	"io/fs"
-	"net/http"
-	"time"
 
 	"github.com/effectively-io/effectively/handlers"
-	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/schema"
 )
 
@@ -21,28 +18,6 @@ const (
 	TypeLedgerDebited    = "ledger.debited"
 )
 
-// Options configure the reference domain's handlers.
-type Options struct {
-	// SourceURL is the source API of accounts (sources.accounts.url): GET
-	// <url>/<id>, or the URL with "{id}" replaced, answers the account's
-	// current state. Empty: doorbells are dead-lettered until configured.
-	SourceURL string
-	// HTTPClient fetches; nil uses one with a 5 s timeout.
-	HTTPClient *http.Client
-	// CRMURL is the CRM API (effects.crm.url): a newly claimed
-	// account.opened records an intent to PUT <url>/contacts/<id>. Empty:
-	// no CRM sync.
-	CRMURL string
-	// MailURL is the mail API (effects.mail.url): a newly claimed
-	// account.opened records an intent to POST a welcome mail to it. Empty:
-	// no welcome mail.
-	MailURL string
-	// Expiry (outbox.retention, outbox.resend_expired): the side effects of
-	// an event whose record is older than the retention are recorded as
-	// suppressed, not sent.
-	Expiry outbox.Expiry
-}
-
 // Account is the prerequisite of ledger entries (and of doorbells whose
 // account the source does not know yet): they wait, parked, until the
 // account exists. Any account event creates it.
@@ -55,23 +30,20 @@ var Account = handlers.Prerequisite{
 
 // Register registers the reference domain on r: account events (absolute,
 // version-gated), ledger events (relative, one row per event, waiting for
-// their account), the doorbell (fetch-on-event) and, when their URLs are
-// set, the side effects of account.opened.
-func Register(r *handlers.Registry, opts Options) {
-	if opts.HTTPClient == nil {
-		opts.HTTPClient = &http.Client{Timeout: 5 * time.Second}
-	}
-	var acct handlers.Handler = handlers.HandlerFunc(handleAccount)
-	if opts.CRMURL != "" || opts.MailURL != "" {
-		acct = &accountHandler{opts: opts}
-	}
+// their account), the doorbell (fetch-on-event, from the target accounts)
+// and the side effects of account.opened (to the targets crm and mail, when
+// they are configured).
+func Register(r *handlers.Registry) {
 	for _, t := range []string{TypeAccountOpened, TypeAccountUpdated, TypeAccountClosed} {
-		r.Handle(t, acct)
+		r.HandleFunc(t, handleAccountWithSideEffects)
 	}
 	r.HandleFunc(TypeLedgerCredited, handleLedger)
 	r.HandleFunc(TypeLedgerDebited, handleLedger)
-	r.Handle(TypeAccountRefreshed, &doorbell{opts: opts})
+	r.Handle(TypeAccountRefreshed, &doorbell{})
 	r.Require(Account)
+	r.Target(TargetCRM, true)
+	r.Target(TargetMail, false)
+	r.Target(TargetSource, false)
 }
 
 //go:embed migrations/*.sql

@@ -40,15 +40,15 @@ func setupWith(t *testing.T, opts pipeline.Options) *bundle {
 	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
 	require.NoError(t, err)
 	opts.Decoders = map[string]*event.Decoder{topic: dec}
-	opts.Handlers = registry(accounts.Options{})
+	opts.Handlers = registry()
 	opts.Logger = zaptest.NewLogger(t)
 	return &bundle{db: db, applier: pipeline.NewApplier(db.Pool, opts), offsets: map[int32]int64{}}
 }
 
 // registry is the reference domain's handlers.
-func registry(opts accounts.Options) *handlers.Registry {
+func registry() *handlers.Registry {
 	reg := &handlers.Registry{}
-	accounts.Register(reg, opts)
+	accounts.Register(reg)
 	return reg
 }
 

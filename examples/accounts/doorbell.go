@@ -21,8 +21,8 @@ const (
 	ReasonSourceRejected event.Reason = "source_rejected"
 	// ReasonSourceInvalid: the source API's answer is not an account.
 	ReasonSourceInvalid event.Reason = "source_invalid"
-	// ReasonSourceUnconfigured: a doorbell arrived but sources.accounts.url
-	// is not set.
+	// ReasonSourceUnconfigured: a doorbell arrived but the source target
+	// (targets.accounts.url, or the older sources.accounts.url) is not set.
 	ReasonSourceUnconfigured event.Reason = "source_unconfigured"
 )
 
@@ -30,7 +30,11 @@ const (
 // connection refused, 5xx, 429): the batch is retried with backoff.
 var ErrSourceUnavailable = errors.New("the source API is unavailable")
 
-type doorbell struct{ opts Options }
+// TargetSource is the source API of accounts: GET <url>/<id>, or the URL
+// with "{id}" replaced, answers the account's current state.
+const TargetSource = "accounts"
+
+type doorbell struct{}
 
 // sourceAccount is the source API's answer.
 type sourceAccount struct {
@@ -45,24 +49,25 @@ type sourceAccount struct {
 // notFound marks a doorbell whose account the source does not know (yet).
 const notFoundMarker = `{"not_found":true}`
 
-func (d *doorbell) url(id string) string {
-	if strings.Contains(d.opts.SourceURL, "{id}") {
-		return strings.ReplaceAll(d.opts.SourceURL, "{id}", url.PathEscape(id))
+func sourceURL(base, id string) string {
+	if strings.Contains(base, "{id}") {
+		return strings.ReplaceAll(base, "{id}", url.PathEscape(id))
 	}
-	return strings.TrimSuffix(d.opts.SourceURL, "/") + "/" + url.PathEscape(id)
+	return strings.TrimSuffix(base, "/") + "/" + url.PathEscape(id)
 }
 
 // Prefetch GETs the account's current state.
-func (d *doorbell) Prefetch(ctx context.Context, ev event.Event) (event.Event, error) {
-	if d.opts.SourceURL == "" {
-		return ev, event.PermanentWithReason(ReasonSourceUnconfigured, errors.New("account.refreshed needs sources.accounts.url; set it and redrive"))
+func (d *doorbell) Prefetch(ctx context.Context, env handlers.Env, ev event.Event) (event.Event, error) {
+	src, err := env.Target(TargetSource)
+	if err != nil {
+		return ev, event.PermanentWithReason(ReasonSourceUnconfigured, fmt.Errorf("account.refreshed needs the source API: %w; set it and redrive", err))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.url(ev.Subject), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, sourceURL(src.URL, ev.Subject), nil)
 	if err != nil {
 		return ev, event.PermanentWithReason(ReasonSourceRejected, fmt.Errorf("building the request for %s: %w", event.Excerpt(ev.Subject), err))
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := d.opts.HTTPClient.Do(req)
+	resp, err := env.HTTPClient.Do(req)
 	if err != nil {
 		return ev, fmt.Errorf("%w: GET %s: %v", ErrSourceUnavailable, req.URL.Redacted(), err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/test/pgtest"
 )
@@ -59,9 +60,11 @@ func setupDoorbell(t *testing.T) (*bundle, *sourceAPI) {
 	db := pgtest.New(t, accounts.Migrations())
 	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
 	require.NoError(t, err)
+	reg := registry()
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{
 		Decoders: map[string]*event.Decoder{topic: dec},
-		Handlers: registry(accounts.Options{SourceURL: srv.URL + "/accounts"}),
+		Handlers: reg,
+		Env:      reg.Env(map[string]string{accounts.TargetSource: srv.URL + "/accounts"}, outbox.Expiry{}, nil),
 		Logger:   zaptest.NewLogger(t),
 	})
 	return &bundle{db: db, applier: a, offsets: map[int32]int64{}}, api

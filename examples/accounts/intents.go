@@ -3,13 +3,12 @@ package accounts
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
-	"strings"
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
-	"github.com/effectively-io/effectively/outbox"
 )
 
 // The side effects of account.opened (outbox operations).
@@ -22,26 +21,40 @@ const (
 	OpMailWelcome = "mail.welcome"
 )
 
-// accountHandler applies account events like handleAccount and, for a newly
-// claimed account.opened, records its side effects as outbox intents in the
-// same transaction. They are recorded even when the state arrives stale:
-// the account was opened.
-type accountHandler struct {
-	opts Options
-}
+// The reference domain's targets (targets.<name>.url; the reference build
+// also reads the older keys effects.crm.url and effects.mail.url).
+const (
+	// TargetCRM is the CRM API; it honours idempotency keys.
+	TargetCRM = "crm"
+	// TargetMail is the mail API; it does not (recorded intent).
+	TargetMail = "mail"
+)
 
-// Handle implements handlers.Handler.
-func (h *accountHandler) Handle(ctx context.Context, e *handlers.Effects, ev event.Event) error {
+// handleAccountWithSideEffects applies account events like handleAccount
+// and, for a newly claimed account.opened, records its side effects as
+// outbox intents in the same transaction: the contact's sync to the CRM
+// and the welcome mail, each when its target is configured. They are
+// recorded even when the state arrives stale: the account was opened.
+
+func handleAccountWithSideEffects(ctx context.Context, e *handlers.Effects, ev event.Event) error {
 	if err := handleAccount(ctx, e, ev); err != nil {
 		return err
 	}
 	if ev.Type != TypeAccountOpened {
 		return nil
 	}
-	s, _ := ParseAccount(ev) // handleAccount validated it
-	if intents := h.intents(ev, s); len(intents) > 0 {
-		sql, args := outbox.Record(intents...)
-		e.Exec(nil, sql, args...) // nil: the upsert decides the disposition
+	s, _ := ParseAccount(ev)                                                                                         // handleAccount validated it
+	crm, _ := json.Marshal(contact{ID: ev.Subject, Version: ev.Version, Name: s.Name, Email: s.Email, Plan: s.Plan}) // strings and an integer: cannot fail
+	mail, _ := json.Marshal(welcomeMail{Template: "welcome", To: s.Email, Name: s.Name, AccountID: ev.Subject})
+	for _, r := range []handlers.Request{
+		{Target: TargetCRM, Operation: OpCRMUpsertContact, Resource: "crm:contact:" + ev.Subject,
+			Method: http.MethodPut, Path: "/contacts/" + url.PathEscape(ev.Subject), Body: crm},
+		{Target: TargetMail, Operation: OpMailWelcome, Resource: "mail:account:" + ev.Subject,
+			Method: http.MethodPost, Body: mail},
+	} {
+		if err := e.Send(r); err != nil && !errors.Is(err, handlers.ErrTargetOff) {
+			return err
+		}
 	}
 	return nil
 }
@@ -61,33 +74,4 @@ type welcomeMail struct {
 	To        string `json:"to"`
 	Name      string `json:"name"`
 	AccountID string `json:"account_id"`
-}
-
-func (h *accountHandler) intents(ev event.Event, s AccountState) []outbox.Intent {
-	var out []outbox.Intent
-	// Older than the outbox's retention, the event's intents may have been
-	// pruned: recording them again would fire them again. Unless asked to,
-	// they are recorded as suppressed (listed, never sent).
-	suppressed := h.opts.Expiry.Suppress(ev.RecordTime)
-	if u := h.opts.CRMURL; u != "" {
-		body, _ := json.Marshal(contact{ID: ev.Subject, Version: ev.Version, Name: s.Name, Email: s.Email, Plan: s.Plan}) // strings and an integer: cannot fail
-		out = append(out, outbox.Intent{
-			EventKey: ev.Key, Operation: OpCRMUpsertContact,
-			Resource: "crm:contact:" + ev.Subject,
-			Method:   http.MethodPut,
-			Target:   strings.TrimSuffix(u, "/") + "/contacts/" + url.PathEscape(ev.Subject),
-			Request:  body, Idempotent: true, Suppressed: suppressed,
-		})
-	}
-	if u := h.opts.MailURL; u != "" {
-		body, _ := json.Marshal(welcomeMail{Template: "welcome", To: s.Email, Name: s.Name, AccountID: ev.Subject})
-		out = append(out, outbox.Intent{
-			EventKey: ev.Key, Operation: OpMailWelcome,
-			Resource: "mail:account:" + ev.Subject,
-			Method:   http.MethodPost,
-			Target:   u,
-			Request:  body, Idempotent: false, Suppressed: suppressed,
-		})
-	}
-	return out
 }

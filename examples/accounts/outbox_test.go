@@ -19,17 +19,22 @@ import (
 
 func setupOutbox(t *testing.T) *bundle {
 	t.Helper()
-	return setupOutboxWith(t, accounts.Options{CRMURL: "http://crm.test/", MailURL: "http://mail.test/send"})
+	return setupOutboxWith(t, outbox.Expiry{})
 }
 
-func setupOutboxWith(t *testing.T, ro accounts.Options) *bundle {
+// targets are the reference domain's, configured.
+var targets = map[string]string{accounts.TargetCRM: "http://crm.test/", accounts.TargetMail: "http://mail.test/send"}
+
+func setupOutboxWith(t *testing.T, expiry outbox.Expiry) *bundle {
 	t.Helper()
 	db := pgtest.New(t, accounts.Migrations())
 	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
 	require.NoError(t, err)
+	reg := registry()
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{
 		Decoders: map[string]*event.Decoder{topic: dec},
-		Handlers: registry(ro),
+		Handlers: reg,
+		Env:      reg.Env(targets, expiry, nil),
 		Logger:   zaptest.NewLogger(t),
 	})
 	return &bundle{db: db, applier: a, offsets: map[int32]int64{}}
@@ -60,18 +65,17 @@ func TestAccountOpenedRecordsIntentsOnce(t *testing.T) {
 func TestOldEventsRecordSuppressedIntents(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	opts := accounts.Options{CRMURL: "http://crm.test/", MailURL: "http://mail.test/send",
-		Expiry: outbox.Expiry{Retention: 7 * 24 * time.Hour, Now: func() time.Time { return now }}}
+	expiry := outbox.Expiry{Retention: 7 * 24 * time.Hour, Now: func() time.Time { return now }}
 	at := func(r *kgo.Record, age time.Duration) *kgo.Record { r.Timestamp = now.Add(-age); return r }
 
-	b := setupOutboxWith(t, opts)
+	b := setupOutboxWith(t, expiry)
 	b.apply(t, 0, at(acct("o1", "account.opened", "a1", 1, "old"), 8*24*time.Hour), at(acct("o2", "account.opened", "a2", 1, "recent"), 6*24*time.Hour))
 	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN processed_events p USING (event_key) WHERE p.subject = 'a1' AND o.state = 'suppressed' AND o.last_error LIKE '%outbox.resend_expired%'`))
 	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN processed_events p USING (event_key) WHERE p.subject = 'a2' AND o.state = 'pending'`))
 	require.Equal(t, int64(1), b.version(t, "a1"), "the effect itself is applied; only its side effects are suppressed")
 
-	opts.Expiry.ResendExpired = true
-	b = setupOutboxWith(t, opts)
+	expiry.ResendExpired = true
+	b = setupOutboxWith(t, expiry)
 	b.apply(t, 0, at(acct("o1", "account.opened", "a1", 1, "old"), 8*24*time.Hour))
 	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox WHERE state = 'pending'`))
 	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM outbox WHERE state = 'suppressed'`))

@@ -232,6 +232,6 @@ func (b *bench) runB2(ctx context.Context, data *b2Data) (baselineRun, error) {
 // it in the benchmark.
 func referenceHandlers() *handlers.Registry {
 	reg := &handlers.Registry{}
-	accounts.Register(reg, accounts.Options{})
+	accounts.Register(reg)
 	return reg
 }

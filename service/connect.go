@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/schema"
 )
 
@@ -47,7 +46,7 @@ func checkPostgres(ctx context.Context, url string) error {
 }
 
 // checkSchema connects once and checks that the schema is migrated.
-func checkSchema(ctx context.Context, url string) error {
+func checkSchema(ctx context.Context, url string, sets []schema.Set) error {
 	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
@@ -55,7 +54,7 @@ func checkSchema(ctx context.Context, url string) error {
 		return postgresUnreachable(url, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	return schema.Check(ctx, conn, accounts.Migrations())
+	return schema.Check(ctx, conn, sets...)
 }
 
 // openPool opens the worker's pool. Every session bounds how long it may wait
@@ -125,4 +124,14 @@ func checkKafka(ctx context.Context, cl *kgo.Client, brokers, topics []string) (
 			strings.Join(missing, ", "), strings.Join(brokers, ","), config.EnvName("kafka.topics"))
 	}
 	return counts, nil
+}
+
+// Connect opens one connection to postgres.url for a command of the
+// build's own; its error names the address and the fix.
+func (c *CLI) Connect(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, c.cfg.Postgres.URL)
+	if err != nil {
+		return nil, postgresUnreachable(c.cfg.Postgres.URL, err)
+	}
+	return conn, nil
 }

@@ -1,9 +1,8 @@
-package main
+package service
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,33 +13,10 @@ import (
 	"github.com/effectively-io/effectively/config"
 )
 
-// usageError marks errors in how the command was called (exit code 2).
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-// exitCode maps an error to the process exit code: 2 for usage and
-// configuration errors, 1 for everything else.
-func exitCode(err error) int {
-	var ue usageError
-	var fe *config.FieldError
-	if errors.As(err, &ue) || errors.As(err, &fe) {
-		return 2
-	}
-	return 1
-}
-
-// run builds the command tree and executes args. Every subcommand loads its
-// configuration the same way: flags > environment > --config file > defaults.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	root := newRootCmd(stdout, stderr)
-	root.SetArgs(args)
-	return root.ExecuteContext(ctx)
-}
-
-// cli is what every subcommand shares: the loaded configuration and logger.
-type cli struct {
+// CLI is what every command shares: the app, the loaded configuration and
+// logger, and where output goes.
+type CLI struct {
+	app        *App
 	configPath string
 	cfg        config.Config
 	log        *zap.Logger
@@ -49,9 +25,9 @@ type cli struct {
 }
 
 // withPool runs fn with a small pool on postgres.url, for operator commands.
-func (c *cli) withPool(cmd *cobra.Command, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
+func (c *CLI) WithPool(cmd *cobra.Command, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	ctx := cmd.Context()
-	if err := checkSchema(ctx, c.cfg.Postgres.URL); err != nil {
+	if err := checkSchema(ctx, c.cfg.Postgres.URL, c.app.sets); err != nil {
 		return err
 	}
 	pool, err := openPool(ctx, c.cfg.Postgres, 1)
@@ -63,16 +39,28 @@ func (c *cli) withPool(cmd *cobra.Command, fn func(ctx context.Context, pool *pg
 }
 
 // printJSON writes v as indented JSON, for --json.
-func (c *cli) printJSON(v any) error {
+func (c *CLI) PrintJSON(v any) error {
 	enc := json.NewEncoder(c.stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
 
-func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
-	c := &cli{stdout: stdout, stderr: stderr}
+// Config is the loaded configuration.
+func (c *CLI) Config() config.Config { return c.cfg }
+
+// Logger is the process logger (on stderr).
+func (c *CLI) Logger() *zap.Logger { return c.log }
+
+// Stdout is where command output goes.
+func (c *CLI) Stdout() io.Writer { return c.stdout }
+
+// Stderr is where progress and logs go.
+func (c *CLI) Stderr() io.Writer { return c.stderr }
+
+func (a *App) rootCmd(stdout, stderr io.Writer) *cobra.Command {
+	c := &CLI{app: a, stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
-		Use:   "effectively",
+		Use:   a.name(),
 		Short: "Exactly-once effects in PostgreSQL from at-least-once Kafka delivery",
 		Long: `effectively is a Kafka consumer-group worker that turns at-least-once delivery
 into exactly-once effects in PostgreSQL: duplicates are claimed away by a
@@ -85,7 +73,7 @@ transaction commits.`,
 			if cmd.Annotations["config"] == "none" {
 				return nil
 			}
-			cfg, err := config.Load(c.configPath, cmd.Flags())
+			cfg, err := config.Load(c.configPath, cmd.Flags(), a.extension())
 			if err != nil {
 				return err
 			}
@@ -109,12 +97,11 @@ transaction commits.`,
 		return usageError{err: err}
 	})
 	root.PersistentFlags().StringVar(&c.configPath, "config", "", "YAML configuration file (flags and EFFECTIVELY_* environment variables override it)")
-	config.BindFlags(root.PersistentFlags())
+	config.BindFlags(root.PersistentFlags(), a.extension())
 
 	root.AddCommand(
 		newRunCmd(c),
 		newProduceCmd(c),
-		newVerifyCmd(c),
 		newParkedCmd(c),
 		newDLQCmd(c),
 		newOutboxCmd(c),
@@ -125,5 +112,8 @@ transaction commits.`,
 		newConfigCmd(c),
 		newVersionCmd(c),
 	)
+	for _, f := range a.commands {
+		root.AddCommand(f(c))
+	}
 	return root
 }

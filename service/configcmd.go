@@ -1,10 +1,10 @@
-package main
+package service
 
 import (
 	"github.com/spf13/cobra"
 )
 
-func newConfigCmd(c *cli) *cobra.Command {
+func newConfigCmd(c *CLI) *cobra.Command {
 	return &cobra.Command{
 		Use:   "config",
 		Short: "Print the effective configuration (secrets redacted)",

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/effectively-io/effectively/pipeline"
 )
 
-func newDLQCmd(c *cli) *cobra.Command {
+func newDLQCmd(c *CLI) *cobra.Command {
 	var (
 		f      pipeline.DeadLetterFilter
 		since  time.Duration
@@ -48,13 +48,13 @@ claim, so nothing applies twice.`,
 		Short: "List dead letters, oldest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				ds, err := pipeline.ListDeadLetters(ctx, pool, filter())
 				if err != nil {
 					return err
 				}
 				if asJSON {
-					return c.printJSON(ds)
+					return c.PrintJSON(ds)
 				}
 				tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tREASON\tORIGIN\tATTEMPTS\tFIRST SEEN\tPUBLISHED\tRESOLVED\tERROR")
@@ -79,7 +79,7 @@ claim, so nothing applies twice.`,
 			if _, err := fmt.Sscan(args[0], &id); err != nil {
 				return usageError{fmt.Errorf("dlq show: %q is not a dead-letter ID", args[0])}
 			}
-			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				ds, err := pipeline.ListDeadLetters(ctx, pool, pipeline.DeadLetterFilter{ID: id, Limit: 1})
 				if err != nil {
 					return err
@@ -89,7 +89,7 @@ claim, so nothing applies twice.`,
 				}
 				d := ds[0]
 				if asJSON {
-					return c.printJSON(d)
+					return c.PrintJSON(d)
 				}
 				w := c.stdout
 				fmt.Fprintf(w, "id           %d\norigin       %s/%d@%d (group %s)\nreason       %s\nerror        %s\n", d.ID, d.Topic, d.Partition, d.Offset, d.Group, d.Reason, d.Error)
@@ -120,8 +120,8 @@ claim, so nothing applies twice.`,
 			if err != nil {
 				return err
 			}
-			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				applier := pipeline.NewApplier(pool, pipeline.Options{Decoders: decoders, Handlers: referenceHandlers(c.cfg), Logger: c.log.Named("redrive"),
+			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+				applier := pipeline.NewApplier(pool, pipeline.Options{Decoders: decoders, Handlers: &c.app.Registry, Env: c.app.env(c.cfg), Logger: c.log.Named("redrive"),
 					MaxParkedPerResource: c.cfg.Parking.MaxPerResource})
 				ids := []int64{id}
 				if id == 0 {
@@ -145,7 +145,7 @@ claim, so nothing applies twice.`,
 					results = append(results, res)
 				}
 				if asJSON {
-					return c.printJSON(results)
+					return c.PrintJSON(results)
 				}
 				resolved := 0
 				for _, r := range results {

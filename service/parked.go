@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/effectively-io/effectively/pipeline"
 )
 
-func newParkedCmd(c *cli) *cobra.Command {
+func newParkedCmd(c *CLI) *cobra.Command {
 	var f pipeline.ParkedFilter
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -31,13 +31,13 @@ them past parking.max_age or parking.max_attempts.`,
 		Short: "List parked events in release order",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				ps, err := pipeline.ListParked(ctx, pool, f)
 				if err != nil {
 					return err
 				}
 				if asJSON {
-					return c.printJSON(ps)
+					return c.PrintJSON(ps)
 				}
 				tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "RESOURCE\tTYPE\tORIGIN\tATTEMPTS\tPARKED\tNEXT ATTEMPT\tEVENT KEY")
@@ -62,7 +62,7 @@ them past parking.max_age or parking.max_attempts.`,
 		Short: "Retry parked events now (those whose prerequisite exists are applied by the next sweep)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				n, err := pipeline.RetryNow(ctx, pool, f)
 				if err != nil {
 					return err
@@ -81,7 +81,7 @@ them past parking.max_age or parking.max_attempts.`,
 			if f.Resource == "" && f.EventKey == "" {
 				return usageError{fmt.Errorf("drop needs --resource or --event-key")}
 			}
-			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				n, err := pipeline.DropParked(ctx, pool, f, why)
 				if err != nil {
 					return err

@@ -1,18 +1,21 @@
-package main
+package cli
 
 import (
 	"context"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/effectively-io/effectively/examples/accounts/workload"
+	"github.com/effectively-io/effectively/service"
 )
 
-func newVerifyCmd(c *cli) *cobra.Command {
+// Verify is the `verify` command: it compares the database with the end
+// state of a workload that `produce --events N --expect FILE` generated.
+func Verify(c *service.CLI) *cobra.Command {
 	var expectPath string
 	var deadLetters int64
 	cmd := &cobra.Command{
@@ -26,17 +29,17 @@ it with produce to test the contract end to end.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if expectPath == "" {
-				return usageError{fmt.Errorf("--expect is required: the file 'effectively produce --expect' wrote")}
+				return service.UsageError(fmt.Errorf("--expect is required: the file 'effectively produce --expect' wrote"))
 			}
 			exp, err := workload.ReadExpected(expectPath)
 			if err != nil {
 				return fmt.Errorf("--expect: %w", err)
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), startupTimeout*4)
+			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 			defer cancel()
-			conn, err := pgx.Connect(ctx, c.cfg.Postgres.URL)
+			conn, err := c.Connect(ctx)
 			if err != nil {
-				return postgresUnreachable(c.cfg.Postgres.URL, err)
+				return err
 			}
 			defer conn.Close(context.WithoutCancel(ctx))
 			rep, err := workload.Verify(ctx, conn, exp, deadLetters)
@@ -48,7 +51,7 @@ it with produce to test the contract end to end.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.stdout, "effects digest       accounts %.12s ledger %.12s balances %.12s claims %d\n", d.Accounts, d.LedgerEntries, d.Balances, d.Claims)
+			fmt.Fprintf(c.Stdout(), "effects digest       accounts %.12s ledger %.12s balances %.12s claims %d\n", d.Accounts, d.LedgerEntries, d.Balances, d.Claims)
 			if !rep.OK() {
 				return fmt.Errorf("the database differs from the expected effects (%d problems)", len(rep.Problems))
 			}
@@ -60,8 +63,8 @@ it with produce to test the contract end to end.`,
 	return cmd
 }
 
-func printReport(c *cli, exp workload.Expected, rep workload.Report) {
-	w := c.stdout
+func printReport(c *service.CLI, exp workload.Expected, rep workload.Report) {
+	w := c.Stdout()
 	fmt.Fprintf(w, "records produced     %d (%d distinct events, %d duplicates re-sent, %d out of order)\n",
 		exp.Records, exp.Distinct, exp.Duplicates, exp.OutOfOrder)
 	var ds []string

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -72,7 +72,7 @@ func (f *replayFlags) from(now time.Time) (replay.From, error) {
 	return replay.From{Start: true}, nil
 }
 
-func newReplayCmd(c *cli) *cobra.Command {
+func newReplayCmd(c *CLI) *cobra.Command {
 	var f replayFlags
 	cmd := &cobra.Command{
 		Use:   "replay --topic T (--since D | --from-time T | --to-offsets P:O,… | --from-start) [--group G [--execute]] [--replay-group NAME [--to-time T]]",
@@ -145,7 +145,7 @@ and side-effect intents unique per (event, operation), so nothing fires twice.`,
 
 // replayer holds the connections a replay uses.
 type replayer struct {
-	c          *cli
+	c          *CLI
 	kcl        *kgo.Client
 	adm        *kadm.Client
 	pool       *pgxpool.Pool
@@ -153,8 +153,8 @@ type replayer struct {
 	planner    *replay.Planner
 }
 
-func newReplayer(ctx context.Context, c *cli, topic string) (*replayer, error) {
-	if err := checkSchema(ctx, c.cfg.Postgres.URL); err != nil {
+func newReplayer(ctx context.Context, c *CLI, topic string) (*replayer, error) {
+	if err := checkSchema(ctx, c.cfg.Postgres.URL, c.app.sets); err != nil {
 		return nil, err
 	}
 	kcl, err := kgo.NewClient(kgo.SeedBrokers(c.cfg.Kafka.Brokers...), kgo.DialTimeout(5*time.Second),
@@ -212,7 +212,7 @@ func (r *replayer) rewind(ctx context.Context, f *replayFlags, from replay.From)
 	execute := f.execute && refused == nil
 	if !execute {
 		if f.asJSON {
-			if err := r.c.printJSON(struct {
+			if err := r.c.PrintJSON(struct {
 				replay.Plan
 				DryRun bool `json:"dry_run"`
 			}{plan, true}); err != nil {
@@ -241,7 +241,7 @@ func (r *replayer) rewind(ctx context.Context, f *replayFlags, from replay.From)
 		if err != nil {
 			out.Error = err.Error()
 		}
-		if perr := r.c.printJSON(out); perr != nil {
+		if perr := r.c.PrintJSON(out); perr != nil {
 			return perr
 		}
 		return err
@@ -362,7 +362,7 @@ func (r *replayer) bounded(ctx context.Context, f *replayFlags, from replay.From
 
 	cfg.Kafka.Group, cfg.Kafka.Topics, cfg.Kafka.InstanceID = name, []string{f.topic}, ""
 	cfg.Kafka.ClientID = "effectively-replay"
-	applier, err := newApplier(ctx, cfg, r.pool, r.c.log, nil)
+	applier, err := r.c.app.newApplier(ctx, cfg, r.pool, r.c.log, nil)
 	if err != nil {
 		return err
 	}
@@ -379,7 +379,7 @@ func (r *replayer) bounded(ctx context.Context, f *replayFlags, from replay.From
 	})
 	stopProgress()
 	if f.asJSON {
-		if perr := r.c.printJSON(rep); perr != nil {
+		if perr := r.c.PrintJSON(rep); perr != nil {
 			return perr
 		}
 	} else {
@@ -414,7 +414,7 @@ func (r *replayer) printBoundedPlan(ctx context.Context, f *replayFlags, plan re
 		rows = append(rows, rw)
 	}
 	if f.asJSON {
-		return r.c.printJSON(map[string]any{"replay_group": f.replayGroup, "topic": f.topic, "partitions": rows, "records": total, "dry_run": true})
+		return r.c.PrintJSON(map[string]any{"replay_group": f.replayGroup, "topic": f.topic, "partitions": rows, "records": total, "dry_run": true})
 	}
 	fmt.Fprintf(r.c.stdout, "bounded replay plan: group %s, topic %s, from %s\n", f.replayGroup, f.topic, plan.From)
 	tw := tabwriter.NewWriter(r.c.stdout, 0, 4, 2, ' ', 0)

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/effectively-io/effectively/audit"
 )
 
-func newAuditCmd(c *cli) *cobra.Command {
+func newAuditCmd(c *CLI) *cobra.Command {
 	var (
 		topic, group, from, to string
 		asJSON                 bool
@@ -70,7 +70,7 @@ settings), so keys are derived exactly as the worker derives them.`,
 			}
 
 			var rep audit.Report
-			err = c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) (err error) {
+			err = c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) (err error) {
 				rep, err = audit.Run(ctx, pool, audit.Options{
 					Brokers: c.cfg.Kafka.Brokers, Topic: topic, Group: group,
 					From: fromT, To: toT, Decoder: decoders[topic], MaxListed: maxListed,
@@ -82,7 +82,7 @@ settings), so keys are derived exactly as the worker derives them.`,
 				return err
 			}
 			if asJSON {
-				if err := c.printJSON(rep); err != nil {
+				if err := c.PrintJSON(rep); err != nil {
 					return err
 				}
 			} else if err := printAudit(c, rep); err != nil {
@@ -104,7 +104,7 @@ settings), so keys are derived exactly as the worker derives them.`,
 	return cmd
 }
 
-func printAudit(c *cli, rep audit.Report) error {
+func printAudit(c *CLI, rep audit.Report) error {
 	w := c.stdout
 	fmt.Fprintf(w, "audit of topic %s for group %s: %d records in %d partitions, read in %s\n",
 		rep.Topic, rep.Group, rep.Records, len(rep.Partitions), rep.Took.Round(time.Millisecond))

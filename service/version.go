@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"fmt"
@@ -8,10 +8,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is set at build time (-ldflags "-X main.version=v1.2.3").
-var version = ""
-
-func buildVersion() string {
+// buildVersion is the app's Version or, without one, the VCS revision
+// from the Go build information.
+func buildVersion(version string) string {
 	if version != "" {
 		return version
 	}
@@ -38,14 +37,14 @@ func buildVersion() string {
 	return "devel"
 }
 
-func newVersionCmd(c *cli) *cobra.Command {
+func newVersionCmd(c *CLI) *cobra.Command {
 	return &cobra.Command{
 		Use:         "version",
 		Short:       "Print the version",
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{"config": "none"},
 		RunE: func(*cobra.Command, []string) error {
-			_, err := fmt.Fprintf(c.stdout, "effectively %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			_, err := fmt.Fprintf(c.stdout, "%s %s (%s, %s/%s)\n", c.app.name(), buildVersion(c.app.Version), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return err
 		},
 	}

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -21,7 +21,6 @@ import (
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
-	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/httpserver"
 	"github.com/effectively-io/effectively/outbox"
@@ -29,14 +28,14 @@ import (
 	"github.com/effectively-io/effectively/schema"
 )
 
-func newRunCmd(c *cli) *cobra.Command {
+func newRunCmd(c *CLI) *cobra.Command {
 	var migrate bool
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the worker: join the consumer group and apply events until SIGINT/SIGTERM",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runWorker(cmd.Context(), c.cfg, c.log, migrate)
+			return c.app.runWorker(cmd.Context(), c.cfg, c.log, migrate)
 		},
 	}
 	cmd.Flags().BoolVar(&migrate, "migrate", false, "apply pending schema migrations before starting")
@@ -45,12 +44,12 @@ func newRunCmd(c *cli) *cobra.Command {
 
 // runWorker wires the worker: database pool, consumer group member, HTTP
 // endpoints. It returns when ctx is cancelled and everything has drained.
-func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate bool) error {
+func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate bool) error {
 	if migrate {
 		if err := checkPostgres(ctx, cfg.Postgres.URL); err != nil {
 			return err
 		}
-		if _, err := schema.Migrate(ctx, cfg.Postgres.URL, log.Named("migrate"), accounts.Migrations()); err != nil {
+		if _, err := schema.Migrate(ctx, cfg.Postgres.URL, log.Named("migrate"), a.sets...); err != nil {
 			return err
 		}
 	}
@@ -61,7 +60,7 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 
 	// The database, then the broker and the topics: their partition counts
 	// size the pool (one connection per partition this member may own).
-	if err := checkSchema(ctx, cfg.Postgres.URL); err != nil {
+	if err := checkSchema(ctx, cfg.Postgres.URL, a.sets); err != nil {
 		return err
 	}
 	counts, err := probeKafka(ctx, cfg, log)
@@ -78,7 +77,7 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	}
 	defer pool.Close()
 
-	applier, err := newApplier(ctx, cfg, pool, log, pipeline.NewMetrics(reg))
+	applier, err := a.newApplier(ctx, cfg, pool, log, pipeline.NewMetrics(reg))
 	if err != nil {
 		return err
 	}
@@ -160,7 +159,7 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	background := []func(context.Context) error{sweeper.Run, relay.Run, pruner.Run}
-	if cfg.Effects.CRM.URL != "" || cfg.Effects.Mail.URL != "" {
+	if len(a.Targets()) > 0 {
 		// Side effects leave through the outbox: intents were recorded with
 		// their effects; the dispatcher delivers them.
 		background = append(background, outbox.NewDispatcher(pool, outbox.Options{
@@ -192,17 +191,13 @@ func runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate 
 	return err
 }
 
-// referenceHandlers registers the reference domain from the source and
-// effects URLs.
-func referenceHandlers(cfg config.Config) *handlers.Registry {
-	reg := &handlers.Registry{}
-	accounts.Register(reg, accounts.Options{
-		SourceURL: cfg.Sources.Accounts.URL,
-		CRMURL:    cfg.Effects.CRM.URL,
-		MailURL:   cfg.Effects.Mail.URL,
-		Expiry:    outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired},
-	})
-	return reg
+// env resolves the build's targets against the configuration.
+func (a *App) env(cfg config.Config) handlers.Env {
+	urls := make(map[string]string, len(cfg.Targets))
+	for n, t := range cfg.Targets {
+		urls[n] = t.URL
+	}
+	return a.Registry.Env(urls, outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired}, nil)
 }
 
 // probeKafka checks, with a short-lived client, that the brokers answer and
@@ -281,7 +276,7 @@ func consumerOptions(cfg config.Config, log *zap.Logger, m *consumer.Metrics, km
 // newApplier builds the worker's pipeline for cfg's topics: their decoders,
 // the reference handlers, the parking bounds. It refuses a changed key
 // strategy as the worker does.
-func newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log *zap.Logger, metrics *pipeline.Metrics) (*pipeline.Applier, error) {
+func (a *App) newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log *zap.Logger, metrics *pipeline.Metrics) (*pipeline.Applier, error) {
 	decoders, err := newDecoders(cfg, log)
 	if err != nil {
 		return nil, err
@@ -295,7 +290,8 @@ func newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log 
 	}
 	return pipeline.NewApplier(pool, pipeline.Options{
 		Decoders:             decoders,
-		Handlers:             referenceHandlers(cfg),
+		Handlers:             &a.Registry,
+		Env:                  a.env(cfg),
 		Logger:               log.Named("pipeline"),
 		Metrics:              metrics,
 		MaxParkedPerResource: cfg.Parking.MaxPerResource,

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/effectively-io/effectively/outbox"
 )
 
-func newOutboxCmd(c *cli) *cobra.Command {
+func newOutboxCmd(c *CLI) *cobra.Command {
 	var (
 		f      outbox.Filter
 		state  string
@@ -43,7 +43,7 @@ it with a 4xx).`,
 		Short: "List intents, oldest first, and the count in each state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				is, err := outbox.List(ctx, pool, filter())
 				if err != nil {
 					return usageIfFilter(err)
@@ -53,7 +53,7 @@ it with a 4xx).`,
 					return err
 				}
 				if asJSON {
-					return c.printJSON(struct {
+					return c.PrintJSON(struct {
 						Intents []outbox.Stored        `json:"intents"`
 						Counts  map[outbox.State]int64 `json:"counts"`
 					}{is, counts})
@@ -87,13 +87,13 @@ it with a 4xx).`,
 			if err != nil {
 				return err
 			}
-			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				s, err := outbox.Get(ctx, pool, id)
 				if err != nil {
 					return err
 				}
 				if asJSON {
-					return c.printJSON(s)
+					return c.PrintJSON(s)
 				}
 				w := c.stdout
 				fmt.Fprintf(w, "id               %d\nstate            %s\noperation        %s\nevent key        %s\nresource         %s\n", s.ID, s.State, s.Operation, s.EventKey, s.Resource)
@@ -131,7 +131,7 @@ deliver it once more.`,
 			if resend {
 				action = outbox.ResolveResend
 			}
-			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				if err := outbox.Resolve(ctx, pool, id, action); err != nil {
 					return err
 				}
@@ -162,7 +162,7 @@ deliver it once more.`,
 			if len(ids) == 0 && state == "" {
 				return usageError{errors.New("outbox retry needs intent IDs, or --state dead_lettered|suppressed|pending to retry many")}
 			}
-			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				n, err := outbox.Retry(ctx, pool, filter(), ids...)
 				if err != nil {
 					return usageIfFilter(err)

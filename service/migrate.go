@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -7,11 +7,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/schema"
 )
 
-func newMigrateCmd(c *cli) *cobra.Command {
+func newMigrateCmd(c *CLI) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "migrate",
@@ -23,7 +22,7 @@ func newMigrateCmd(c *cli) *cobra.Command {
 			if err := checkPostgres(ctx, c.cfg.Postgres.URL); err != nil {
 				return err
 			}
-			res, err := schema.Migrate(ctx, c.cfg.Postgres.URL, c.log.Named("migrate"), accounts.Migrations())
+			res, err := schema.Migrate(ctx, c.cfg.Postgres.URL, c.log.Named("migrate"), c.app.sets...)
 			if err != nil {
 				return err
 			}

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/effectively-io/effectively/dedupe"
 )
 
-func newPruneCmd(c *cli) *cobra.Command {
+func newPruneCmd(c *CLI) *cobra.Command {
 	var dryRun, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "prune",
@@ -32,13 +32,13 @@ uses to tell a pruned claim from a missing one. --dry-run only counts.
 While a worker's pruner is in the middle of a pass, prune waits for it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				res, err := prune(ctx, c, pool, dryRun)
 				if err != nil {
 					return err
 				}
 				if asJSON {
-					return c.printJSON(res)
+					return c.PrintJSON(res)
 				}
 				return printPrune(c, res)
 			})
@@ -51,7 +51,7 @@ While a worker's pruner is in the middle of a pass, prune waits for it.`,
 
 // prune runs one pass (or counts, dry), waiting while another pruner holds
 // the lock.
-func prune(ctx context.Context, c *cli, pool *pgxpool.Pool, dry bool) (dedupe.PruneResult, error) {
+func prune(ctx context.Context, c *CLI, pool *pgxpool.Pool, dry bool) (dedupe.PruneResult, error) {
 	p, err := newPruner(pool, c.cfg, c.log, nil)
 	if err != nil {
 		return dedupe.PruneResult{}, err
@@ -77,7 +77,7 @@ func prune(ctx context.Context, c *cli, pool *pgxpool.Pool, dry bool) (dedupe.Pr
 	}
 }
 
-func printPrune(c *cli, res dedupe.PruneResult) error {
+func printPrune(c *CLI, res dedupe.PruneResult) error {
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	rowsHeader := "ROWS DELETED"
 	if res.DryRun {

@@ -1,0 +1,82 @@
+package handlers
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/outbox"
+)
+
+// Target is a named outbound HTTP endpoint as the engine resolved it from
+// the configuration (targets.<name>.url).
+type Target struct {
+	// URL is the base URL; empty means the target is not configured.
+	URL string
+	// Idempotent: the target honours an Idempotency-Key header, so a call
+	// may be repeated after a crash (the key is derived from the event key
+	// and the operation). False: recorded intent, the call is made at most
+	// once without an operator (a mail API).
+	Idempotent bool
+}
+
+// Request is a side effect of an event: one HTTP call to a named target,
+// recorded in the outbox in the event's transaction and delivered after it
+// commits, by the outbox dispatcher.
+type Request struct {
+	// Target names the endpoint, as declared by the build.
+	Target string
+	// Operation names the call ("warehouse.reserve"); with the event's key
+	// it identifies the intent, once ever, and derives its idempotency key.
+	Operation string
+	// Resource orders delivery: an intent waits while an earlier one of the
+	// same resource is pending or being sent.
+	Resource string
+	// Method is the HTTP method.
+	Method string
+	// Path is appended to the target's URL ("/contacts/42"); empty sends
+	// to the URL itself.
+	Path string
+	// Body is the JSON request body.
+	Body json.RawMessage
+}
+
+// ErrTargetOff is returned by Send for a target without a URL: the build
+// declared it, the deployment did not configure it. Handlers that treat a
+// side effect as optional ignore it.
+var ErrTargetOff = errors.New("the target has no URL configured")
+
+// Send records r as an outbox intent of the current event. An event whose
+// record is older than outbox.retention (a replay of old history) records
+// it as suppressed: listed, never sent, unless outbox.resend_expired. A
+// target the build did not declare is a permanent error (a wiring bug the
+// event is dead-lettered for; fix the build and redrive).
+func (e *Effects) Send(r Request) error {
+	t, err := e.env.Target(r.Target)
+	switch {
+	case errors.Is(err, ErrTargetOff):
+		return err
+	case err != nil:
+		return event.Permanent(fmt.Errorf("side effect %s: %w", r.Operation, err))
+	}
+	if r.Operation == "" || r.Method == "" {
+		return event.Permanent(fmt.Errorf("side effect to %s needs an Operation and a Method", r.Target))
+	}
+	target := t.URL
+	if r.Path != "" {
+		target = strings.TrimSuffix(t.URL, "/") + "/" + strings.TrimPrefix(r.Path, "/")
+		if _, err := url.Parse(target); err != nil {
+			return event.Permanent(fmt.Errorf("side effect %s: %w", r.Operation, err))
+		}
+	}
+	sql, args := outbox.Record(outbox.Intent{
+		EventKey: e.ev.Key, Operation: r.Operation, Resource: r.Resource,
+		Method: r.Method, Target: target, Request: r.Body,
+		Idempotent: t.Idempotent, Suppressed: e.env.Expiry.Suppress(e.ev.RecordTime),
+	})
+	e.Exec(nil, sql, args...) // nil: the event's other statements decide its disposition
+	return nil
+}

@@ -1,0 +1,140 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/schema"
+)
+
+// App is one build of effectively: the engine, plus a team's event
+// handlers, prerequisites and targets (the embedded handlers.Registry), its
+// migrations, and any commands of its own. Every build has the whole
+// command line — run, migrate, replay, dlq, parked, outbox, audit, prune,
+// config, version — with the same flags, configuration keys, metrics and
+// exit codes.
+//
+// Fill an App before calling Main or Run; it is not safe to change
+// afterwards.
+type App struct {
+	// Registry maps event types to handlers and declares prerequisites
+	// and targets: app.Handle, app.HandleFunc, app.Require, app.Target.
+	handlers.Registry
+
+	// Name is the binary's name in help and messages.
+	Name string
+	// Version is what `version` prints; empty derives it from the Go
+	// build information (VCS revision).
+	Version string
+
+	sets     []schema.Set
+	aliases  map[string]string
+	defaults []func(*config.Config)
+	commands []func(*CLI) *cobra.Command
+	workload Workload
+}
+
+// New returns an empty App called name.
+func New(name string) *App {
+	return &App{Name: name}
+}
+
+// Migrations adds the build's migrations, applied by `migrate` (and
+// `run --migrate`) after the engine's, each set with its own version table.
+func (a *App) Migrations(sets ...schema.Set) {
+	a.sets = append(a.sets, sets...)
+}
+
+// Alias keeps accepting an older configuration key (in the file and as an
+// environment variable) for the key that replaced it, so deployments keep
+// working across a rename.
+func (a *App) Alias(oldKey, newKey string) {
+	if a.aliases == nil {
+		a.aliases = map[string]string{}
+	}
+	a.aliases[oldKey] = newKey
+}
+
+// Defaults changes the embedded defaults, e.g. the topics a build consumes
+// when kafka.topics is not set.
+func (a *App) Defaults(f func(*config.Config)) {
+	a.defaults = append(a.defaults, f)
+}
+
+// Command adds a command of the build's own (a workload generator, a
+// checker) to the command line. It receives the CLI every command shares.
+func (a *App) Command(f func(*CLI) *cobra.Command) {
+	a.commands = append(a.commands, f)
+}
+
+// extension is what the build adds to the configuration.
+func (a *App) extension() config.Extension {
+	return config.Extension{
+		Targets: a.Targets(),
+		Aliases: a.aliases,
+		Defaults: func(c *config.Config) {
+			for _, f := range a.defaults {
+				f(c)
+			}
+		},
+	}
+}
+
+// Main runs the command line with the process's arguments until SIGINT or
+// SIGTERM, and exits with its code: 0 success, 1 runtime failure, 2 bad
+// usage or configuration.
+func (a *App) Main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := a.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", a.name(), err)
+		os.Exit(ExitCode(err))
+	}
+}
+
+// Run executes the command line args, writing command output to stdout and
+// logs to stderr. Every command loads its configuration the same way: flags
+// > environment (EFFECTIVELY_…) > --config file > defaults.
+func (a *App) Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	root := a.rootCmd(stdout, stderr)
+	root.SetArgs(args)
+	return root.ExecuteContext(ctx)
+}
+
+func (a *App) name() string {
+	if a.Name == "" {
+		return "effectively"
+	}
+	return a.Name
+}
+
+// usageError marks errors in how the command was called (exit code 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// UsageError marks err as a mistake in how the command was called: the
+// process exits with code 2.
+func UsageError(err error) error { return usageError{err: err} }
+
+// ExitCode maps an error to the process exit code: 2 for usage and
+// configuration errors, 1 for everything else.
+func ExitCode(err error) int {
+	var ue usageError
+	var fe *config.FieldError
+	if errors.As(err, &ue) || errors.As(err, &fe) {
+		return 2
+	}
+	return 1
+}
