@@ -274,6 +274,11 @@ type Topic struct {
 	// CheckPartitioner overrides consumer.check_partitioner for this topic;
 	// nil means inherit.
 	CheckPartitioner *bool `mapstructure:"check_partitioner"`
+	// RequireSubject dead-letters CloudEvents without a subject
+	// (missing_subject). Without it an event's resource ID is its subject,
+	// else its partitionkey extension (the CloudEvents SDK's Kafka binding
+	// sets that, not subject), else the record key.
+	RequireSubject bool `mapstructure:"require_subject"`
 }
 
 const (

@@ -58,6 +58,10 @@ type DecoderConfig struct {
 	// MaxPayloadBytes refuses larger record values with ReasonTooLarge; 0
 	// means no limit.
 	MaxPayloadBytes int
+	// RequireSubject, for format cloudevents, dead-letters an event without
+	// a subject (ReasonMissingSubject) instead of taking its resource ID
+	// from the partitionkey extension or the record key.
+	RequireSubject bool
 }
 
 // Decoder decodes and validates the records of one topic and derives their
@@ -73,6 +77,7 @@ type Decoder struct {
 	subjectPtr *pointer
 	versionPtr *pointer
 	maxBytes   int
+	requireSub bool
 	warnings   []string
 }
 
@@ -82,7 +87,7 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 	if cfg.Topic == "" {
 		return nil, errors.New("topic: must not be empty")
 	}
-	d := &Decoder{topic: cfg.Topic, format: cfg.Format, strategy: cfg.KeyStrategy, maxBytes: cfg.MaxPayloadBytes}
+	d := &Decoder{topic: cfg.Topic, format: cfg.Format, strategy: cfg.KeyStrategy, maxBytes: cfg.MaxPayloadBytes, requireSub: cfg.RequireSubject}
 	if d.format == "" {
 		d.format = FormatCloudEvents
 	}
@@ -412,14 +417,13 @@ func (d *Decoder) envelope(r Record, attrs map[string]attribute, binary bool) (E
 	ev.ID = req("id", ReasonMissingID)
 	ev.Source = req("source", ReasonMissingSource)
 	ev.Type = req("type", ReasonMissingType)
-	ev.Subject = req("subject", ReasonMissingSubject)
 	if err != nil {
 		return Event{}, err
 	}
-	if err := checkSubject(ev.Subject, r.Key); err != nil {
+	if ev.Subject, err = d.resourceID(attrs, r.Key); err != nil {
 		return Event{}, err
 	}
-	for _, name := range []string{"id", "source", "type", "subject", "datacontenttype"} {
+	for _, name := range []string{"id", "source", "type", "subject", "partitionkey", "datacontenttype"} {
 		if a := attrs[name]; a.present && a.kind == kindString {
 			if err := checkChars(name, a.text); err != nil {
 				return Event{}, err
@@ -535,6 +539,45 @@ func (d *Decoder) finish(ev Event, payload *jsonValue) (Event, error) {
 		return Event{}, err
 	}
 	return ev, nil
+}
+
+// resourceID is the event's resource: its subject, else its partitionkey
+// extension (what the CloudEvents Kafka binding keys records by), else the
+// record key. Every one of them that is present must name the same
+// resource, or the record's partition may not be its resource's.
+func (d *Decoder) resourceID(attrs map[string]attribute, key []byte) (string, error) {
+	var id, from string
+	for _, name := range []string{"subject", "partitionkey"} {
+		a := attrs[name]
+		if !a.present || (a.kind == kindString && a.text == "") {
+			continue
+		}
+		if a.kind != kindString {
+			return "", decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(a.raw), article(a.kind))
+		}
+		switch {
+		case from == "":
+			id, from = a.text, name
+		case a.text != id:
+			return "", decodeErr(ReasonSubjectMismatch, "subject %s differs from partitionkey %s", Excerpt(id), Excerpt(a.text))
+		}
+	}
+	if from != "subject" && d.requireSub {
+		return "", decodeErr(ReasonMissingSubject, "the event has no subject (the topic requires one: require_subject)")
+	}
+	if from == "" {
+		if len(key) == 0 {
+			return "", decodeErr(ReasonMissingSubject, "the event has no subject and no partitionkey, and the record has no key; key records by resource ID")
+		}
+		if err := checkChars("record key", string(key)); err != nil {
+			return "", err
+		}
+		return string(key), nil
+	}
+	if err := checkSubject(id, key); err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // checkSubject requires the subject to equal the record key: records are

@@ -224,8 +224,20 @@ func decodeCases() []decodeCase {
 		}}, check: func(t *testing.T, ev Event) {
 			require.Equal(t, "ce:25:https://accounts.example/:evt-1", ev.Key)
 		}},
-		{name: "extension attributes are allowed", rec: structured(event(map[string]any{"traceparent": "00-abc", "partitionkey": json.RawMessage("7"), "flag": true})), check: func(t *testing.T, ev Event) {
+		{name: "extension attributes are allowed", rec: structured(event(map[string]any{"traceparent": "00-abc", "sequence": json.RawMessage("7"), "flag": true})), check: func(t *testing.T, ev Event) {
 			require.Equal(t, "evt-1", ev.ID)
+		}},
+		{name: "resource from partitionkey (the CloudEvents SDK's Kafka binding)", rec: structured(event(map[string]any{"subject": nil, "partitionkey": testKey})), check: func(t *testing.T, ev Event) {
+			require.Equal(t, testKey, ev.Subject)
+		}},
+		{name: "binary resource from ce_partitionkey", rec: binary(binaryHeaders(map[string]string{"ce_subject": omit, "ce_partitionkey": testKey}), openedData), check: func(t *testing.T, ev Event) {
+			require.Equal(t, testKey, ev.Subject)
+		}},
+		{name: "resource from the record key", rec: structured(event(map[string]any{"subject": nil})), check: func(t *testing.T, ev Event) {
+			require.Equal(t, testKey, ev.Subject)
+		}},
+		{name: "subject and partitionkey agree", rec: structured(event(map[string]any{"partitionkey": testKey})), check: func(t *testing.T, ev Event) {
+			require.Equal(t, testKey, ev.Subject)
 		}},
 		{name: "large version", rec: structured(event(map[string]any{"resourceversion": json.RawMessage("9223372036854775807")})), check: func(t *testing.T, ev Event) {
 			require.Equal(t, int64(9223372036854775807), ev.Version)
@@ -312,8 +324,12 @@ func decodeCases() []decodeCase {
 		{name: "missing type", rec: structured(event(map[string]any{"type": nil})), reason: ReasonMissingType},
 		{name: "missing binary type", rec: binary(binaryHeaders(map[string]string{"ce_type": omit}), openedData), reason: ReasonMissingType},
 		{name: "missing json type", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(`{"event":{"id":"wh_1"},"account":{"id":"acc-1"}}`)}, reason: ReasonMissingType},
-		{name: "missing subject", rec: structured(event(map[string]any{"subject": nil})), reason: ReasonMissingSubject},
-		{name: "missing binary subject", rec: binary(binaryHeaders(map[string]string{"ce_subject": omit}), openedData), reason: ReasonMissingSubject},
+		{name: "missing subject, no partitionkey, no record key", rec: Record{Topic: testTopic, Value: event(map[string]any{"subject": nil})}, reason: ReasonMissingSubject},
+		{name: "missing subject where the topic requires one", cfg: DecoderConfig{RequireSubject: true}, rec: structured(event(map[string]any{"subject": nil, "partitionkey": testKey})), reason: ReasonMissingSubject},
+		{name: "missing binary subject where the topic requires one", cfg: DecoderConfig{RequireSubject: true}, rec: binary(binaryHeaders(map[string]string{"ce_subject": omit}), openedData), reason: ReasonMissingSubject},
+		{name: "subject and partitionkey differ", rec: structured(event(map[string]any{"partitionkey": "acc-2"})), reason: ReasonSubjectMismatch},
+		{name: "partitionkey differs from the record key", rec: structured(event(map[string]any{"subject": nil, "partitionkey": "acc-2"})), reason: ReasonSubjectMismatch},
+		{name: "partitionkey not a string", rec: structured(event(map[string]any{"subject": nil, "partitionkey": json.RawMessage("7")})), reason: ReasonInvalidAttribute},
 		{name: "missing json subject", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(`{"event":{"id":"wh_1","type":"t"}}`)}, reason: ReasonMissingSubject},
 		{name: "subject mismatch", rec: Record{Key: []byte("acc-2"), Value: event(nil)}, reason: ReasonSubjectMismatch},
 		{name: "subject without key", rec: Record{Value: event(nil)}, reason: ReasonSubjectMismatch},

@@ -221,7 +221,7 @@ func newDecoders(cfg config.Config, log *zap.Logger) (map[string]*event.Decoder,
 		d, err := event.NewDecoder(event.DecoderConfig{
 			Topic: name, Format: t.Format, KeyStrategy: t.KeyStrategy, KeyPointer: t.KeyPointer, NaturalKey: t.NaturalKey,
 			IDPointer: t.IDPointer, TypePointer: t.TypePointer, SubjectPointer: t.SubjectPointer, VersionPointer: t.VersionPointer,
-			MaxPayloadBytes: cfg.Consumer.MaxPayloadBytes,
+			MaxPayloadBytes: cfg.Consumer.MaxPayloadBytes, RequireSubject: t.RequireSubject,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("topic %s: %w", name, err)
