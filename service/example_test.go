@@ -1,0 +1,63 @@
+package service_test
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"net/http"
+
+	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/schema"
+	"github.com/effectively-io/effectively/service"
+)
+
+var migrations embed.FS // in a real build: //go:embed migrations/*.sql
+
+// A build of one's own: handlers for a team's event types, its migrations,
+// the prerequisite that order lines wait for, and a side effect to a named
+// target. app.Main() then runs the whole command line.
+func Example() {
+	app := service.New("orders")
+
+	// Absolute state, version-gated: applied when newer, stale otherwise.
+	app.HandleFunc("order.placed", func(ctx context.Context, fx *handlers.Effects, ev event.Event) error {
+		var o struct {
+			Customer string `json:"customer"`
+		}
+		if err := json.Unmarshal(ev.Data, &o); err != nil || o.Customer == "" {
+			return event.PermanentWithReason("invalid_order", err) // dead-lettered, the partition moves on
+		}
+		fx.Exec(handlers.AppliedOrStale, `
+INSERT INTO orders (id, version, customer) VALUES ($1, $2, $3)
+ON CONFLICT (id) DO UPDATE SET version = excluded.version, customer = excluded.customer
+WHERE orders.version < excluded.version`, ev.Subject, ev.Version, o.Customer)
+		body, _ := json.Marshal(map[string]string{"order": ev.Subject})
+		// Recorded with the effect, sent after the commit, with an
+		// idempotency key derived from the event.
+		return fx.Send(handlers.Request{Target: "warehouse", Operation: "warehouse.reserve",
+			Resource: "order:" + ev.Subject, Method: http.MethodPost, Path: "/reservations", Body: body})
+	})
+
+	// Relative facts, one row per event: waits (parked) until its order exists.
+	app.HandleFunc("order.line_added", func(ctx context.Context, fx *handlers.Effects, ev event.Event) error {
+		fx.Exec(nil, `INSERT INTO order_lines (event_key, order_id, line) VALUES ($1, $2, $3)
+ON CONFLICT (event_key) DO NOTHING`, ev.Key, ev.Subject, []byte(ev.Data))
+		return nil
+	})
+	app.Require(handlers.Prerequisite{
+		Name:      "order",
+		ExistsSQL: `SELECT id FROM orders WHERE id = ANY($1)`,
+		CreatedBy: []string{"order.placed"},
+		Waiting:   []string{"order.line_added"},
+	})
+	app.Target("warehouse", true) // honours Idempotency-Key; URL from targets.warehouse.url
+
+	sub, _ := fs.Sub(migrations, "migrations")
+	app.Migrations(schema.Set{Name: "orders", Table: "orders_schema_version", FS: sub})
+	app.Defaults(func(c *config.Config) { c.Kafka.Topics = []string{"orders"} })
+
+	_ = app // app.Main() in func main
+}
