@@ -12,16 +12,53 @@ import (
 	"go.uber.org/zap"
 )
 
-// The tables the pruner deletes from, in the order a pass visits them.
-const (
-	TableClaims       = "processed_events"
-	TableDeadLetters  = "dead_letters"
-	TableOutbox       = "outbox"
-	TableParkedEvents = "parked_events"
-)
+// PrunedTable is a table whose expired rows the pruner deletes. The package
+// that owns the table writes its statements (with [PruneStatement]); the
+// pruner runs them in order, batch by batch, under its lock.
+type PrunedTable struct {
+	// Name is the table's name (the prune_watermarks key, the metric label).
+	Name string
+	// OutboxRetention: its rows expire after outbox.retention rather than
+	// dedupe.retention.
+	OutboxRetention bool
+	// Count counts the expired rows; $1 is the cutoff.
+	Count string
+	// Prune deletes one batch and moves the watermarks; see
+	// [PruneStatement].
+	Prune string
+}
 
-// PrunedTables are the tables a pass prunes, in order.
-var PrunedTables = []string{TableClaims, TableDeadLetters, TableOutbox, TableParkedEvents}
+// PruneStatement builds a table's batch deletion from two CTE bodies:
+// doomed selects one batch of expired rows ($1 the cutoff, $2 the batch
+// size) oldest first, FOR UPDATE SKIP LOCKED; gone deletes them. With
+// marksOffsets, gone returns each row's origin (topic, "partition",
+// "offset") and the highest pruned offset per source partition is
+// recorded for the audit. The table's watermark ($3 the table's name) moves
+// to the cutoff in the same statement; it returns the rows deleted.
+func PruneStatement(doomed, gone string, marksOffsets bool) string {
+	sql := "\nWITH doomed AS (" + doomed + "\n),\ngone AS (" + gone + "\n),"
+	if marksOffsets {
+		sql += markOffsets
+	}
+	return sql + markTable
+}
+
+// Claims is processed_events as the pruner sees it. A claim whose event is
+// still parked stays: releasing it updates the claim, and a redelivery must
+// still find it.
+var Claims = PrunedTable{
+	Name:  "processed_events",
+	Count: `SELECT count(*) FROM processed_events WHERE claimed_at < $1 AND disposition <> 'parked'`,
+	Prune: PruneStatement(`
+    SELECT event_key FROM processed_events
+    WHERE claimed_at < $1 AND disposition <> 'parked'
+    ORDER BY claimed_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED`, `
+    DELETE FROM processed_events p USING doomed d
+    WHERE p.event_key = d.event_key
+    RETURNING p.topic, p."partition", p."offset"`, true),
+}
 
 // ErrPrunerBusy is returned by [Pruner.Prune] when another pruner (another
 // replica's, or a running worker's when `effectively prune` is called) holds
@@ -37,6 +74,9 @@ type PrunerOptions struct {
 	// OutboxRetention is how long sent and suppressed outbox intents are
 	// kept (outbox.retention). Required.
 	OutboxRetention time.Duration
+	// Tables are pruned in this order, each by the statements of the
+	// package that owns it. Required.
+	Tables []PrunedTable
 	// Interval is the time between two passes of [Pruner.Run] (default 1 min).
 	Interval time.Duration
 	// BatchSize is the most rows one short transaction deletes (default 5,000).
@@ -103,6 +143,8 @@ func NewPruner(pool *pgxpool.Pool, opts PrunerOptions) (*Pruner, error) {
 		return nil, fmt.Errorf("dedupe: pruner retention %s must be positive (dedupe.retention)", opts.Retention)
 	case opts.OutboxRetention <= 0:
 		return nil, fmt.Errorf("dedupe: pruner outbox retention %s must be positive (outbox.retention)", opts.OutboxRetention)
+	case len(opts.Tables) == 0:
+		return nil, errors.New("dedupe: the pruner needs the tables to prune")
 	}
 	return &Pruner{pool: pool, opts: opts, log: opts.Logger}, nil
 }
@@ -172,17 +214,6 @@ func (p *Pruner) Expired(ctx context.Context) (PruneResult, error) {
 	return p.pass(ctx, true)
 }
 
-// table is how one table is pruned.
-type table struct {
-	name string
-	// outbox: its retention is outbox.retention.
-	outbox bool
-	// count counts expired rows ($1 the cutoff); prune deletes one batch
-	// ($1 the cutoff, $2 the batch size, $3 the table name) and returns the
-	// rows deleted.
-	count, prune string
-}
-
 // markOffsets records the highest pruned origin offset per source partition
 // from the gone CTE (sorted by the conflict key, like every multi-row
 // upsert).
@@ -204,84 +235,6 @@ watermark AS (
         rows_pruned = w.rows_pruned + excluded.rows_pruned, updated_at = now()
 )
 SELECT count(*) FROM gone`
-
-var tables = []table{
-	{
-		// A claim whose event is still parked stays: releasing it updates
-		// the claim, and a redelivery must still find it.
-		name:  TableClaims,
-		count: `SELECT count(*) FROM processed_events WHERE claimed_at < $1 AND disposition <> 'parked'`,
-		prune: `
-WITH doomed AS (
-    SELECT event_key FROM processed_events
-    WHERE claimed_at < $1 AND disposition <> 'parked'
-    ORDER BY claimed_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-),
-gone AS (
-    DELETE FROM processed_events p USING doomed d
-    WHERE p.event_key = d.event_key
-    RETURNING p.topic, p."partition", p."offset"
-),` + markOffsets + markTable,
-	},
-	{
-		// Only dead letters already published to their dead-letter topic
-		// (which keeps them from then on).
-		name:  TableDeadLetters,
-		count: `SELECT count(*) FROM dead_letters WHERE published_at IS NOT NULL AND last_seen_at < $1`,
-		prune: `
-WITH doomed AS (
-    SELECT id FROM dead_letters
-    WHERE published_at IS NOT NULL AND last_seen_at < $1
-    ORDER BY last_seen_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-),
-gone AS (
-    DELETE FROM dead_letters dl USING doomed d
-    WHERE dl.id = d.id
-    RETURNING dl.topic, dl."partition", dl."offset"
-),` + markOffsets + markTable,
-	},
-	{
-		name:   TableOutbox,
-		outbox: true,
-		count:  `SELECT count(*) FROM outbox WHERE state IN ('sent', 'suppressed') AND updated_at < $1`,
-		prune: `
-WITH doomed AS (
-    SELECT id FROM outbox
-    WHERE state IN ('sent', 'suppressed') AND updated_at < $1
-    ORDER BY updated_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-),
-gone AS (
-    DELETE FROM outbox o USING doomed d
-    WHERE o.id = d.id
-    RETURNING o.id
-),` + markTable,
-	},
-	{
-		// Resolved parked events (released, dead-lettered or dropped); the
-		// ones still waiting stay.
-		name:  TableParkedEvents,
-		count: `SELECT count(*) FROM parked_events WHERE state <> 'parked' AND coalesce(resolved_at, parked_at) < $1`,
-		prune: `
-WITH doomed AS (
-    SELECT event_key FROM parked_events
-    WHERE state <> 'parked' AND coalesce(resolved_at, parked_at) < $1
-    ORDER BY coalesce(resolved_at, parked_at)
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-),
-gone AS (
-    DELETE FROM parked_events pe USING doomed d
-    WHERE pe.event_key = d.event_key
-    RETURNING pe.event_key
-),` + markTable,
-	},
-}
 
 func (p *Pruner) pass(ctx context.Context, dry bool) (res PruneResult, err error) {
 	start := time.Now()
@@ -325,17 +278,17 @@ func (p *Pruner) pass(ctx context.Context, dry bool) (res PruneResult, err error
 	if err := conn.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return res, fmt.Errorf("reading the database clock: %w", err)
 	}
-	for _, t := range tables {
+	for _, t := range p.opts.Tables {
 		retention := p.opts.Retention
-		if t.outbox {
+		if t.OutboxRetention {
 			retention = p.opts.OutboxRetention
 		}
-		tp := TablePrune{Table: t.name, Before: now.Add(-retention)}
+		tp := TablePrune{Table: t.Name, Before: now.Add(-retention)}
 		tstart := time.Now()
 		if dry {
-			err = conn.QueryRow(ctx, t.count, tp.Before).Scan(&tp.Rows)
+			err = conn.QueryRow(ctx, t.Count, tp.Before).Scan(&tp.Rows)
 			if err != nil {
-				err = fmt.Errorf("counting expired rows of %s: %w", t.name, err)
+				err = fmt.Errorf("counting expired rows of %s: %w", t.Name, err)
 			}
 		} else {
 			err = p.pruneTable(ctx, conn, t, &tp)
@@ -346,7 +299,7 @@ func (p *Pruner) pass(ctx context.Context, dry bool) (res PruneResult, err error
 			return res, err
 		}
 		if !dry && tp.Rows > 0 {
-			p.log.Info("pruned", zap.String("table", t.name), zap.Int64("rows", tp.Rows),
+			p.log.Info("pruned", zap.String("table", t.Name), zap.Int64("rows", tp.Rows),
 				zap.Int("batches", tp.Batches), zap.Time("before", tp.Before), zap.Duration("took", tp.Took))
 		}
 	}
@@ -355,18 +308,18 @@ func (p *Pruner) pass(ctx context.Context, dry bool) (res PruneResult, err error
 
 // pruneTable deletes t's expired rows batch by batch, pausing between
 // batches, until a batch comes back short.
-func (p *Pruner) pruneTable(ctx context.Context, conn *pgxpool.Conn, t table, tp *TablePrune) error {
+func (p *Pruner) pruneTable(ctx context.Context, conn *pgxpool.Conn, t PrunedTable, tp *TablePrune) error {
 	for {
 		bstart := time.Now()
 		var n int64
-		if err := conn.QueryRow(ctx, t.prune, tp.Before, p.opts.BatchSize, t.name).Scan(&n); err != nil {
-			return fmt.Errorf("pruning %s (rows before %s): %w", t.name, tp.Before.Format(time.RFC3339), err)
+		if err := conn.QueryRow(ctx, t.Prune, tp.Before, p.opts.BatchSize, t.Name).Scan(&n); err != nil {
+			return fmt.Errorf("pruning %s (rows before %s): %w", t.Name, tp.Before.Format(time.RFC3339), err)
 		}
 		took := time.Since(bstart)
 		tp.Batches++
 		tp.Rows += n
 		if n > 0 && p.opts.PrunedFunc != nil {
-			p.opts.PrunedFunc(t.name, n)
+			p.opts.PrunedFunc(t.Name, n)
 		}
 		if n < int64(p.opts.BatchSize) {
 			return nil

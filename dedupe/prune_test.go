@@ -7,12 +7,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // seedExpired fills every pruned table with rows on both sides of the
 // retention (and rows that must stay whatever their age).
+// prunedTables are the engine's, as the worker prunes them.
+var prunedTables = []dedupe.PrunedTable{dedupe.Claims, deadletter.Pruned, outbox.Pruned, pipeline.ParkedPruned}
+
 func seedExpired(t *testing.T, db pgtest.DB) {
 	t.Helper()
 	ctx := context.Background()
@@ -40,9 +46,9 @@ func seedExpired(t *testing.T, db pgtest.DB) {
 		// Parked events: old released and old dead-lettered (no resolved_at,
 		// as the pipeline leaves it) go; old still parked stays.
 		`INSERT INTO parked_events (event_key, consumer_group, topic, "partition", "offset", resource, event_type, event, state, parked_at, resolved_at) VALUES
-		 ('p1', 'g', 't', 0, 1, 'a', 'ledger.credited', '{}', 'released', now() - interval '31 days', now() - interval '30 days'),
-		 ('p2', 'g', 't', 0, 2, 'a', 'ledger.credited', '{}', 'dead_lettered', now() - interval '30 days', NULL),
-		 ('p3', 'g', 't', 0, 3, 'a', 'ledger.credited', '{}', 'parked', now() - interval '30 days', NULL)`,
+		 ('p1', 'g', 't', 0, 1, 'a', 'line.added', '{}', 'released', now() - interval '31 days', now() - interval '30 days'),
+		 ('p2', 'g', 't', 0, 2, 'a', 'line.added', '{}', 'dead_lettered', now() - interval '30 days', NULL),
+		 ('p3', 'g', 't', 0, 3, 'a', 'line.added', '{}', 'parked', now() - interval '30 days', NULL)`,
 	} {
 		_, err := db.Pool.Exec(ctx, q)
 		require.NoError(t, err, q)
@@ -56,7 +62,7 @@ func TestPrunerDeletesOnlyExpiredRowsAndKeepsWatermarks(t *testing.T) {
 	seedExpired(t, db)
 
 	pruned := map[string]int64{}
-	p, err := dedupe.NewPruner(db.Pool, dedupe.PrunerOptions{
+	p, err := dedupe.NewPruner(db.Pool, dedupe.PrunerOptions{Tables: prunedTables,
 		Retention: 14 * 24 * time.Hour, OutboxRetention: 14 * 24 * time.Hour,
 		BatchSize: 3, Pause: time.Millisecond,
 		PrunedFunc: func(table string, n int64) { pruned[table] += n },
@@ -116,14 +122,14 @@ func TestPrunerSkipsWhileAnotherHoldsTheLock(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	seedExpired(t, db)
-	p, err := dedupe.NewPruner(db.Pool, dedupe.PrunerOptions{Retention: 14 * 24 * time.Hour, OutboxRetention: time.Hour})
+	p, err := dedupe.NewPruner(db.Pool, dedupe.PrunerOptions{Tables: prunedTables, Retention: 14 * 24 * time.Hour, OutboxRetention: time.Hour})
 	require.NoError(t, err)
 
 	// A pass that pauses between batches of one row holds the lock for a
 	// while; pruners that try meanwhile are refused.
-	other, err := dedupe.NewPruner(db.Pool, dedupe.PrunerOptions{Retention: 14 * 24 * time.Hour, OutboxRetention: time.Hour})
+	other, err := dedupe.NewPruner(db.Pool, dedupe.PrunerOptions{Tables: prunedTables, Retention: 14 * 24 * time.Hour, OutboxRetention: time.Hour})
 	require.NoError(t, err)
-	slow, err := dedupe.NewPruner(db.Pool, dedupe.PrunerOptions{Retention: 14 * 24 * time.Hour, OutboxRetention: time.Hour, BatchSize: 1, Pause: 200 * time.Millisecond})
+	slow, err := dedupe.NewPruner(db.Pool, dedupe.PrunerOptions{Tables: prunedTables, Retention: 14 * 24 * time.Hour, OutboxRetention: time.Hour, BatchSize: 1, Pause: 200 * time.Millisecond})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { _, err := slow.Prune(ctx); done <- err }()

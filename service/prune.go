@@ -13,7 +13,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/pipeline"
 )
 
 func newPruneCmd(c *CLI) *cobra.Command {
@@ -98,12 +101,17 @@ func printPrune(c *CLI, res dedupe.PruneResult) error {
 	return nil
 }
 
+// prunedTables are the tables retention prunes, in order, each by the
+// statements of the package that owns it.
+var prunedTables = []dedupe.PrunedTable{dedupe.Claims, deadletter.Pruned, outbox.Pruned, pipeline.ParkedPruned}
+
 // newPruner configures the pruner from dedupe.* and outbox.retention.
 func newPruner(pool *pgxpool.Pool, cfg config.Config, log *zap.Logger, pruned func(table string, rows int64)) (*dedupe.Pruner, error) {
 	return dedupe.NewPruner(pool, dedupe.PrunerOptions{
 		Retention:       cfg.Dedupe.Retention,
 		OutboxRetention: cfg.Outbox.Retention,
 		Interval:        cfg.Dedupe.PruneInterval,
+		Tables:          prunedTables,
 		Logger:          log.Named("pruner"),
 		PrunedFunc:      pruned,
 	})
@@ -116,8 +124,8 @@ func prunedRowsMetric(reg prometheus.Registerer) func(table string, rows int64) 
 		Name: "effectively_pruned_rows_total",
 		Help: "Rows the retention pruner deleted, by table (processed_events, dead_letters, outbox, parked_events).",
 	}, []string{"table"})
-	for _, t := range dedupe.PrunedTables {
-		c.WithLabelValues(t) // export zeros from the start
+	for _, t := range prunedTables {
+		c.WithLabelValues(t.Name) // export zeros from the start
 	}
 	reg.MustRegister(c)
 	return func(table string, rows int64) { c.WithLabelValues(table).Add(float64(rows)) }
