@@ -116,3 +116,13 @@ func QueueDispositions(b *pgx.Batch, keys []string, dispositions []Disposition) 
 	}
 	b.Queue(setDispositionsSQL, keys, ds)
 }
+
+// LockClaim locks the claim of key in tx and returns its disposition (a
+// redrive decides from it whether to run the handler again).
+func LockClaim(ctx context.Context, tx pgx.Tx, key string) (Disposition, error) {
+	var d string
+	if err := tx.QueryRow(ctx, `SELECT disposition FROM processed_events WHERE event_key = $1 FOR UPDATE`, key).Scan(&d); err != nil {
+		return "", fmt.Errorf("locking the claim of %s: %w", key, err)
+	}
+	return Disposition(d), nil
+}

@@ -82,3 +82,57 @@ func Advance(ctx context.Context, tx pgx.Tx, group, topic string, partition int3
 func QueueAdvance(b *pgx.Batch, group, topic string, partition int32, next int64) {
 	b.Queue(advanceSQL, group, topic, partition, next)
 }
+
+const lockPositionsSQL = `
+SELECT "partition", next_offset FROM consumer_offsets
+WHERE consumer_group = $1 AND topic = $2 AND "partition" = ANY($3)
+ORDER BY "partition"
+FOR UPDATE`
+
+// resetPositionsSQL sets positions; lowering one bumps its reset epoch (a
+// position a replay creates starts at epoch 1).
+const resetPositionsSQL = `
+INSERT INTO consumer_offsets AS c (consumer_group, topic, "partition", next_offset, reset_epoch)
+SELECT $1, $2, t.p, t.o, 1 FROM unnest($3::int[], $4::bigint[]) AS t(p, o)
+ORDER BY t.p
+ON CONFLICT (consumer_group, topic, "partition") DO UPDATE
+SET next_offset = excluded.next_offset,
+    reset_epoch = c.reset_epoch + CASE WHEN excluded.next_offset < c.next_offset THEN 1 ELSE 0 END,
+    updated_at = now()
+WHERE c.next_offset <> excluded.next_offset
+RETURNING "partition", reset_epoch`
+
+// LockPositions locks the stored positions of the partitions of (group,
+// topic) in tx, for `replay --execute`, and returns them; partitions with
+// none are absent.
+func LockPositions(ctx context.Context, tx pgx.Tx, group, topic string, partitions []int32) (map[int32]int64, error) {
+	rows, err := tx.Query(ctx, lockPositionsSQL, group, topic, partitions)
+	if err != nil {
+		return nil, fmt.Errorf("locking the positions of group %s on %s: %w", group, topic, err)
+	}
+	out := map[int32]int64{}
+	var p int32
+	var o int64
+	if _, err := pgx.ForEachRow(rows, []any{&p, &o}, func() error { out[p] = o; return nil }); err != nil {
+		return nil, fmt.Errorf("locking the positions of group %s on %s: %w", group, topic, err)
+	}
+	return out, nil
+}
+
+// ResetPositions sets the positions of the partitions to offs, in tx: the
+// one write that may move a position backwards (`replay --execute`). A
+// lowered position bumps its reset epoch, which the worker logs; it returns
+// the epochs of the positions it changed.
+func ResetPositions(ctx context.Context, tx pgx.Tx, group, topic string, partitions []int32, offs []int64) (map[int32]int64, error) {
+	rows, err := tx.Query(ctx, resetPositionsSQL, group, topic, partitions, offs)
+	if err != nil {
+		return nil, fmt.Errorf("resetting the positions of group %s on %s: %w", group, topic, err)
+	}
+	epochs := map[int32]int64{}
+	var p int32
+	var epoch int64
+	if _, err := pgx.ForEachRow(rows, []any{&p, &epoch}, func() error { epochs[p] = epoch; return nil }); err != nil {
+		return nil, fmt.Errorf("resetting the positions of group %s on %s: %w", group, topic, err)
+	}
+	return epochs, nil
+}

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/effectively-io/effectively/dedupe"
 )
 
 // Executed is what Execute changed.
@@ -82,25 +84,6 @@ type ExecuteOptions struct {
 	Forward bool
 }
 
-const lockPositionsSQL = `
-SELECT "partition", next_offset FROM consumer_offsets
-WHERE consumer_group = $1 AND topic = $2 AND "partition" = ANY($3)
-ORDER BY "partition"
-FOR UPDATE`
-
-// setPositionsSQL sets positions; lowering one bumps its reset epoch (a
-// position a replay creates starts at epoch 1).
-const setPositionsSQL = `
-INSERT INTO consumer_offsets AS c (consumer_group, topic, "partition", next_offset, reset_epoch)
-SELECT $1, $2, t.p, t.o, 1 FROM unnest($3::int[], $4::bigint[]) AS t(p, o)
-ORDER BY t.p
-ON CONFLICT (consumer_group, topic, "partition") DO UPDATE
-SET next_offset = excluded.next_offset,
-    reset_epoch = c.reset_epoch + CASE WHEN excluded.next_offset < c.next_offset THEN 1 ELSE 0 END,
-    updated_at = now()
-WHERE c.next_offset <> excluded.next_offset
-RETURNING "partition", reset_epoch`
-
 // Execute carries out plan: first PostgreSQL, in one transaction (the
 // stored positions are authoritative), then the group's Kafka offsets. The
 // caller has checked that the group has no members. A failed Kafka commit
@@ -171,16 +154,10 @@ func Execute(ctx context.Context, db *pgxpool.Pool, adm *kadm.Client, plan Plan,
 // setPositions locks the partitions' rows, checks they are where the plan
 // saw them, and writes the targets, in one transaction.
 func setPositions(ctx context.Context, db *pgxpool.Pool, plan Plan, ps []int32, offs []int64, planned map[int32]*int64) (map[int32]int64, error) {
-	epochs := map[int32]int64{}
+	var epochs map[int32]int64
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, lockPositionsSQL, plan.Group, plan.Topic, ps)
+		now, err := dedupe.LockPositions(ctx, tx, plan.Group, plan.Topic, ps)
 		if err != nil {
-			return err
-		}
-		now := map[int32]int64{}
-		var p int32
-		var o int64
-		if _, err := pgx.ForEachRow(rows, []any{&p, &o}, func() error { now[p] = o; return nil }); err != nil {
 			return err
 		}
 		for _, p := range ps {
@@ -194,12 +171,7 @@ func setPositions(ctx context.Context, db *pgxpool.Pool, plan Plan, ps []int32, 
 				return &MovedError{Group: plan.Group, Topic: plan.Topic, Partition: p, Planned: want, Now: cur}
 			}
 		}
-		rows, err = tx.Query(ctx, setPositionsSQL, plan.Group, plan.Topic, ps, offs)
-		if err != nil {
-			return err
-		}
-		var epoch int64
-		_, err = pgx.ForEachRow(rows, []any{&p, &epoch}, func() error { epochs[p] = epoch; return nil })
+		epochs, err = dedupe.ResetPositions(ctx, tx, plan.Group, plan.Topic, ps, offs)
 		return err
 	})
 	if err != nil {

@@ -10,16 +10,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/pipeline"
 )
 
 func newDLQCmd(c *CLI) *cobra.Command {
 	var (
-		f      pipeline.DeadLetterFilter
+		f      deadletter.Filter
 		since  time.Duration
 		asJSON bool
 	)
-	filter := func() pipeline.DeadLetterFilter {
+	filter := func() deadletter.Filter {
 		out := f
 		if since > 0 {
 			out.Since = time.Now().Add(-since)
@@ -49,7 +50,7 @@ claim, so nothing applies twice.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				ds, err := pipeline.ListDeadLetters(ctx, pool, filter())
+				ds, err := deadletter.List(ctx, pool, filter())
 				if err != nil {
 					return err
 				}
@@ -80,7 +81,7 @@ claim, so nothing applies twice.`,
 				return usageError{fmt.Errorf("dlq show: %q is not a dead-letter ID", args[0])}
 			}
 			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				ds, err := pipeline.ListDeadLetters(ctx, pool, pipeline.DeadLetterFilter{ID: id, Limit: 1})
+				ds, err := deadletter.List(ctx, pool, deadletter.Filter{ID: id, Limit: 1})
 				if err != nil {
 					return err
 				}
@@ -127,7 +128,7 @@ claim, so nothing applies twice.`,
 				if id == 0 {
 					fl := filter()
 					fl.Unresolved = true
-					ds, err := pipeline.ListDeadLetters(ctx, pool, fl)
+					ds, err := deadletter.List(ctx, pool, fl)
 					if err != nil {
 						return err
 					}
