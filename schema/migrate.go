@@ -221,10 +221,10 @@ func Check(ctx context.Context, db interface {
 		var have int64
 		err = db.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM `+pgx.Identifier{s.Table}.Sanitize()+` WHERE is_applied`).Scan(&have)
 		if err != nil {
-			return fmt.Errorf("the database schema is not migrated (%s: %v); fix: run `migrate` or start with `run --migrate`", s.Name, err)
+			return &NotMigratedError{Set: s.Name, Err: err}
 		}
 		if have < want {
-			return fmt.Errorf("the %s migrations are at version %d, this binary needs %d; fix: run `migrate` or start with `run --migrate`", s.Name, have, want)
+			return &NotMigratedError{Set: s.Name, Have: have, Want: want}
 		}
 	}
 	return nil
@@ -244,3 +244,23 @@ func latestVersion(fsys fs.FS) (int64, error) {
 	}
 	return latest, nil
 }
+
+// NotMigratedError is the database schema behind the binary's migrations.
+type NotMigratedError struct {
+	// Set names the migrations that are behind ("effectively" for the
+	// engine's).
+	Set string
+	// Have and Want are the set's versions in the database and in the
+	// binary; Err is set instead when its version table cannot be read.
+	Have, Want int64
+	Err        error
+}
+
+func (e *NotMigratedError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("the database schema is not migrated (%s: %v)", e.Set, e.Err)
+	}
+	return fmt.Sprintf("the %s migrations are at version %d, this binary needs %d", e.Set, e.Have, e.Want)
+}
+
+func (e *NotMigratedError) Unwrap() error { return e.Err }

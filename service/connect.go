@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -45,8 +46,9 @@ func checkPostgres(ctx context.Context, url string) error {
 	return conn.Close(ctx)
 }
 
-// checkSchema connects once and checks that the schema is migrated.
-func checkSchema(ctx context.Context, url string, sets []schema.Set) error {
+// checkSchema connects once and checks that the engine's and the build's
+// migrations are applied, naming the fix with the build's name.
+func (a *App) checkSchema(ctx context.Context, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
@@ -54,7 +56,12 @@ func checkSchema(ctx context.Context, url string, sets []schema.Set) error {
 		return postgresUnreachable(url, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	return schema.Check(ctx, conn, sets...)
+	err = schema.Check(ctx, conn, a.sets...)
+	var nm *schema.NotMigratedError
+	if errors.As(err, &nm) {
+		return fmt.Errorf("%w; fix: run `%s migrate` or start with `%s run --migrate`", err, a.name(), a.name())
+	}
+	return err
 }
 
 // openPool opens the worker's pool. Every session bounds how long it may wait

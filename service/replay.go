@@ -154,7 +154,7 @@ type replayer struct {
 }
 
 func newReplayer(ctx context.Context, c *CLI, topic string) (*replayer, error) {
-	if err := checkSchema(ctx, c.cfg.Postgres.URL, c.app.sets); err != nil {
+	if err := c.app.checkSchema(ctx, c.cfg.Postgres.URL); err != nil {
 		return nil, err
 	}
 	kcl, err := kgo.NewClient(kgo.SeedBrokers(c.cfg.Kafka.Brokers...), kgo.DialTimeout(5*time.Second),

@@ -27,7 +27,7 @@ type CLI struct {
 // withPool runs fn with a small pool on postgres.url, for operator commands.
 func (c *CLI) WithPool(cmd *cobra.Command, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	ctx := cmd.Context()
-	if err := checkSchema(ctx, c.cfg.Postgres.URL, c.app.sets); err != nil {
+	if err := c.app.checkSchema(ctx, c.cfg.Postgres.URL); err != nil {
 		return err
 	}
 	pool, err := openPool(ctx, c.cfg.Postgres, 1)

@@ -60,7 +60,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 
 	// The database, then the broker and the topics: their partition counts
 	// size the pool (one connection per partition this member may own).
-	if err := checkSchema(ctx, cfg.Postgres.URL, a.sets); err != nil {
+	if err := a.checkSchema(ctx, cfg.Postgres.URL); err != nil {
 		return err
 	}
 	counts, err := probeKafka(ctx, cfg, log)
