@@ -422,7 +422,7 @@ const claimsSQL = `
 SELECT event_key, topic, "partition", "offset", disposition, payload_hash
 FROM processed_events WHERE event_key = ANY($1)`
 
-// audit accounts for one chunk of records: two queries, whatever its size.
+// audit explains one chunk of records: two queries, whatever its size.
 func (a *auditor) audit(ctx context.Context, recs []*kgo.Record) error {
 	items := a.decodeAll(recs)
 	var parts []int32

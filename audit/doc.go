@@ -1,4 +1,4 @@
-// Package audit accounts for every record of a topic range (DESIGN.md,
+// Package audit explains every record of a topic range (DESIGN.md,
 // invariant 7): it reads the range from Kafka (read_committed, directly by
 // partition, no group), decodes each record with the worker's decoder for
 // the topic, and finds what became of it in PostgreSQL — a dead letter for

@@ -12,7 +12,7 @@ import (
 // to now. Producers hash keys over the partition count, so most resources
 // now land in another partition than their earlier events: until the old
 // partitions have drained, one resource's events are in two partitions and
-// may apply out of order (version gates keep account state right; parked
+// may apply out of order (version gates keep absolute state right; parked
 // and dependent events may wait or dead-letter).
 func WarnPartitionCount(log *zap.Logger, topic string, was, now int) {
 	log.Warn("the topic's partition count changed: keys now hash to other partitions, so one resource's events can sit in two "+

@@ -592,19 +592,19 @@ func TestOriginalHeaders(t *testing.T) {
 func TestPublishedRoundTrip(t *testing.T) {
 	t.Parallel()
 	p := pending{
-		id: 42, group: "g", topic: "accounts", partition: 5, offset: 99,
+		id: 42, group: "g", topic: "invoices", partition: 5, offset: 99,
 		headers: []byte(`[{"key":"effectively.dead_letter_id","value":"7"},{"key":"effectively.origin.topic","value":"forged"}]`),
 		reason:  "not_json", errText: "bad\x00" + strings.Repeat("é", MaxErrorBytes),
 	}
-	rec := p.record("accounts.dlq", 3)
+	rec := p.record("invoices.dlq", 3)
 	require.Equal(t, int32(2), rec.Partition)
 	require.LessOrEqual(t, len(lastHeader(rec, HeaderError)), MaxErrorBytes+len("…"))
 	require.NotContains(t, lastHeader(rec, HeaderError), "\x00")
 	rec.Offset = 12
 	got, ok := parsePublished(rec)
 	require.True(t, ok)
-	require.Equal(t, published{id: 42, topic: "accounts", partition: 5, offset: 99,
-		dlqTopic: "accounts.dlq", dlqPartition: 2, dlqOffset: 12}, got)
+	require.Equal(t, published{id: 42, topic: "invoices", partition: 5, offset: 99,
+		dlqTopic: "invoices.dlq", dlqPartition: 2, dlqOffset: 12}, got)
 
 	_, ok = parsePublished(&kgo.Record{Headers: []kgo.RecordHeader{{Key: HeaderDeadLetterID, Value: []byte("x")}}})
 	require.False(t, ok)

@@ -26,11 +26,11 @@ func seedExpired(t *testing.T, db pgtest.DB) {
 		// 10 old claims on t/0 at offsets 0..9 and t/1 at 100..109 (one of
 		// them still parked), 5 recent ones.
 		`INSERT INTO processed_events (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", claimed_at)
-		 SELECT 'old-' || p || '-' || i, 'cloudevents', decode(repeat('00', 32), 'hex'), 'account.opened', 'a', 'applied', 'g', 't', p, p * 100 + i, now() - interval '30 days' + i * interval '1 second'
+		 SELECT 'old-' || p || '-' || i, 'cloudevents', decode(repeat('00', 32), 'hex'), 'invoice.opened', 'a', 'applied', 'g', 't', p, p * 100 + i, now() - interval '30 days' + i * interval '1 second'
 		 FROM generate_series(0, 1) p, generate_series(0, 9) i`,
 		`UPDATE processed_events SET disposition = 'parked' WHERE event_key = 'old-1-9'`,
 		`INSERT INTO processed_events (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", claimed_at)
-		 SELECT 'new-' || i, 'cloudevents', decode(repeat('00', 32), 'hex'), 'account.opened', 'a', 'applied', 'g', 't', 0, 1000 + i, now() - interval '1 day'
+		 SELECT 'new-' || i, 'cloudevents', decode(repeat('00', 32), 'hex'), 'invoice.opened', 'a', 'applied', 'g', 't', 0, 1000 + i, now() - interval '1 day'
 		 FROM generate_series(1, 5) i`,
 		// Dead letters: old published (goes, offset 500 on t/2), old
 		// unpublished (stays), new published (stays).
@@ -40,7 +40,7 @@ func seedExpired(t *testing.T, db pgtest.DB) {
 		 ('g', 't', 2, 502, 'not_json', 'x', now() - interval '1 day', now() - interval '1 day')`,
 		// Outbox: old sent and suppressed go; old pending and recent sent stay.
 		`INSERT INTO outbox (event_key, operation, resource, method, target, request, idempotency_key, idempotent, state, updated_at)
-		 SELECT 'k' || i, 'crm.upsert_contact', 'a', 'PUT', 'http://x', '{}', 'ik' || i, true, s, u
+		 SELECT 'k' || i, 'erp.upsert_contact', 'a', 'PUT', 'http://x', '{}', 'ik' || i, true, s, u
 		 FROM (VALUES (1, 'sent', now() - interval '30 days'), (2, 'suppressed', now() - interval '30 days'),
 		              (3, 'pending', now() - interval '30 days'), (4, 'sent', now() - interval '1 day')) v(i, s, u)`,
 		// Parked events: old released and old dead-lettered (no resolved_at,

@@ -13,12 +13,12 @@ import (
 )
 
 const (
-	testTopic  = "accounts"
-	testSource = "https://accounts.example/"
+	testTopic  = "invoices"
+	testSource = "https://invoices.example/"
 	testKey    = "acc-1"
 )
 
-// event builds a structured-mode value: the envelope of an account.opened
+// event builds a structured-mode value: the envelope of an invoice.opened
 // event with the given members replaced (a nil value removes one). Members
 // keep a fixed order so that tests can compare bytes.
 func event(overrides map[string]any) []byte {
@@ -29,7 +29,7 @@ func event(overrides map[string]any) []byte {
 		{"specversion", "1.0"},
 		{"id", "evt-1"},
 		{"source", testSource},
-		{"type", "account.opened"},
+		{"type", "invoice.opened"},
 		{"subject", testKey},
 		{"time", "2026-01-02T03:04:05Z"},
 		{"datacontenttype", "application/json"},
@@ -96,13 +96,13 @@ func structured(value []byte) Record {
 	return Record{Topic: testTopic, Key: []byte(testKey), Value: value}
 }
 
-// binaryHeaders are the ce_ headers of the account.opened event of event().
+// binaryHeaders are the ce_ headers of the invoice.opened event of event().
 func binaryHeaders(overrides map[string]string) []Header {
 	hs := []struct{ k, v string }{
 		{"ce_specversion", "1.0"},
 		{"ce_id", "evt-1"},
 		{"ce_source", testSource},
-		{"ce_type", "account.opened"},
+		{"ce_type", "invoice.opened"},
 		{"ce_subject", testKey},
 		{"ce_time", "2026-01-02T03:04:05Z"},
 		{"ce_resourceversion", "3"},
@@ -164,10 +164,10 @@ func ledgerEvent(typ string) map[string]any {
 
 var webhookCfg = DecoderConfig{
 	Format: FormatJSON, KeyStrategy: StrategyField, KeyPointer: "/event/id",
-	IDPointer: "/event/id", TypePointer: "/event/type", SubjectPointer: "/account/id", VersionPointer: "/account/version",
+	IDPointer: "/event/id", TypePointer: "/event/type", SubjectPointer: "/invoice/id", VersionPointer: "/invoice/version",
 }
 
-const webhook = `{"event":{"id":"wh_1","type":"account.updated"},"account":{"id":"acc-1","version":7,"plan":"pro"}}`
+const webhook = `{"event":{"id":"wh_1","type":"invoice.updated"},"invoice":{"id":"acc-1","version":7,"plan":"pro"}}`
 
 // decodeCases holds one case per reason code and the happy paths. The fuzz
 // targets are seeded from it.
@@ -175,39 +175,39 @@ func decodeCases() []decodeCase {
 	long := strings.Repeat("k", 1000)
 	return []decodeCase{
 		// Happy paths.
-		{name: "structured account.opened", rec: structured(event(nil)), check: func(t *testing.T, ev Event) {
+		{name: "structured invoice.opened", rec: structured(event(nil)), check: func(t *testing.T, ev Event) {
 			require.Equal(t, testSource, ev.Source)
 			require.Equal(t, "evt-1", ev.ID)
-			require.Equal(t, "account.opened", ev.Type)
+			require.Equal(t, "invoice.opened", ev.Type)
 			require.Equal(t, testKey, ev.Subject)
 			require.Equal(t, int64(3), ev.Version)
 			require.Equal(t, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), ev.Time.UTC())
 			require.JSONEq(t, openedData, string(ev.Data))
-			require.Equal(t, "ce:25:https://accounts.example/:evt-1", ev.Key)
+			require.Equal(t, "ce:25:https://invoices.example/:evt-1", ev.Key)
 			require.Equal(t, StrategyCloudEvents, ev.Strategy)
-			require.Equal(t, payloadHash("account.opened", testKey, 3, mustParse(t, openedData)), ev.PayloadHash)
+			require.Equal(t, payloadHash("invoice.opened", testKey, 3, mustParse(t, openedData)), ev.PayloadHash)
 		}},
-		{name: "binary account.opened", rec: binary(binaryHeaders(nil), openedData), check: func(t *testing.T, ev Event) {
+		{name: "binary invoice.opened", rec: binary(binaryHeaders(nil), openedData), check: func(t *testing.T, ev Event) {
 			require.Equal(t, "evt-1", ev.ID)
 			require.Equal(t, int64(3), ev.Version)
-			require.Equal(t, "ce:25:https://accounts.example/:evt-1", ev.Key)
+			require.Equal(t, "ce:25:https://invoices.example/:evt-1", ev.Key)
 			require.Equal(t, openedData, string(ev.Data))
 		}},
-		{name: "structured ledger.credited without version", rec: structured(event(ledgerEvent("ledger.credited"))), check: func(t *testing.T, ev Event) {
-			require.Equal(t, "ledger.credited", ev.Type)
+		{name: "structured charge.credited without version", rec: structured(event(ledgerEvent("charge.credited"))), check: func(t *testing.T, ev Event) {
+			require.Equal(t, "charge.credited", ev.Type)
 			require.Zero(t, ev.Version)
-			require.Equal(t, "ce:25:https://accounts.example/:evt-2", ev.Key)
+			require.Equal(t, "ce:25:https://invoices.example/:evt-2", ev.Key)
 		}},
-		{name: "binary ledger.credited without version", rec: binary(binaryHeaders(map[string]string{
-			"ce_id": "evt-2", "ce_type": "ledger.credited", "ce_resourceversion": omit,
+		{name: "binary charge.credited without version", rec: binary(binaryHeaders(map[string]string{
+			"ce_id": "evt-2", "ce_type": "charge.credited", "ce_resourceversion": omit,
 		}), `{"amount_cents":1250,"currency":"EUR"}`), check: func(t *testing.T, ev Event) {
 			require.Zero(t, ev.Version)
-			require.Equal(t, "ce:25:https://accounts.example/:evt-2", ev.Key)
+			require.Equal(t, "ce:25:https://invoices.example/:evt-2", ev.Key)
 		}},
 		{name: "structured without data or time", rec: structured(event(map[string]any{"data": nil, "time": nil, "datacontenttype": nil})), check: func(t *testing.T, ev Event) {
 			require.Nil(t, ev.Data)
 			require.True(t, ev.Time.IsZero())
-			require.Equal(t, payloadHash("account.opened", testKey, 3, nil), ev.PayloadHash)
+			require.Equal(t, payloadHash("invoice.opened", testKey, 3, nil), ev.PayloadHash)
 		}},
 		{name: "null attributes are absent", rec: structured(event(map[string]any{"time": json.RawMessage("null"), "resourceversion": json.RawMessage("null")})), check: func(t *testing.T, ev Event) {
 			require.Zero(t, ev.Version)
@@ -222,7 +222,7 @@ func decodeCases() []decodeCase {
 		{name: "forged retry headers change nothing", rec: Record{Key: []byte(testKey), Value: event(nil), Headers: []Header{
 			{Key: "retry-count", Value: []byte("99")}, {Key: "x-attempt", Value: []byte("\xff")},
 		}}, check: func(t *testing.T, ev Event) {
-			require.Equal(t, "ce:25:https://accounts.example/:evt-1", ev.Key)
+			require.Equal(t, "ce:25:https://invoices.example/:evt-1", ev.Key)
 		}},
 		{name: "extension attributes are allowed", rec: structured(event(map[string]any{"traceparent": "00-abc", "sequence": json.RawMessage("7"), "flag": true})), check: func(t *testing.T, ev Event) {
 			require.Equal(t, "evt-1", ev.ID)
@@ -243,52 +243,52 @@ func decodeCases() []decodeCase {
 			require.Equal(t, int64(9223372036854775807), ev.Version)
 		}},
 		{name: "field strategy", cfg: DecoderConfig{KeyStrategy: StrategyField, KeyPointer: "/email"}, rec: structured(event(nil)), check: func(t *testing.T, ev Event) {
-			require.Equal(t, "field:25:https://accounts.example/:ada@example.com", ev.Key)
+			require.Equal(t, "field:25:https://invoices.example/:ada@example.com", ev.Key)
 			require.Equal(t, StrategyField, ev.Strategy)
 		}},
 		{name: "field strategy integer", cfg: DecoderConfig{KeyStrategy: StrategyField, KeyPointer: "/n"},
 			rec: structured(event(map[string]any{"data": json.RawMessage(`{"n":12345678901234567890}`)})), check: func(t *testing.T, ev Event) {
-				require.Equal(t, "field:25:https://accounts.example/:12345678901234567890", ev.Key)
+				require.Equal(t, "field:25:https://invoices.example/:12345678901234567890", ev.Key)
 			}},
 		{name: "field strategy pointer escaping", cfg: DecoderConfig{KeyStrategy: StrategyField, KeyPointer: "/a~1b/m~0n/1"},
 			rec: structured(event(map[string]any{"data": json.RawMessage(`{"a/b":{"m~n":["x","y"]},"a":{"b":"wrong"}}`)})), check: func(t *testing.T, ev Event) {
-				require.Equal(t, "field:25:https://accounts.example/:y", ev.Key)
+				require.Equal(t, "field:25:https://invoices.example/:y", ev.Key)
 			}},
 		{name: "natural strategy", cfg: DecoderConfig{KeyStrategy: StrategyNatural, NaturalKey: []string{"/email", "/plan"}}, rec: structured(event(nil)), check: func(t *testing.T, ev Event) {
 			want := sha256Hex(`["ada@example.com","pro"]`)
-			require.Equal(t, "natural:25:https://accounts.example/:"+want, ev.Key)
+			require.Equal(t, "natural:25:https://invoices.example/:"+want, ev.Key)
 			require.Equal(t, StrategyNatural, ev.Strategy)
 		}},
 		{name: "content-hash strategy", cfg: DecoderConfig{KeyStrategy: StrategyContentHash}, rec: structured(event(nil)), check: func(t *testing.T, ev Event) {
-			require.Equal(t, "content:25:https://accounts.example/:"+hex.EncodeToString(ev.PayloadHash[:]), ev.Key)
+			require.Equal(t, "content:25:https://invoices.example/:"+hex.EncodeToString(ev.PayloadHash[:]), ev.Key)
 			require.Equal(t, StrategyContentHash, ev.Strategy)
 		}},
-		{name: "long key is hashed", rec: structured(event(map[string]any{"source": "https://accounts.example/" + strings.Repeat("s", 600)})), check: func(t *testing.T, ev Event) {
-			want := "ce:625:https://accounts.example/" + strings.Repeat("s", 600) + ":evt-1"
+		{name: "long key is hashed", rec: structured(event(map[string]any{"source": "https://invoices.example/" + strings.Repeat("s", 600)})), check: func(t *testing.T, ev Event) {
+			want := "ce:625:https://invoices.example/" + strings.Repeat("s", 600) + ":evt-1"
 			require.Equal(t, "sha256:"+sha256Hex(want), ev.Key)
 			require.Len(t, ev.Key, len("sha256:")+64)
 		}},
 		{name: "json format webhook", cfg: webhookCfg, rec: Record{Topic: "billing", Key: []byte("acc-1"), Value: []byte(webhook)}, check: func(t *testing.T, ev Event) {
 			require.Equal(t, testTopic, ev.Source) // the decoder's topic
 			require.Equal(t, "wh_1", ev.ID)
-			require.Equal(t, "account.updated", ev.Type)
+			require.Equal(t, "invoice.updated", ev.Type)
 			require.Equal(t, "acc-1", ev.Subject)
 			require.Equal(t, int64(7), ev.Version)
-			require.Equal(t, "field:8:accounts:wh_1", ev.Key)
+			require.Equal(t, "field:8:invoices:wh_1", ev.Key)
 			require.Equal(t, webhook, string(ev.Data))
-			require.Equal(t, payloadHash("account.updated", "acc-1", 7, mustParse(t, webhook)), ev.PayloadHash)
+			require.Equal(t, payloadHash("invoice.updated", "acc-1", 7, mustParse(t, webhook)), ev.PayloadHash)
 		}},
 		{name: "json format without id pointer or version", cfg: DecoderConfig{Format: FormatJSON, KeyStrategy: StrategyContentHash, TypePointer: "/event/type", SubjectPointer: "/n"},
-			rec: Record{Key: []byte("42"), Value: []byte(`{"event":{"type":"ledger.credited"},"n":42}`)}, check: func(t *testing.T, ev Event) {
+			rec: Record{Key: []byte("42"), Value: []byte(`{"event":{"type":"charge.credited"},"n":42}`)}, check: func(t *testing.T, ev Event) {
 				require.Equal(t, "42", ev.Subject)
 				require.Zero(t, ev.Version)
 				require.Equal(t, ev.Key, ev.ID)
-				require.True(t, strings.HasPrefix(ev.Key, "content:8:accounts:"))
+				require.True(t, strings.HasPrefix(ev.Key, "content:8:invoices:"))
 			}},
-		{name: "json format natural key", cfg: DecoderConfig{Format: FormatJSON, KeyStrategy: StrategyNatural, NaturalKey: []string{"/account/id", "/account/version"},
-			TypePointer: "/event/type", SubjectPointer: "/account/id"},
+		{name: "json format natural key", cfg: DecoderConfig{Format: FormatJSON, KeyStrategy: StrategyNatural, NaturalKey: []string{"/invoice/id", "/invoice/version"},
+			TypePointer: "/event/type", SubjectPointer: "/invoice/id"},
 			rec: Record{Key: []byte("acc-1"), Value: []byte(webhook)}, check: func(t *testing.T, ev Event) {
-				require.Equal(t, "natural:8:accounts:"+sha256Hex(`["acc-1",7]`), ev.Key)
+				require.Equal(t, "natural:8:invoices:"+sha256Hex(`["acc-1",7]`), ev.Key)
 			}},
 
 		// One case (or a few) per reason code.
@@ -318,12 +318,12 @@ func decodeCases() []decodeCase {
 		{name: "empty id", rec: structured(event(map[string]any{"id": ""})), reason: ReasonMissingID},
 		{name: "null id", rec: structured(event(map[string]any{"id": json.RawMessage("null")})), reason: ReasonMissingID},
 		{name: "missing binary id", rec: binary(binaryHeaders(map[string]string{"ce_id": omit}), openedData), reason: ReasonMissingID},
-		{name: "missing json id", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(`{"event":{"type":"t"},"account":{"id":"acc-1"}}`)}, reason: ReasonMissingID},
+		{name: "missing json id", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(`{"event":{"type":"t"},"invoice":{"id":"acc-1"}}`)}, reason: ReasonMissingID},
 		{name: "missing source", rec: structured(event(map[string]any{"source": nil})), reason: ReasonMissingSource},
 		{name: "missing binary source", rec: binary(binaryHeaders(map[string]string{"ce_source": ""}), openedData), reason: ReasonMissingSource},
 		{name: "missing type", rec: structured(event(map[string]any{"type": nil})), reason: ReasonMissingType},
 		{name: "missing binary type", rec: binary(binaryHeaders(map[string]string{"ce_type": omit}), openedData), reason: ReasonMissingType},
-		{name: "missing json type", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(`{"event":{"id":"wh_1"},"account":{"id":"acc-1"}}`)}, reason: ReasonMissingType},
+		{name: "missing json type", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(`{"event":{"id":"wh_1"},"invoice":{"id":"acc-1"}}`)}, reason: ReasonMissingType},
 		{name: "missing subject, no partitionkey, no record key", rec: Record{Topic: testTopic, Value: event(map[string]any{"subject": nil})}, reason: ReasonMissingSubject},
 		{name: "missing subject where the topic requires one", cfg: DecoderConfig{RequireSubject: true}, rec: structured(event(map[string]any{"subject": nil, "partitionkey": testKey})), reason: ReasonMissingSubject},
 		{name: "missing binary subject where the topic requires one", cfg: DecoderConfig{RequireSubject: true}, rec: binary(binaryHeaders(map[string]string{"ce_subject": omit}), openedData), reason: ReasonMissingSubject},
@@ -337,13 +337,13 @@ func decodeCases() []decodeCase {
 		{name: "binary subject mismatch", rec: Record{Key: []byte("acc-2"), Value: []byte(openedData), Headers: binaryHeaders(nil)}, reason: ReasonSubjectMismatch},
 		{name: "numeric id", rec: structured(event(map[string]any{"id": json.RawMessage("17")})), reason: ReasonInvalidAttribute},
 		{name: "id with NUL", rec: structured(event(map[string]any{"id": "evt\u00001"})), reason: ReasonInvalidAttribute},
-		{name: "type with noncharacter", rec: structured(event(map[string]any{"type": "account.opened\ufffe"})), reason: ReasonInvalidAttribute},
-		{name: "source with lone surrogate", rec: structured([]byte(strings.Replace(string(event(nil)), `"source":"https://accounts.example/"`, `"source":"\ud800"`, 1))), reason: ReasonInvalidAttribute},
+		{name: "type with noncharacter", rec: structured(event(map[string]any{"type": "invoice.opened\ufffe"})), reason: ReasonInvalidAttribute},
+		{name: "source with lone surrogate", rec: structured([]byte(strings.Replace(string(event(nil)), `"source":"https://invoices.example/"`, `"source":"\ud800"`, 1))), reason: ReasonInvalidAttribute},
 		{name: "bad time", rec: structured(event(map[string]any{"time": "yesterday"})), reason: ReasonInvalidAttribute},
 		{name: "numeric time", rec: structured(event(map[string]any{"time": json.RawMessage("1700000000")})), reason: ReasonInvalidAttribute},
 		{name: "binary bad time", rec: binary(binaryHeaders(map[string]string{"ce_time": "2026-13-01T00:00:00Z"}), openedData), reason: ReasonInvalidAttribute},
 		{name: "object extension", rec: structured(event(map[string]any{"ext": map[string]any{"a": 1}})), reason: ReasonInvalidAttribute},
-		{name: "json subject not a string", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(`{"event":{"id":"wh_1","type":"t"},"account":{"id":true}}`)}, reason: ReasonInvalidAttribute},
+		{name: "json subject not a string", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(`{"event":{"id":"wh_1","type":"t"},"invoice":{"id":true}}`)}, reason: ReasonInvalidAttribute},
 		{name: "version zero", rec: structured(event(map[string]any{"resourceversion": json.RawMessage("0")})), reason: ReasonInvalidVersion},
 		{name: "version negative", rec: structured(event(map[string]any{"resourceversion": json.RawMessage("-4")})), reason: ReasonInvalidVersion},
 		{name: "version fractional", rec: structured(event(map[string]any{"resourceversion": json.RawMessage("1.5")})), reason: ReasonInvalidVersion},
@@ -361,7 +361,7 @@ func decodeCases() []decodeCase {
 		{name: "data with duplicate member", rec: structured(event(map[string]any{"data": json.RawMessage(`{"plan":"free","plan":"pro"}`)})), reason: ReasonInvalidData},
 		{name: "binary data with lone surrogate", rec: binary(binaryHeaders(nil), `{"name":"\udc00"}`), reason: ReasonInvalidData},
 		{name: "data number out of range", rec: structured(event(map[string]any{"data": json.RawMessage(`{"x":1e400}`)})), reason: ReasonInvalidData},
-		{name: "json payload duplicate member", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(`{"event":{"id":"a","id":"b","type":"t"},"account":{"id":"acc-1"}}`)}, reason: ReasonInvalidData},
+		{name: "json payload duplicate member", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(`{"event":{"id":"a","id":"b","type":"t"},"invoice":{"id":"acc-1"}}`)}, reason: ReasonInvalidData},
 		{name: "key field missing", cfg: DecoderConfig{KeyStrategy: StrategyField, KeyPointer: "/provider_id"}, rec: structured(event(nil)), reason: ReasonMissingKeyField},
 		{name: "key field boolean", cfg: DecoderConfig{KeyStrategy: StrategyField, KeyPointer: "/b"}, rec: structured(event(map[string]any{"data": json.RawMessage(`{"b":true}`)})), reason: ReasonMissingKeyField},
 		{name: "key field fraction", cfg: DecoderConfig{KeyStrategy: StrategyField, KeyPointer: "/b"}, rec: structured(event(map[string]any{"data": json.RawMessage(`{"b":1.5}`)})), reason: ReasonMissingKeyField},
@@ -435,8 +435,8 @@ func TestDecodeStructuredBinaryEquivalence(t *testing.T) {
 	// time; binary with the data re-serialised.
 	structuredValue := []byte(`{
 		"data": {"plan": "pro", "email": "ada@example.com", "name": "Ada"},
-		"resourceversion": 3, "subject": "acc-1", "type": "account.opened",
-		"source": "https://accounts.example/", "id": "evt-1", "specversion": "1.0",
+		"resourceversion": 3, "subject": "acc-1", "type": "invoice.opened",
+		"source": "https://invoices.example/", "id": "evt-1", "specversion": "1.0",
 		"time": "2026-05-05T00:00:00.123Z"
 	}`)
 	for _, cfg := range strategies {
@@ -468,7 +468,7 @@ func TestDecodeStructuredBinaryEquivalence(t *testing.T) {
 			v, err := d.Decode(binary(binaryHeaders(map[string]string{"ce_resourceversion": "4"}), openedData))
 			require.NoError(t, err)
 			require.NotEqual(t, s.PayloadHash, v.PayloadHash)
-			ty, err := d.Decode(binary(binaryHeaders(map[string]string{"ce_type": "account.updated"}), openedData))
+			ty, err := d.Decode(binary(binaryHeaders(map[string]string{"ce_type": "invoice.updated"}), openedData))
 			require.NoError(t, err)
 			require.NotEqual(t, s.PayloadHash, ty.PayloadHash)
 		})
@@ -535,21 +535,21 @@ func TestWarnings(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"topic webhooks uses key strategy content-hash: distinct events with identical content will collide and be treated as duplicates"}, d.Warnings())
 
-	d, err = NewDecoder(DecoderConfig{Topic: "accounts"})
+	d, err = NewDecoder(DecoderConfig{Topic: "invoices"})
 	require.NoError(t, err)
 	require.Empty(t, d.Warnings())
 }
 
 func TestPermanent(t *testing.T) {
 	t.Parallel()
-	base := errors.New("account has no currency")
+	base := errors.New("invoice has no currency")
 	require.NoError(t, Permanent(nil))
 
 	err := Permanent(base)
 	require.True(t, IsPermanent(err))
 	require.Equal(t, ReasonHandlerError, ReasonOf(err))
 	require.ErrorIs(t, err, base)
-	require.Equal(t, "permanent failure (handler_error): account has no currency", err.Error())
+	require.Equal(t, "permanent failure (handler_error): invoice has no currency", err.Error())
 
 	wrapped := fmt.Errorf("applying evt-1: %w", err)
 	require.True(t, IsPermanent(wrapped))

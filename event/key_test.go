@@ -112,7 +112,7 @@ func TestKeyFieldControlCharactersAreHashed(t *testing.T) {
 	require.NoError(t, err)
 	ev, err := d.Decode(binary(binaryHeaders(nil), `{"id":"a\u0000b"}`))
 	require.NoError(t, err)
-	require.Equal(t, "sha256:"+sha256Hex("field:25:https://accounts.example/:a\x00b"), ev.Key)
+	require.Equal(t, "sha256:"+sha256Hex("field:25:https://invoices.example/:a\x00b"), ev.Key)
 }
 
 func TestKeyFieldStringAndIntegerAgree(t *testing.T) {
@@ -123,7 +123,7 @@ func TestKeyFieldStringAndIntegerAgree(t *testing.T) {
 	require.NoError(t, err)
 	n, err := d.Decode(binary(binaryHeaders(nil), `{"id":42}`))
 	require.NoError(t, err)
-	require.Equal(t, "field:25:https://accounts.example/:42", s.Key)
+	require.Equal(t, "field:25:https://invoices.example/:42", s.Key)
 	require.Equal(t, s.Key, n.Key)
 
 	// Large integer IDs keep every digit: neighbours never collide.
@@ -179,8 +179,8 @@ func TestPayloadHashDefinition(t *testing.T) {
 	t.Parallel()
 	// The documented definition, spelled out: canonical JSON of the four
 	// members, version 0 when absent, data null when absent.
-	got := payloadHash("ledger.credited", "acc-1", 0, mustParse(t, `{ "currency":"EUR", "amount_cents":1250 }`))
-	want := sha256.Sum256([]byte(`{"data":{"amount_cents":1250,"currency":"EUR"},"resourceversion":0,"subject":"acc-1","type":"ledger.credited"}`))
+	got := payloadHash("charge.credited", "acc-1", 0, mustParse(t, `{ "currency":"EUR", "amount_cents":1250 }`))
+	want := sha256.Sum256([]byte(`{"data":{"amount_cents":1250,"currency":"EUR"},"resourceversion":0,"subject":"acc-1","type":"charge.credited"}`))
 	require.Equal(t, want, got)
 
 	got = payloadHash("t", "s\n", 5, nil)

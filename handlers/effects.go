@@ -157,7 +157,7 @@ func AppliedOrStale(ct pgconn.CommandTag) (dedupe.Disposition, error) {
 }
 
 // ReasonPrerequisiteMissing: a relative event for a resource that does not
-// exist (a ledger entry for an account never opened).
+// exist (an order line for an order never placed).
 const ReasonPrerequisiteMissing event.Reason = "prerequisite_missing"
 
 // ReasonUnknownType: no handler is registered for the event's type.

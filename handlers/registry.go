@@ -28,7 +28,7 @@ type Registry struct {
 // configuration (targets.<name>.url, env EFFECTIVELY_TARGETS_<NAME>_URL).
 // idempotent: the endpoint honours an Idempotency-Key header, so a call may
 // be repeated after a crash; false makes every call a recorded intent, made
-// at most once without an operator (a mail API).
+// at most once without an operator (a notification API).
 func (r *Registry) Target(name string, idempotent bool) {
 	if name == "" {
 		panic("handlers: a Target needs a name")
@@ -102,8 +102,8 @@ func (r *Registry) Types() []string {
 	return out
 }
 
-// Prerequisite is a resource some events cannot be applied without: a ledger
-// entry needs its account, an order line its order. An event of a type in
+// Prerequisite is a resource some events cannot be applied without: an
+// order line needs its order, a payment its invoice. An event of a type in
 // Waiting whose resource (its subject) does not exist yet is parked in
 // PostgreSQL, and so is every later event of that resource of a waiting
 // type (they queue behind it, in order). An event of a type in CreatedBy
@@ -112,11 +112,11 @@ func (r *Registry) Types() []string {
 // order. Parked events past parking.max_age or parking.max_attempts are
 // dead-lettered with reason prerequisite_missing.
 type Prerequisite struct {
-	// Name names the resource in logs and dead letters ("account").
+	// Name names the resource in logs and dead letters ("order").
 	Name string
 	// ExistsSQL is how the engine checks: a query that takes the resource
 	// IDs as $1 (text[]) and returns the ones that exist, one per row, e.g.
-	// SELECT id FROM accounts WHERE id = ANY($1).
+	// SELECT id FROM orders WHERE id = ANY($1).
 	ExistsSQL string
 	// CreatedBy are the event types whose application means the resource
 	// exists.

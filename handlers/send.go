@@ -19,7 +19,7 @@ type Target struct {
 	// Idempotent: the target honours an Idempotency-Key header, so a call
 	// may be repeated after a crash (the key is derived from the event key
 	// and the operation). False: recorded intent, the call is made at most
-	// once without an operator (a mail API).
+	// once without an operator (a notification API).
 	Idempotent bool
 }
 

@@ -171,7 +171,7 @@ type Action string
 
 // Resolutions of an unknown intent.
 const (
-	// ResolveSent: the call was made (the mail arrived); mark it sent.
+	// ResolveSent: the call was made (the message arrived); mark it sent.
 	ResolveSent Action = "sent"
 	// ResolveResend: the call was not made; deliver it again, once.
 	ResolveResend Action = "resend"

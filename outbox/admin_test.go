@@ -16,19 +16,19 @@ import (
 func TestRetryQueuesDeadLetteredAndSuppressedOnly(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	crm := newServer(t, status(http.StatusBadRequest), status(http.StatusOK))
-	b.record(t, crmIntent(crm.URL, "ev-1", "acct-1"))
-	old := crmIntent(crm.URL, "ev-2", "acct-2")
+	erp := newServer(t, status(http.StatusBadRequest), status(http.StatusOK))
+	b.record(t, crmIntent(erp.URL, "ev-1", "acct-1"))
+	old := crmIntent(erp.URL, "ev-2", "acct-2")
 	old.Suppressed = true
 	b.record(t, old)
 
 	_, err := b.d.DeliverOnce(b.ctx)
 	require.NoError(t, err)
-	st, _, _, _ := b.state(t, "ev-1", "crm.upsert_contact")
+	st, _, _, _ := b.state(t, "ev-1", "erp.upsert_contact")
 	require.Equal(t, "dead_lettered", st)
-	st, _, _, _ = b.state(t, "ev-2", "crm.upsert_contact")
+	st, _, _, _ = b.state(t, "ev-2", "erp.upsert_contact")
 	require.Equal(t, "suppressed", st, "a suppressed intent is never delivered on its own")
-	require.Len(t, crm.requests(), 1)
+	require.Len(t, erp.requests(), 1)
 
 	listed, err := List(b.ctx, b.db.Pool, Filter{State: DeadLettered})
 	require.NoError(t, err)
@@ -40,10 +40,10 @@ func TestRetryQueuesDeadLetteredAndSuppressedOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 	b.deliverUntil(t, 5*time.Second)
-	got := crm.requests()
+	got := erp.requests()
 	require.Len(t, got, 2)
 	require.Equal(t, got[0].key, got[1].key, "the retried call carries the same idempotency key")
-	st, _, _, _ = b.state(t, "ev-1", "crm.upsert_contact")
+	st, _, _, _ = b.state(t, "ev-1", "erp.upsert_contact")
 	require.Equal(t, "sent", st)
 
 	_, err = Retry(b.ctx, b.db.Pool, Filter{}, listed[0].ID)
@@ -57,7 +57,7 @@ func TestRetryQueuesDeadLetteredAndSuppressedOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 	b.deliverUntil(t, 5*time.Second)
-	require.Len(t, crm.requests(), 3)
+	require.Len(t, erp.requests(), 3)
 
 	counts, err := Counts(b.ctx, b.db.Pool)
 	require.NoError(t, err)
@@ -71,9 +71,9 @@ func TestMetrics(t *testing.T) {
 	b := setup(t)
 	reg := prometheus.NewRegistry()
 	b.d.opts.Metrics = NewMetrics(reg)
-	crm := newServer(t, status(http.StatusInternalServerError), status(http.StatusOK))
-	mail := newServer(t, status(http.StatusOK))
-	b.record(t, crmIntent(crm.URL, "ev-1", "acct-1"), mailIntent(mail.URL, "ev-1", "acct-1"), crmIntent(crm.URL, "ev-2", "acct-2"))
+	erp := newServer(t, status(http.StatusInternalServerError), status(http.StatusOK))
+	chat := newServer(t, status(http.StatusOK))
+	b.record(t, crmIntent(erp.URL, "ev-1", "acct-1"), mailIntent(chat.URL, "ev-1", "acct-1"), crmIntent(erp.URL, "ev-2", "acct-2"))
 
 	depth, err := QueueDepth(b.ctx, b.db.Pool)
 	require.NoError(t, err)
@@ -82,9 +82,9 @@ func TestMetrics(t *testing.T) {
 
 	b.deliverUntil(t, 5*time.Second)
 	m := b.d.opts.Metrics
-	require.Equal(t, 1.0, testutil.ToFloat64(m.deliveries.WithLabelValues("crm.upsert_contact", "retry")), "the first call got a 500")
-	require.Equal(t, 2.0, testutil.ToFloat64(m.deliveries.WithLabelValues("crm.upsert_contact", "sent")))
-	require.Equal(t, 1.0, testutil.ToFloat64(m.deliveries.WithLabelValues("mail.welcome", "sent")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.deliveries.WithLabelValues("erp.upsert_contact", "retry")), "the first call got a 500")
+	require.Equal(t, 2.0, testutil.ToFloat64(m.deliveries.WithLabelValues("erp.upsert_contact", "sent")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.deliveries.WithLabelValues("chat.welcome", "sent")))
 
 	depth, err = QueueDepth(b.ctx, b.db.Pool)
 	require.NoError(t, err)

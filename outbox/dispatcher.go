@@ -410,7 +410,7 @@ WHERE id = $1 AND (state = 'sending' OR ($2::text = 'sent' AND state = 'unknown'
 
 func (d *Dispatcher) record(ctx context.Context, c claimed, o outcome) error {
 	// The outcome is recorded even at shutdown: losing it would turn a
-	// delivered mail into an unknown one.
+	// delivered message into an unknown one.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	var status, lastErr any

@@ -102,29 +102,29 @@ func (b *bundle) deliverUntil(t *testing.T, within time.Duration) {
 	}, within, 5*time.Millisecond)
 }
 
-func crmIntent(url, eventKey, account string) Intent {
+func crmIntent(url, eventKey, invoice string) Intent {
 	return Intent{
-		EventKey: eventKey, Operation: "crm.upsert_contact", Resource: "crm:contact:" + account,
-		Method: http.MethodPut, Target: url + "/contacts/" + account,
-		Request: json.RawMessage(`{"id":"` + account + `"}`), Idempotent: true,
+		EventKey: eventKey, Operation: "erp.upsert_contact", Resource: "erp:contact:" + invoice,
+		Method: http.MethodPut, Target: url + "/contacts/" + invoice,
+		Request: json.RawMessage(`{"id":"` + invoice + `"}`), Idempotent: true,
 	}
 }
 
-func mailIntent(url, eventKey, account string) Intent {
+func mailIntent(url, eventKey, invoice string) Intent {
 	return Intent{
-		EventKey: eventKey, Operation: "mail.welcome", Resource: "mail:account:" + account,
+		EventKey: eventKey, Operation: "chat.welcome", Resource: "chat:invoice:" + invoice,
 		Method: http.MethodPost, Target: url,
-		Request: json.RawMessage(`{"to":"` + account + `@example.com"}`),
+		Request: json.RawMessage(`{"to":"` + invoice + `@example.com"}`),
 	}
 }
 
 func TestIdempotencyKey(t *testing.T) {
 	t.Parallel()
-	k := IdempotencyKey("ev-1", "crm.upsert_contact")
+	k := IdempotencyKey("ev-1", "erp.upsert_contact")
 	require.Len(t, k, 32)
-	require.Equal(t, k, IdempotencyKey("ev-1", "crm.upsert_contact"))
-	require.NotEqual(t, k, IdempotencyKey("ev-1", "mail.welcome"))
-	require.NotEqual(t, k, IdempotencyKey("ev-2", "crm.upsert_contact"))
+	require.Equal(t, k, IdempotencyKey("ev-1", "erp.upsert_contact"))
+	require.NotEqual(t, k, IdempotencyKey("ev-1", "chat.welcome"))
+	require.NotEqual(t, k, IdempotencyKey("ev-2", "erp.upsert_contact"))
 	// The separator keeps the parts apart.
 	require.NotEqual(t, IdempotencyKey("a", "bc"), IdempotencyKey("ab", "c"))
 }
@@ -132,33 +132,33 @@ func TestIdempotencyKey(t *testing.T) {
 func TestRecordTwiceIsOneRow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.record(t, crmIntent("http://crm", "ev-1", "acct-1"), mailIntent("http://mail", "ev-1", "acct-1"))
-	b.record(t, mailIntent("http://mail", "ev-1", "acct-1"), crmIntent("http://crm", "ev-1", "acct-1"))
+	b.record(t, crmIntent("http://erp", "ev-1", "acct-1"), mailIntent("http://chat", "ev-1", "acct-1"))
+	b.record(t, mailIntent("http://chat", "ev-1", "acct-1"), crmIntent("http://erp", "ev-1", "acct-1"))
 	require.EqualValues(t, 2, b.db.Count(t, `SELECT count(*) FROM outbox`))
-	require.EqualValues(t, 1, b.db.Count(t, `SELECT count(*) FROM outbox WHERE event_key = 'ev-1' AND operation = 'mail.welcome'`))
+	require.EqualValues(t, 1, b.db.Count(t, `SELECT count(*) FROM outbox WHERE event_key = 'ev-1' AND operation = 'chat.welcome'`))
 }
 
 func TestCRMServerErrorThenOKIsOneCallWithOneKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	crm := newServer(t, status(500), status(200))
-	b.record(t, crmIntent(crm.URL, "ev-1", "acct-1"))
+	erp := newServer(t, status(500), status(200))
+	b.record(t, crmIntent(erp.URL, "ev-1", "acct-1"))
 
 	n, err := b.d.DeliverOnce(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	st, attempts, last, _ := b.state(t, "ev-1", "crm.upsert_contact")
+	st, attempts, last, _ := b.state(t, "ev-1", "erp.upsert_contact")
 	require.Equal(t, "pending", st)
 	require.Equal(t, 1, attempts)
 	require.Equal(t, 500, *last)
 
 	b.deliverUntil(t, 5*time.Second)
-	st, attempts, _, _ = b.state(t, "ev-1", "crm.upsert_contact")
+	st, attempts, _, _ = b.state(t, "ev-1", "erp.upsert_contact")
 	require.Equal(t, "sent", st)
 	require.Equal(t, 2, attempts)
-	got := crm.requests()
+	got := erp.requests()
 	require.Len(t, got, 2)
-	want := IdempotencyKey("ev-1", "crm.upsert_contact")
+	want := IdempotencyKey("ev-1", "erp.upsert_contact")
 	for _, r := range got {
 		require.Equal(t, http.MethodPut, r.method)
 		require.Equal(t, "/contacts/acct-1", r.path)
@@ -170,11 +170,11 @@ func TestCRMServerErrorThenOKIsOneCallWithOneKey(t *testing.T) {
 func TestCRMTooManyRequestsHonoursRetryAfter(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	crm := newServer(t, func(w http.ResponseWriter) {
+	erp := newServer(t, func(w http.ResponseWriter) {
 		w.Header().Set("Retry-After", "1")
 		w.WriteHeader(http.StatusTooManyRequests)
 	}, status(204))
-	b.record(t, crmIntent(crm.URL, "ev-1", "acct-1"))
+	b.record(t, crmIntent(erp.URL, "ev-1", "acct-1"))
 
 	start := time.Now()
 	_, err := b.d.DeliverOnce(b.ctx)
@@ -185,29 +185,29 @@ func TestCRMTooManyRequestsHonoursRetryAfter(t *testing.T) {
 	n, err := b.d.DeliverOnce(b.ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	require.Len(t, crm.requests(), 1)
+	require.Len(t, erp.requests(), 1)
 
 	b.deliverUntil(t, 5*time.Second)
 	require.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond)
-	got := crm.requests()
+	got := erp.requests()
 	require.Len(t, got, 2)
 	require.Equal(t, got[0].key, got[1].key)
-	st, _, _, _ := b.state(t, "ev-1", "crm.upsert_contact")
+	st, _, _, _ := b.state(t, "ev-1", "erp.upsert_contact")
 	require.Equal(t, "sent", st)
 }
 
 func TestCRMBadRequestIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	crm := newServer(t, func(w http.ResponseWriter) {
+	erp := newServer(t, func(w http.ResponseWriter) {
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = io.WriteString(w, `{"error":"email rejected"}`+strings.Repeat("x", 10000))
 	})
-	b.record(t, crmIntent(crm.URL, "ev-1", "acct-1"))
+	b.record(t, crmIntent(erp.URL, "ev-1", "acct-1"))
 
 	_, err := b.d.DeliverOnce(b.ctx)
 	require.NoError(t, err)
-	st, _, last, lastErr := b.state(t, "ev-1", "crm.upsert_contact")
+	st, _, last, lastErr := b.state(t, "ev-1", "erp.upsert_contact")
 	require.Equal(t, "dead_lettered", st)
 	require.Equal(t, 400, *last)
 	require.Contains(t, *lastErr, "400 Bad Request")
@@ -217,14 +217,14 @@ func TestCRMBadRequestIsDeadLettered(t *testing.T) {
 	n, err := b.d.DeliverOnce(b.ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	require.Len(t, crm.requests(), 1)
+	require.Len(t, erp.requests(), 1)
 }
 
 func TestResourceOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	crm := newServer(t, status(503), status(200))
-	first, second := crmIntent(crm.URL, "ev-1", "acct-1"), crmIntent(crm.URL, "ev-2", "acct-1")
+	erp := newServer(t, status(503), status(200))
+	first, second := crmIntent(erp.URL, "ev-1", "acct-1"), crmIntent(erp.URL, "ev-2", "acct-1")
 	first.Request, second.Request = json.RawMessage(`{"n":1}`), json.RawMessage(`{"n":2}`)
 	b.record(t, first)
 	b.record(t, second)
@@ -233,7 +233,7 @@ func TestResourceOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the second intent waits while the first is pending")
 	b.deliverUntil(t, 5*time.Second)
-	got := crm.requests()
+	got := erp.requests()
 	require.Len(t, got, 3)
 	require.JSONEq(t, `{"n":1}`, got[0].body)
 	require.JSONEq(t, `{"n":1}`, got[1].body)
@@ -250,15 +250,15 @@ func (b *bundle) expire(t *testing.T) {
 func TestMailCrashBeforeCallBecomesUnknownAndResendSendsOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	mail := newServer(t, status(202))
-	b.record(t, mailIntent(mail.URL, "ev-1", "acct-1"))
+	chat := newServer(t, status(202))
+	b.record(t, mailIntent(chat.URL, "ev-1", "acct-1"))
 
 	// A dispatcher claims the intent (sending, committed) and dies before
 	// the call.
 	c, err := b.d.claim(b.ctx)
 	require.NoError(t, err)
 	require.Len(t, c, 1)
-	st, _, _, _ := b.state(t, "ev-1", "mail.welcome")
+	st, _, _, _ := b.state(t, "ev-1", "chat.welcome")
 	require.Equal(t, "sending", st)
 
 	// While the lease holds, nobody else touches it.
@@ -273,20 +273,20 @@ func TestMailCrashBeforeCallBecomesUnknownAndResendSendsOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n)
 	}
-	st, _, _, _ = b.state(t, "ev-1", "mail.welcome")
+	st, _, _, _ = b.state(t, "ev-1", "chat.welcome")
 	require.Equal(t, "unknown", st)
-	require.Empty(t, mail.requests(), "an unknown mail is never re-sent automatically")
+	require.Empty(t, chat.requests(), "an unknown chat is never re-sent automatically")
 
-	id := b.id(t, "ev-1", "mail.welcome")
+	id := b.id(t, "ev-1", "chat.welcome")
 	require.NoError(t, Resolve(b.ctx, b.db.Pool, id, ResolveResend))
 	b.deliverUntil(t, 5*time.Second)
 	for range 3 {
 		_, err = restarted.DeliverOnce(b.ctx)
 		require.NoError(t, err)
 	}
-	require.Len(t, mail.requests(), 1, "resend sends exactly one mail")
-	require.Empty(t, mail.requests()[0].key, "no Idempotency-Key: net/http would replay such a request itself")
-	st, _, _, _ = b.state(t, "ev-1", "mail.welcome")
+	require.Len(t, chat.requests(), 1, "resend sends exactly one chat")
+	require.Empty(t, chat.requests()[0].key, "no Idempotency-Key: net/http would replay such a request itself")
+	st, _, _, _ = b.state(t, "ev-1", "chat.welcome")
 	require.Equal(t, "sent", st)
 
 	require.ErrorIs(t, Resolve(b.ctx, b.db.Pool, id, ResolveResend), ErrNotUnknown)
@@ -297,43 +297,43 @@ func TestMailCrashBeforeCallBecomesUnknownAndResendSendsOnce(t *testing.T) {
 func TestMailCrashAfterCallBeforeRecordIsUnknownThenResolvedSent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	mail := newServer(t, status(202))
-	b.record(t, mailIntent(mail.URL, "ev-1", "acct-1"))
+	chat := newServer(t, status(202))
+	b.record(t, mailIntent(chat.URL, "ev-1", "acct-1"))
 
 	c, err := b.d.claim(b.ctx)
 	require.NoError(t, err)
 	require.Len(t, c, 1)
-	o := b.d.call(b.ctx, c[0]) // the mail leaves; the dispatcher dies before recording it
+	o := b.d.call(b.ctx, c[0]) // the chat leaves; the dispatcher dies before recording it
 	require.Equal(t, Sent, o.state)
-	require.Len(t, mail.requests(), 1)
+	require.Len(t, chat.requests(), 1)
 
 	b.expire(t)
 	_, err = b.d.DeliverOnce(b.ctx)
 	require.NoError(t, err)
-	st, _, _, _ := b.state(t, "ev-1", "mail.welcome")
+	st, _, _, _ := b.state(t, "ev-1", "chat.welcome")
 	require.Equal(t, "unknown", st)
-	require.NoError(t, Resolve(b.ctx, b.db.Pool, b.id(t, "ev-1", "mail.welcome"), ResolveSent))
+	require.NoError(t, Resolve(b.ctx, b.db.Pool, b.id(t, "ev-1", "chat.welcome"), ResolveSent))
 	for range 3 {
 		_, err = b.d.DeliverOnce(b.ctx)
 		require.NoError(t, err)
 	}
-	require.Len(t, mail.requests(), 1, "at most one mail, ever")
-	st, _, _, _ = b.state(t, "ev-1", "mail.welcome")
+	require.Len(t, chat.requests(), 1, "at most one chat, ever")
+	st, _, _, _ = b.state(t, "ev-1", "chat.welcome")
 	require.Equal(t, "sent", st)
 }
 
 func TestMailServerErrorIsUnknownNotRetried(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	mail := newServer(t, status(500))
-	b.record(t, mailIntent(mail.URL, "ev-1", "acct-1"))
+	chat := newServer(t, status(500))
+	b.record(t, mailIntent(chat.URL, "ev-1", "acct-1"))
 	for range 3 {
 		_, err := b.d.DeliverOnce(b.ctx)
 		require.NoError(t, err)
 		time.Sleep(10 * time.Millisecond)
 	}
-	require.Len(t, mail.requests(), 1)
-	st, _, last, _ := b.state(t, "ev-1", "mail.welcome")
+	require.Len(t, chat.requests(), 1)
+	st, _, last, _ := b.state(t, "ev-1", "chat.welcome")
 	require.Equal(t, "unknown", st)
 	require.Equal(t, 500, *last)
 }
@@ -341,27 +341,27 @@ func TestMailServerErrorIsUnknownNotRetried(t *testing.T) {
 func TestUnknownDoesNotBlockLaterIntents(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	mail := newServer(t, status(500), status(202))
-	b.record(t, mailIntent(mail.URL, "ev-1", "acct-1"))
-	b.record(t, mailIntent(mail.URL, "ev-2", "acct-1"))
+	chat := newServer(t, status(500), status(202))
+	b.record(t, mailIntent(chat.URL, "ev-1", "acct-1"))
+	b.record(t, mailIntent(chat.URL, "ev-2", "acct-1"))
 	b.deliverUntil(t, 5*time.Second)
-	require.Len(t, mail.requests(), 2)
-	st, _, _, _ := b.state(t, "ev-2", "mail.welcome")
+	require.Len(t, chat.requests(), 2)
+	st, _, _, _ := b.state(t, "ev-2", "chat.welcome")
 	require.Equal(t, "sent", st)
 }
 
 func TestRunDeliversAndStops(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	crm := newServer(t, status(200))
-	b.record(t, crmIntent(crm.URL, "ev-1", "acct-1"))
+	erp := newServer(t, status(200))
+	b.record(t, crmIntent(erp.URL, "ev-1", "acct-1"))
 	d := NewDispatcher(b.db.Pool, Options{Interval: 10 * time.Millisecond})
 	ctx, cancel := context.WithCancel(b.ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	require.Eventually(t, func() bool { return len(crm.requests()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(erp.requests()) == 1 }, 5*time.Second, 10*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
-	st, _, _, _ := b.state(t, "ev-1", "crm.upsert_contact")
+	st, _, _, _ := b.state(t, "ev-1", "erp.upsert_contact")
 	require.Equal(t, "sent", st)
 }

@@ -8,13 +8,13 @@
 // order), marks them sending under a lease and commits, makes the HTTP call
 // with no transaction open, and records the outcome:
 //
-//   - A target that honours Idempotency-Key (the CRM) gets a key derived
+//   - A target that honours Idempotency-Key (an inventory API) gets a key derived
 //     from (event key, operation), the same on every attempt; timeouts, 5xx
 //     and 429 are retried with capped, jittered backoff (at least
 //     Retry-After), other 4xx dead-letter the intent with the status.
-//   - A target without idempotency (the mail API) is called at most once by
+//   - A target without idempotency (a notification API) is called at most once by
 //     the dispatcher: an intent whose lease expires while sending (a crash
 //     between the call and its record), or whose call ended without a clear
 //     answer, becomes unknown and waits for an operator ([Dispatcher.Resolve]).
-//     A missing mail is recoverable; a second one is not.
+//     A missing message is recoverable; a second one is not.
 package outbox

@@ -36,7 +36,7 @@ const (
 type Intent struct {
 	// EventKey is the key of the event that caused the call.
 	EventKey string
-	// Operation names the call (crm.upsert_contact); with EventKey it
+	// Operation names the call (warehouse.reserve); with EventKey it
 	// identifies the intent and derives its idempotency key.
 	Operation string
 	// Resource orders delivery: an intent waits while an earlier one of

@@ -9,6 +9,6 @@
 //
 // Replaying is safe because the effects are keyed by the work: a re-read
 // record whose event key was claimed before is a duplicate and runs no
-// handler; state is version-gated, ledger rows are keyed by event, and
+// handler; state is version-gated, relative rows are keyed by event, and
 // side-effect intents are unique on (event key, operation).
 package replay

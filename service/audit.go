@@ -24,7 +24,7 @@ func newAuditCmd(c *CLI) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "audit --topic T [--from-time RFC3339] [--to-time RFC3339] [--group G]",
-		Short: "Account for every record of a topic range: applied, stale, parked, dead-lettered, duplicate, pruned — or unaccounted (exit 1)",
+		Short: "Explain every record of a topic range: applied, stale, parked, dead-lettered, duplicate, pruned — or unaccounted (exit 1)",
 		Long: `audit reads a topic range from Kafka (read_committed, no consumer group) and
 finds what became of each record in PostgreSQL:
 

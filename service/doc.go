@@ -17,7 +17,7 @@
 // audit, prune, produce, config and version, with the same flags,
 // configuration keys (EFFECTIVELY_… environment variables), metrics and exit
 // codes as the reference build (cmd/effectively, which is the engine plus
-// examples/accounts, wired through this package and nothing else).
+// the reference example, wired through this package and nothing else).
 //
 // Handlers receive newly claimed events only, in offset order, inside the
 // batch's transaction; they queue statements on handlers.Effects and never

@@ -22,7 +22,7 @@ func newOutboxCmd(c *CLI) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "outbox",
-		Short: "Inspect and settle side-effect intents (CRM sync, welcome mail)",
+		Short: "Inspect and settle side-effect intents (calls to the build's targets)",
 		Long: `A handler records each side effect as an intent, committed with its effect;
 the dispatcher in 'effectively run' delivers it. States: pending, sending, sent,
 unknown (a call without idempotency key may or may not have been made: it is
@@ -32,9 +32,9 @@ it with a 4xx).`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&state, "state", "", "only this state (pending, sending, sent, unknown, suppressed, dead_lettered)")
-	pf.StringVar(&f.Operation, "operation", "", "only this operation (crm.upsert_contact, mail.welcome)")
+	pf.StringVar(&f.Operation, "operation", "", "only this operation (e.g. warehouse.reserve)")
 	pf.StringVar(&f.EventKey, "event-key", "", "only the intents of this event")
-	pf.StringVar(&f.Resource, "resource", "", "only this resource (e.g. crm:contact:acct-1)")
+	pf.StringVar(&f.Resource, "resource", "", "only this resource (e.g. order:o-1)")
 	pf.BoolVar(&asJSON, "json", false, "print JSON")
 	filter := func() outbox.Filter { out := f; out.State = outbox.State(state); return out }
 
@@ -113,10 +113,10 @@ it with a 4xx).`,
 	resolve := &cobra.Command{
 		Use:   "resolve ID (--sent | --resend)",
 		Short: "Settle an unknown intent: --sent if the call arrived (check the target), --resend if it did not",
-		Long: `An intent without idempotency support (the welcome mail) that was caught
-mid-call by a crash is unknown: the mail may or may not have gone out, and a
-second mail is worse than a missing one, so it is never re-sent on its own.
-Check the target (the mail provider's log), then mark it --sent, or --resend to
+		Long: `An intent without idempotency support (a welcome message) that was caught
+mid-call by a crash is unknown: the message may or may not have gone out, and a
+second message is worse than a missing one, so it is never re-sent on its own.
+Check the target (the provider's log), then mark it --sent, or --resend to
 deliver it once more.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

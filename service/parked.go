@@ -18,12 +18,12 @@ func newParkedCmd(c *CLI) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "parked",
 		Short: "Inspect and resolve events waiting for a prerequisite",
-		Long: `Events whose prerequisite does not exist yet (a ledger entry for an account not
-yet opened) wait in parked_events. The prerequisite's arrival releases them in
+		Long: `Events whose prerequisite does not exist yet (an order line for an order not
+yet placed) wait in parked_events. The prerequisite's arrival releases them in
 their original order; a sweeper retries them with backoff and dead-letters
 them past parking.max_age or parking.max_attempts.`,
 	}
-	cmd.PersistentFlags().StringVar(&f.Resource, "resource", "", "only this resource (e.g. an account ID)")
+	cmd.PersistentFlags().StringVar(&f.Resource, "resource", "", "only this resource (e.g. an order ID)")
 	cmd.PersistentFlags().StringVar(&f.EventKey, "event-key", "", "only this event key")
 
 	list := &cobra.Command{

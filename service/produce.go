@@ -63,7 +63,7 @@ func newProduceCmd(c *CLI) *cobra.Command {
 		Short: "Send events to a topic (creating it if missing) with an idempotent producer",
 		Long: `Send events to a topic with an idempotent producer, keyed by resource ID.
 
-A build with a workload generator (the reference build's accounts, say)
+A build with a workload generator (the reference build's, say)
 also takes --events N and the generator's flags instead of --file.
 
 --file reads JSON lines: {"key": "acct-1", "value": {...CloudEvent...}, "headers": {"ce_id": "..."}}.

@@ -93,7 +93,7 @@ partition when it starts) and exits when done, with progress and a report by
 disposition. The main group's positions are untouched.
 
 Replaying is safe: a record whose event was applied before is a duplicate and
-runs no handler; state updates are version-gated, ledger entries keyed by event,
+runs no handler; state updates are version-gated, relative rows keyed by event,
 and side-effect intents unique per (event, operation), so nothing fires twice.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -1,5 +1,5 @@
--- Parking: events whose prerequisite does not exist yet (a ledger entry for
--- an account not yet opened) wait here, in PostgreSQL, not in headers.
+-- Parking: events whose prerequisite does not exist yet (an order line for
+-- an order not yet placed) wait here, in PostgreSQL, not in headers.
 
 -- +goose Up
 CREATE TABLE parked_events (

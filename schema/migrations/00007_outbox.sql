@@ -6,14 +6,14 @@
 CREATE TABLE outbox (
     id              bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     event_key       text        NOT NULL,
-    operation       text        NOT NULL,             -- crm.upsert_contact, mail.welcome, ...
+    operation       text        NOT NULL,             -- warehouse.reserve, notify.welcome, ...
     resource        text        NOT NULL,             -- intents of one resource are delivered in id order
     method          text        NOT NULL,
     target          text        NOT NULL,             -- the URL the call goes to
     request         jsonb       NOT NULL,             -- the request body
     idempotency_key text        NOT NULL,             -- derived from (event_key, operation)
     -- The target honours Idempotency-Key, so a call may be repeated. When
-    -- false (a mail API), an intent caught mid-call becomes 'unknown' and is
+    -- false (a notification API), an intent caught mid-call becomes 'unknown' and is
     -- never repeated without an operator.
     idempotent      boolean     NOT NULL,
     state           text        NOT NULL DEFAULT 'pending'

@@ -1,0 +1,81 @@
+package test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-io/effectively/test/pgtest"
+)
+
+// domainWords are the reference domain's words. The engine names no domain:
+// a team's events and tables are its own, and the reference domain lives in
+// examples/accounts like any team's would.
+var domainWords = regexp.MustCompile(`(?i)\b(accounts?|ledgers?|crm|mails?)\b`)
+
+// No engine package — every package of the module other than examples/…,
+// cmd/… and test/… — mentions the reference domain, in code, comments,
+// tests or migrations.
+func TestTheEngineNamesNoDomain(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-f", "{{.Dir}}", "github.com/effectively-io/effectively/...").Output()
+	require.NoError(t, err)
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	checked := 0
+	for _, dir := range strings.Fields(string(out)) {
+		rel, err := filepath.Rel(root, dir)
+		require.NoError(t, err)
+		if rel == "." || strings.HasPrefix(rel, "examples") || strings.HasPrefix(rel, "cmd") || strings.HasPrefix(rel, "test") {
+			continue
+		}
+		err = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && path != dir && d.Name() != "migrations" {
+				return filepath.SkipDir // another package, or test data
+			}
+			if ext := filepath.Ext(path); ext != ".go" && ext != ".sql" {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			checked++
+			for i, line := range strings.Split(string(b), "\n") {
+				if w := domainWords.FindString(line); w != "" {
+					t.Errorf("%s:%d names the reference domain (%q): %s", path, i+1, w, strings.TrimSpace(line))
+				}
+			}
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	require.Greater(t, checked, 50, "the engine's files were found")
+}
+
+// The engine's migrations alone create only the engine's tables.
+func TestTheEngineMigrationsCreateNoDomainTables(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	rows, err := db.Pool.Query(context.Background(),
+		`SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`, db.Schema)
+	require.NoError(t, err)
+	var names []string
+	for rows.Next() {
+		var n string
+		require.NoError(t, rows.Scan(&n))
+		names = append(names, n)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"consumer_offsets", "dead_letter_relay_cursors", "dead_letters", "effectively_schema_version", "outbox",
+		"parked_events", "processed_events", "prune_watermarks", "pruned_offsets", "topic_partitions", "topic_strategies"}, names)
+}
