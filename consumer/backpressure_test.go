@@ -69,12 +69,12 @@ func testSlowPartition(t *testing.T, maxRecords, maxBytes int) {
 
 	reg := prometheus.NewRegistry()
 	a := &blockingApplier{memApplier: newMemApplier(), blocked: 0, release: make(chan struct{})}
-	c, err := consumer.New(consumer.Options{
+	c, err := consumer.New(withDefaults(consumer.Options{
 		Brokers: cluster.ListenAddrs(), Group: "g", Topics: []string{"t"},
 		BatchMaxRecords: 10, MaxBufferedRecords: maxRecords, MaxBufferedBytes: maxBytes, SessionTimeout: 6 * time.Second, RebalanceTimeout: 5 * time.Second,
 		FetchMaxPartitionBytes: 1 << 10, // small fetches: the queue fills in steps
 		Logger:                 zaptest.NewLogger(t), Metrics: consumer.NewMetrics(reg),
-	}, a)
+	}), a)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

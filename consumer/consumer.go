@@ -15,8 +15,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// Options configure a Consumer. Zero durations and sizes take the defaults
-// documented on each field.
+// Options configure a Consumer. The options that are configuration keys
+// (batch size and linger, timeouts, backoff, metadata age) have their
+// defaults in package config, stated once; New refuses them unset rather
+// than falling back silently. The others default as documented.
 type Options struct {
 	// Brokers are the seed brokers.
 	Brokers []string
@@ -38,7 +40,7 @@ type Options struct {
 	// deleted unprocessed (a position past the end always stops).
 	OffsetOutOfRange string
 	// MetadataMaxAge is how often the client refreshes topic metadata, and
-	// so how soon a group notices a topic's new partitions (default 1 min).
+	// so how soon a group notices a topic's new partitions (> 0).
 	MetadataMaxAge time.Duration
 	// OnPartitionCount, when set, is called (from its own goroutine) when
 	// a topic is found to have grown while the member runs.
@@ -52,26 +54,26 @@ type Options struct {
 	// FetchMaxBytes and FetchMaxPartitionBytes bound what one fetch buffers.
 	FetchMaxBytes          int32
 	FetchMaxPartitionBytes int32
-	// BatchMaxRecords is the most records per Apply (default 500).
+	// BatchMaxRecords is the most records per Apply (> 0).
 	BatchMaxRecords int
-	// BatchLinger is how long a partition waits to fill a batch (default 0:
-	// apply what has arrived).
+	// BatchLinger is how long a partition waits to fill a batch (0: apply
+	// what has arrived).
 	BatchLinger time.Duration
 	// MaxBufferedRecords per partition before it is paused (default the
 	// larger of 4 × BatchMaxRecords and 10,000).
 	MaxBufferedRecords int
 	// MaxBufferedBytes per partition (keys and values) before it is
-	// paused (default 8 MiB): with large records the byte bound binds
-	// first, so a hostile topic cannot fill memory.
+	// paused (default MaxBufferedBytesDefault): with large records the byte
+	// bound binds first, so a hostile topic cannot fill memory.
 	MaxBufferedBytes int
 	// RevokeTimeout bounds the wait for a revoked partition's goroutine
-	// (default 10 s); it must end well inside RebalanceTimeout.
+	// (> 0); it must end well inside RebalanceTimeout.
 	RevokeTimeout time.Duration
 	// DrainTimeout bounds the graceful shutdown's wait for in-flight batches
-	// (default 30 s); after it they are cancelled.
+	// (default DrainTimeoutDefault); after it they are cancelled.
 	DrainTimeout time.Duration
 	// RetryInitial and RetryMax shape the capped, jittered exponential
-	// backoff between attempts of a failing batch (default 100 ms, 30 s).
+	// backoff between attempts of a failing batch (0 < initial ≤ max).
 	RetryInitial time.Duration
 	RetryMax     time.Duration
 	// Logger receives the consumer's and franz-go's logs.
@@ -88,12 +90,37 @@ type Options struct {
 	StopAt map[string]map[int32]int64
 }
 
+// Defaults of the options that are not configuration keys.
+const (
+	// DrainTimeoutDefault bounds a graceful shutdown's wait.
+	DrainTimeoutDefault = 30 * time.Second
+	// MaxBufferedBytesDefault is the per-partition byte bound.
+	MaxBufferedBytesDefault = 8 << 20
+)
+
+// validate refuses unset configuration-backed options, naming the key.
+func (o *Options) validate() error {
+	var errs []error
+	check := func(ok bool, field, key string) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("consumer: Options.%s is unset or out of range (configuration key %s)", field, key))
+		}
+	}
+	check(len(o.Brokers) > 0, "Brokers", "kafka.brokers")
+	check(o.Group != "", "Group", "kafka.group")
+	check(len(o.Topics) > 0, "Topics", "kafka.topics")
+	check(o.BatchMaxRecords > 0, "BatchMaxRecords", "consumer.batch_max_records")
+	check(o.BatchLinger >= 0, "BatchLinger", "consumer.batch_linger")
+	check(o.RevokeTimeout > 0, "RevokeTimeout", "consumer.revoke_timeout")
+	check(o.MetadataMaxAge > 0, "MetadataMaxAge", "kafka.metadata_max_age")
+	check(o.RetryInitial > 0, "RetryInitial", "retry.initial")
+	check(o.RetryMax >= o.RetryInitial, "RetryMax", "retry.max")
+	return errors.Join(errs...)
+}
+
 func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
-	}
-	if o.BatchMaxRecords <= 0 {
-		o.BatchMaxRecords = 500
 	}
 	if o.MaxBufferedRecords <= 0 {
 		// Pausing discards what the client has buffered for the partition
@@ -103,22 +130,10 @@ func (o *Options) setDefaults() {
 		o.MaxBufferedRecords = max(4*o.BatchMaxRecords, 10000)
 	}
 	if o.MaxBufferedBytes <= 0 {
-		o.MaxBufferedBytes = 8 << 20
-	}
-	if o.RevokeTimeout <= 0 {
-		o.RevokeTimeout = 10 * time.Second
+		o.MaxBufferedBytes = MaxBufferedBytesDefault
 	}
 	if o.DrainTimeout <= 0 {
-		o.DrainTimeout = 30 * time.Second
-	}
-	if o.MetadataMaxAge <= 0 {
-		o.MetadataMaxAge = time.Minute
-	}
-	if o.RetryInitial <= 0 {
-		o.RetryInitial = 100 * time.Millisecond
-	}
-	if o.RetryMax <= 0 {
-		o.RetryMax = 30 * time.Second
+		o.DrainTimeout = DrainTimeoutDefault
 	}
 }
 
@@ -159,10 +174,10 @@ type topicPartition struct {
 // New creates the group member; it does not connect until [Consumer.Run] or
 // [Consumer.Ping].
 func New(opts Options, applier Applier) (*Consumer, error) {
-	opts.setDefaults()
-	if len(opts.Brokers) == 0 || opts.Group == "" || len(opts.Topics) == 0 {
-		return nil, errors.New("consumer: brokers, group and topics are required")
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
+	opts.setDefaults()
 	hardCtx, hardCancel := context.WithCancel(context.Background())
 	c := &Consumer{
 		opts:       opts,

@@ -100,7 +100,7 @@ func startConsumer(t *testing.T, opts consumer.Options, a consumer.Applier) (sto
 	opts.Logger = zaptest.NewLogger(t)
 	opts.RetryInitial = 10 * time.Millisecond
 	opts.RetryMax = 50 * time.Millisecond
-	c, err := consumer.New(opts, a)
+	c, err := consumer.New(withDefaults(opts), a)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -239,7 +239,7 @@ func TestPartitionerMismatchIsCounted(t *testing.T) {
 	a := newMemApplier()
 	opts := consumer.Options{Brokers: kafkatest.Brokers(t), Group: kafkatest.NewGroup(t), Topics: []string{topic},
 		Logger: zaptest.NewLogger(t), Metrics: consumer.NewMetrics(reg)}
-	c, err := consumer.New(opts, a)
+	c, err := consumer.New(withDefaults(opts), a)
 	require.NoError(t, err)
 	c.Topics(map[string]int{topic: 4}, []string{topic})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -76,7 +76,7 @@ func TestNoCommitAfterRevoke(t *testing.T) {
 		}, a
 	}
 	run := func(o consumer.Options, a consumer.Applier) func() {
-		c, err := consumer.New(o, a)
+		c, err := consumer.New(withDefaults(o), a)
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
