@@ -145,16 +145,21 @@ func lookup(m map[string]any, key string) (any, bool) {
 	return nil, false
 }
 
+// remove deletes key from m, and the sections it leaves empty.
 func remove(m map[string]any, key string) {
-	segs := strings.Split(key, ".")
-	for _, s := range segs[:len(segs)-1] {
-		sub, ok := m[s].(map[string]any)
-		if !ok {
-			return
-		}
-		m = sub
+	seg, rest, nested := strings.Cut(key, ".")
+	if !nested {
+		delete(m, seg)
+		return
 	}
-	delete(m, segs[len(segs)-1])
+	sub, ok := m[seg].(map[string]any)
+	if !ok {
+		return
+	}
+	remove(sub, rest)
+	if len(sub) == 0 {
+		delete(m, seg)
+	}
 }
 
 func put(m map[string]any, key string, val any) {

@@ -1,0 +1,111 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/handlers"
+)
+
+// testApp is a small build: one handler, two targets, an older key kept,
+// a default topic and a command of its own.
+func testApp() *App {
+	app := New("orders")
+	app.Version = "v1.2.3"
+	app.HandleFunc("order.placed", func(context.Context, *handlers.Effects, event.Event) error { return nil })
+	app.Target("warehouse", true)
+	app.Target("notify", false)
+	app.Alias("effects.warehouse.url", "targets.warehouse.url")
+	app.Defaults(func(c *config.Config) { c.Kafka.Topics = []string{"orders"} })
+	app.Command(func(c *CLI) *cobra.Command {
+		return &cobra.Command{Use: "hello", RunE: func(*cobra.Command, []string) error {
+			_, err := c.Stdout().Write([]byte("hello from " + c.Config().Kafka.Topics[0] + "\n"))
+			return err
+		}}
+	})
+	return app
+}
+
+func run(t *testing.T, app *App, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err = app.Run(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+	return p
+}
+
+// The build's targets, older keys and defaults reach the configuration;
+// the engine's keys are all there too.
+func TestAppConfiguration(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "effects:\n  warehouse:\n    url: https://user:s3cret@wh.example/\ntargets:\n  notify:\n    url: https://notify.example/\n")
+	out, _, err := run(t, testApp(), "config", "--config", path)
+	require.NoError(t, err)
+	require.Contains(t, out, "warehouse:\n    url: https://user:xxxxx@wh.example/", "the older key sets the target; its password is redacted")
+	require.Contains(t, out, "notify:\n    url: https://notify.example/")
+	require.Contains(t, out, "  topics:\n    - orders", "the build's default topic")
+	require.NotContains(t, out, "s3cret")
+
+	_, _, err = run(t, testApp(), "config", "--config", writeFile(t, "targets:\n  warehouse:\n    url: https://a/\n  billing:\n    url: https://b/\n"))
+	require.Error(t, err)
+	require.Equal(t, 2, ExitCode(err))
+	require.Contains(t, err.Error(), "targets.billing")
+	require.Contains(t, err.Error(), "this build's targets are notify, warehouse")
+}
+
+// The wiring resolves declared targets against the configuration.
+func TestAppEnvResolvesTargets(t *testing.T) {
+	t.Parallel()
+	app := testApp()
+	cfg := config.DefaultsOf(app.extension())
+	cfg.Targets = map[string]config.Target{"warehouse": {URL: "https://wh.example/"}}
+	env := app.env(cfg)
+	require.Equal(t, handlers.Target{URL: "https://wh.example/", Idempotent: true}, env.Targets["warehouse"])
+	_, err := env.Target("notify")
+	require.ErrorIs(t, err, handlers.ErrTargetOff)
+	_, err = env.Target("billing")
+	require.Error(t, err)
+	require.NotErrorIs(t, err, handlers.ErrTargetOff)
+}
+
+// Every build has the whole command line, plus its own commands; usage
+// errors exit 2.
+func TestAppCommands(t *testing.T) {
+	t.Parallel()
+	out, _, err := run(t, testApp(), "--help")
+	require.NoError(t, err)
+	for _, c := range []string{"run", "migrate", "replay", "dlq", "parked", "outbox", "audit", "prune", "produce", "config", "version", "hello"} {
+		require.Contains(t, out, "\n  "+c+" ", "the build has %s", c)
+	}
+	require.True(t, strings.HasPrefix(out, "") && strings.Contains(out, "orders [command]"), "usage names the build")
+
+	out, _, err = run(t, testApp(), "version")
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(out, "orders v1.2.3 "), out)
+
+	out, _, err = run(t, testApp(), "hello")
+	require.NoError(t, err)
+	require.Equal(t, "hello from orders\n", out)
+
+	_, _, err = run(t, testApp(), "produce", "--events", "10")
+	require.Error(t, err, "without a workload generator, produce has no --events")
+	require.Equal(t, 2, ExitCode(err))
+
+	_, _, err = run(t, testApp(), "run", "--no-such-flag")
+	require.Equal(t, 2, ExitCode(err))
+}
