@@ -63,7 +63,7 @@ func TestDoorbellsConvergeAndSurviveASourceOutage(t *testing.T) {
 	api := &sourceAPI{versions: map[string]int64{}}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	r := newRig(t, 2, "EFFECTIVELY_SOURCES_ACCOUNTS_URL="+srv.URL+"/accounts", "EFFECTIVELY_RETRY_MAX=2s")
+	r := newRig(t, 2, "EFFECTIVELY_TARGETS_ACCOUNTS_URL="+srv.URL+"/accounts", "EFFECTIVELY_RETRY_MAX=2s")
 	cl := kafkatest.Producer(t, kgo.DefaultProduceTopic(r.topic))
 	send := func(recs ...*kgo.Record) {
 		t.Helper()

@@ -218,7 +218,7 @@ func TestSideEffectsLeaveOnce(t *testing.T) {
 		return http.StatusOK
 	})
 	mail, mailURL := newEffectsServer(t, true, nil)
-	r := newRig(t, 3, "EFFECTIVELY_EFFECTS_CRM_URL="+crmURL, "EFFECTIVELY_EFFECTS_MAIL_URL="+mailURL+"/welcome",
+	r := newRig(t, 3, "EFFECTIVELY_TARGETS_CRM_URL="+crmURL, "EFFECTIVELY_TARGETS_MAIL_URL="+mailURL+"/welcome",
 		"EFFECTIVELY_RETRY_INITIAL=50ms", "EFFECTIVELY_RETRY_MAX=500ms")
 	cfg := workload.Config{Accounts: 60, Events: 1500, Duplicates: 0.1, OutOfOrder: 0.1, Seed: 41}
 	exp := r.produce(t, cfg)
