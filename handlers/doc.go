@@ -5,7 +5,8 @@
 // (fetch-on-event); a Prerequisite tells the engine which events wait for
 // which resource to exist (parking).
 //
-// Handlers never call the outside world from Handle, never commit, and
-// validate before they queue: an event they can never apply returns
-// event.Permanent (dead-lettered with its reason), anything else is retried.
+// Handlers never call the outside world from Handle and never commit. An
+// event they can never apply returns event.Permanent (dead-lettered with
+// its reason, none of its queued statements applied); any other error is
+// retried with backoff while the partition is paused.
 package handlers

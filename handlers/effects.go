@@ -14,8 +14,9 @@ import (
 )
 
 // Handler applies the effect of one newly claimed event. It validates the
-// event's data (returning a event.Permanent error for data it can never apply)
-// and queues its statements on e. Handlers never call the outside world.
+// event's data (returning a permanent error for data it can never apply:
+// the event is dead-lettered and its queued statements dropped) and queues
+// its statements on e. Handlers never call the outside world.
 type Handler interface {
 	Handle(ctx context.Context, e *Effects, ev event.Event) error
 }
@@ -112,6 +113,16 @@ func (e *Effects) Origin() Origin { return e.origin }
 
 // Queued is the number of statements queued for the current event.
 func (e *Effects) Queued() int { return e.queued }
+
+// Discard drops the statements queued for the current event: the engine
+// calls it when a handler fails after queueing, so a permanent failure
+// dead-letters the event with none of its effects.
+func (e *Effects) Discard() {
+	n := len(e.batch.QueuedQueries) - e.queued
+	clear(e.batch.QueuedQueries[n:])
+	e.batch.QueuedQueries = e.batch.QueuedQueries[:n]
+	e.queued = 0
+}
 
 // Exec queues a statement; decide (nil: always applied) maps its command
 // tag to the event's disposition.

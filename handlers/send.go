@@ -44,10 +44,17 @@ type Request struct {
 	Body json.RawMessage
 }
 
-// ErrTargetOff is returned by Send for a target without a URL: the build
-// declared it, the deployment did not configure it. Handlers that treat a
-// side effect as optional ignore it.
+// ErrTargetOff is in the error Send returns for a target without a URL: the
+// build declared it, the deployment did not configure it. Handlers that
+// treat a side effect as optional ignore it (errors.Is); one that returns
+// it dead-letters the event with reason target_unconfigured, to be
+// redriven once the target is configured (the worker warns about such
+// targets at start-up).
 var ErrTargetOff = errors.New("the target has no URL configured")
+
+// ReasonTargetUnconfigured: a side effect to a declared target that has no
+// URL.
+const ReasonTargetUnconfigured event.Reason = "target_unconfigured"
 
 // Send records r as an outbox intent of the current event. An event whose
 // record is older than outbox.retention (a replay of old history) records
@@ -58,7 +65,7 @@ func (e *Effects) Send(r Request) error {
 	t, err := e.env.Target(r.Target)
 	switch {
 	case errors.Is(err, ErrTargetOff):
-		return err
+		return event.PermanentWithReason(ReasonTargetUnconfigured, fmt.Errorf("side effect %s: %w", r.Operation, err))
 	case err != nil:
 		return event.Permanent(fmt.Errorf("side effect %s: %w", r.Operation, err))
 	}

@@ -446,9 +446,7 @@ func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated b
 			if !event.IsPermanent(err) {
 				return fmt.Errorf("handling %s %s: %w", j.ev.Type, truncateKey(j.ev.Key), err)
 			}
-			if effects.Queued() > 0 {
-				return fmt.Errorf("handler of %s queued statements and then failed: handlers must validate before queueing", j.ev.Type)
-			}
+			effects.Discard() // none of a dead-lettered event's effects apply
 			j.settle("", err)
 			continue
 		}

@@ -81,6 +81,12 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	if err != nil {
 		return err
 	}
+	for _, name := range a.Targets() {
+		if t := cfg.Targets[name]; t.URL == "" {
+			log.Warn("a target of this build has no URL: events whose handlers need it are dead-lettered (target_unconfigured) until it is set and they are redriven",
+				zap.String("target", name), zap.String("fix", "set targets."+name+".url / "+config.EnvName("targets."+name+".url")))
+		}
+	}
 	changed, err := dedupe.RecordPartitionCounts(ctx, pool, counts)
 	if err != nil {
 		return err

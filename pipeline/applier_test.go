@@ -1,0 +1,87 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/effectively-io/effectively/consumer"
+	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/test/cetest"
+	"github.com/effectively-io/effectively/test/pgtest"
+)
+
+const topic = "things"
+
+// setup is the engine alone (its own migrations) with a domain made up
+// here: things, set by thing.set, and a target nobody configured.
+func setup(t *testing.T) (pgtest.DB, *pipeline.Applier) {
+	t.Helper()
+	db := pgtest.New(t)
+	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE things (id text PRIMARY KEY, color text NOT NULL)`)
+	require.NoError(t, err)
+	var reg handlers.Registry
+	reg.Target("painter", true)
+	reg.HandleFunc("thing.set", func(_ context.Context, fx *handlers.Effects, ev event.Event) error {
+		var d struct {
+			Color  string `json:"color"`
+			Refuse bool   `json:"refuse"`
+			Paint  bool   `json:"paint"`
+		}
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			return event.Permanent(err)
+		}
+		fx.Exec(nil, `INSERT INTO things (id, color) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET color = excluded.color`, ev.Subject, d.Color)
+		if d.Refuse {
+			// Failing after queueing: the statement above must not apply.
+			return event.PermanentWithReason("refused", nil)
+		}
+		if d.Paint {
+			return fx.Send(handlers.Request{Target: "painter", Operation: "painter.paint", Resource: ev.Subject, Method: http.MethodPost})
+		}
+		return nil
+	})
+	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
+	require.NoError(t, err)
+	return db, pipeline.NewApplier(db.Pool, pipeline.Options{
+		Decoders: map[string]*event.Decoder{topic: dec}, Handlers: &reg, Logger: zaptest.NewLogger(t),
+	})
+}
+
+func thing(id, subject string, data map[string]any) *kgo.Record {
+	return cetest.Record(topic, id, "thing.set", subject, 0, data)
+}
+
+// A handler that fails permanently after queueing statements dead-letters
+// its event with none of its effects, and its batch-mates commit; a side
+// effect to a declared target without a URL dead-letters the event
+// (target_unconfigured) instead of stopping the partition.
+func TestPermanentFailureAfterQueueingAppliesNothingOfThatEvent(t *testing.T) {
+	t.Parallel()
+	db, a := setup(t)
+	recs := []*kgo.Record{
+		thing("e1", "t1", map[string]any{"color": "red"}),
+		thing("e2", "t2", map[string]any{"color": "blue", "refuse": true}),
+		thing("e3", "t3", map[string]any{"color": "green", "paint": true}),
+		thing("e4", "t4", map[string]any{"color": "black"}),
+	}
+	for i, r := range recs {
+		r.Offset = int64(i)
+	}
+	res, err := a.ApplyBatch(context.Background(), consumer.Batch{Group: "g", Topic: topic, Partition: 0, Records: recs})
+	require.NoError(t, err)
+	require.Equal(t, map[dedupe.Disposition]int{dedupe.Applied: 2, dedupe.DeadLettered: 2}, res.Counts)
+	require.Equal(t, map[event.Reason]int{"refused": 1, handlers.ReasonTargetUnconfigured: 1}, res.DeadLetters)
+	require.Equal(t, int64(2), db.Count(t, `SELECT count(*) FROM things`))
+	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM things WHERE id IN ('t2', 't3')`))
+	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM outbox`))
+	require.Equal(t, int64(4), db.Count(t, `SELECT next_offset FROM consumer_offsets WHERE consumer_group = 'g' AND topic = $1`, topic))
+}
