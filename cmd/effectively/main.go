@@ -8,9 +8,15 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/effectively-io/effectively/crashpoint"
 )
 
 func main() {
+	if err := crashpoint.Check(); err != nil { // only a -tags crashpoint build reads EFFECTIVELY_CRASH_AT
+		fmt.Fprintln(os.Stderr, "effectively:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
