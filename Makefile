@@ -13,6 +13,7 @@ FUZZ_SHORT ?= 20000x
 
 .PHONY: build test test-on-stack vet demo bench bench-on-stack chaos fuzz stack-up stack-down stack-status stack-logs clean
 
+# The release: no crashpoint build tag (the fault suites build their binary with -tags crashpoint).
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/effectively
 
@@ -22,12 +23,14 @@ test:
 
 test-on-stack: vet build
 	$(GO) test $(TEST_FLAGS) ./...
+	$(GO) test -count=1 -tags crashpoint ./crashpoint/
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags crashpoint ./crashpoint/ ./cmd/effectively/
 
 ## fuzz: each fuzz target for FUZZTIME (make fuzz FUZZTIME=10m for long runs; make test runs FUZZ_SHORT executions of each).
 fuzz:

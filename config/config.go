@@ -100,6 +100,11 @@ type Postgres struct {
 type HTTP struct {
 	// Addr is the listen address, host:port; empty disables the server.
 	Addr string `mapstructure:"addr"`
+	// Pprof mounts Go's profiling endpoints (/debug/pprof/) on Addr. They
+	// are unauthenticated: whoever reaches Addr can read goroutine stacks
+	// and heap profiles and make the process spend CPU on profiling. Turn it
+	// on only where Addr is reachable by operators alone; off by default.
+	Pprof bool `mapstructure:"pprof"`
 }
 
 // Log configures the process logger.
@@ -281,6 +286,9 @@ type Topic struct {
 	RequireSubject bool `mapstructure:"require_subject"`
 }
 
+// HTTPPprofDefault is the default of http.pprof: profiles are not served.
+const HTTPPprofDefault = false
+
 const (
 	kib = 1 << 10
 	mib = 1 << 20
@@ -307,7 +315,7 @@ func Default() Config {
 		Postgres: Postgres{
 			URL: "postgres://effectively:effectively@127.0.0.1:15432/effectively?sslmode=disable",
 		},
-		HTTP: HTTP{Addr: "127.0.0.1:9410"},
+		HTTP: HTTP{Addr: "127.0.0.1:9410", Pprof: HTTPPprofDefault},
 		Log:  Log{Level: "info", Format: "json"},
 		Consumer: Consumer{
 			BatchMaxRecords:  500,

@@ -263,6 +263,9 @@ func (c Config) validate() []*FieldError {
 		if p := hostPortProblem(c.HTTP.Addr, false, 0); p != "" {
 			v.add("http.addr", c.HTTP.Addr, p+"; empty disables the server", setFix("http.addr", example("http.addr")))
 		}
+	} else if c.HTTP.Pprof {
+		v.add("http.pprof", "true", "needs the HTTP server, which http.addr = \"\" disables",
+			fmt.Sprintf("set http.addr (%s) to e.g. %s, or set http.pprof (%s) to false", where("http.addr"), example("http.addr"), where("http.pprof")))
 	}
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "json", "console")

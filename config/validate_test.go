@@ -111,6 +111,12 @@ func TestValidate(t *testing.T) {
 			want:   []string{`"localhost:99999"`, "between 0 and 65535", "empty disables"},
 		},
 		{
+			name:   "pprof without http server",
+			mutate: func(c *Config) { c.HTTP.Addr, c.HTTP.Pprof = "", true },
+			key:    "http.pprof",
+			want:   []string{`"true"`, "needs the HTTP server", "EFFECTIVELY_HTTP_ADDR", "EFFECTIVELY_HTTP_PPROF"},
+		},
+		{
 			name: "retention rule names all three values",
 			mutate: func(c *Config) {
 				c.Dedupe.Retention = 48 * time.Hour

@@ -1,16 +1,19 @@
 // Package httpserver serves the worker's operational endpoints: /metrics
 // (Prometheus), /healthz (the process is alive), /readyz (the worker can do
-// its job: database reachable, group joined, no partition retrying) and
-// /debug/pprof (Go profiles).
+// its job: database reachable, group joined, no partition retrying; checked
+// at most once a second) and, when [Options.Pprof] turns it on,
+// /debug/pprof (Go profiles, unauthenticated).
 package httpserver
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,47 +38,77 @@ type Server struct {
 
 // New listens on addr (so a port conflict fails at start-up) and prepares the
 // handlers.
-func New(addr string, gatherer prometheus.Gatherer, checks []Check, log *zap.Logger) (*Server, error) {
+func New(addr string, gatherer prometheus.Gatherer, checks []Check, log *zap.Logger, opts Options) (*Server, error) {
+	opts = opts.withDefaults()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	// Profiles, for finding where a worker's time goes (http.addr is
-	// localhost unless configured otherwise).
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	route := func(pattern string, h http.Handler) {
+		mux.Handle(pattern, writeDeadline(opts.WriteTimeout, 0, h))
+	}
+	route("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	if opts.Pprof {
+		// Profiles, for finding where a worker's time goes. Unauthenticated,
+		// hence off unless http.pprof turns them on. /debug/pprof/cmdline is
+		// left out: the command line can carry a postgres URL.
+		profile := func(pattern string, h http.HandlerFunc) {
+			mux.Handle(pattern, writeDeadline(opts.WriteTimeout, profileSecondsDefault*time.Second, h))
+		}
+		profile("GET /debug/pprof/", pprof.Index)
+		profile("GET /debug/pprof/profile", pprof.Profile)
+		profile("GET /debug/pprof/trace", pprof.Trace)
+		profile("GET /debug/pprof/symbol", pprof.Symbol)
+	}
+	route("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		status := map[string]string{}
-		ready := true
-		for _, c := range checks {
-			if err := c.Func(ctx); err != nil {
-				status[c.Name] = err.Error()
-				ready = false
-			} else {
-				status[c.Name] = "ok"
-			}
-		}
+	}))
+	ready := newReadiness(checks, ReadyMaxAge)
+	route("GET /readyz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ok, status := ready.get(r.Context())
 		w.Header().Set("Content-Type", "application/json")
-		if !ready {
+		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"ready": ready, "checks": status})
-	})
+		_ = json.NewEncoder(w).Encode(map[string]any{"ready": ok, "checks": status})
+	}))
 	return &Server{
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
+		srv: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: opts.ReadHeaderTimeout,
+			ReadTimeout:       opts.ReadTimeout,
+			// WriteTimeout stays 0: net/http/pprof refuses a profile at least
+			// as long as the server's WriteTimeout (the default 30 s one
+			// included). Every route sets its own write deadline instead
+			// (writeDeadline), the profiles a longer one.
+			IdleTimeout:    opts.IdleTimeout,
+			MaxHeaderBytes: opts.MaxHeaderBytes,
+		},
 		ln:  ln,
 		log: log,
 	}, nil
+}
+
+// writeDeadline serves h with the connection's write deadline d from now;
+// for a profile route (profileDefault > 0) d plus the profile's duration:
+// its seconds parameter, or profileDefault when there is none.
+func writeDeadline(d, profileDefault time.Duration, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := d // per request: a profile's extra time must not accumulate
+		if profileDefault > 0 {
+			extra := profileDefault
+			if sec, err := strconv.ParseInt(r.URL.Query().Get("seconds"), 10, 64); err == nil && sec > 0 && sec < math.MaxInt64/int64(time.Second) {
+				extra = time.Duration(sec) * time.Second
+			}
+			d += extra
+		}
+		// An error means the connection cannot take deadlines (only in
+		// tests with a recorder); the handler runs without one.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d))
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Addr is the address the server listens on.

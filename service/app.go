@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/crashpoint"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/schema"
 )
@@ -93,6 +94,12 @@ func (a *App) extension() config.Extension {
 // SIGTERM, and exits with its code: 0 success, 1 runtime failure, 2 bad
 // usage or configuration.
 func (a *App) Main() {
+	// Only a build with -tags crashpoint (the fault suites') reads
+	// EFFECTIVELY_CRASH_AT; there an unknown point is a usage error.
+	if err := crashpoint.Check(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", a.name(), err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := a.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

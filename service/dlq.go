@@ -12,6 +12,7 @@ import (
 
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/termsafe"
 )
 
 func newDLQCmd(c *CLI) *cobra.Command {
@@ -57,7 +58,7 @@ claim, so nothing applies twice.`,
 				if asJSON {
 					return c.PrintJSON(ds)
 				}
-				tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+				tw := tabwriter.NewWriter(termsafe.NewWriter(c.stdout), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tREASON\tORIGIN\tATTEMPTS\tFIRST SEEN\tPUBLISHED\tRESOLVED\tERROR")
 				for _, d := range ds {
 					fmt.Fprintf(tw, "%d\t%s\t%s/%d@%d\t%d\t%s\t%s\t%s\t%s\n", d.ID, d.Reason, d.Topic, d.Partition, d.Offset, d.Attempts,
@@ -92,7 +93,7 @@ claim, so nothing applies twice.`,
 				if asJSON {
 					return c.PrintJSON(d)
 				}
-				w := c.stdout
+				w := termsafe.NewWriter(c.stdout) // payloads, headers and errors are untrusted text
 				fmt.Fprintf(w, "id           %d\norigin       %s/%d@%d (group %s)\nreason       %s\nerror        %s\n", d.ID, d.Topic, d.Partition, d.Offset, d.Group, d.Reason, d.Error)
 				fmt.Fprintf(w, "attempts     %d (first %s, last %s)\n", d.Attempts, d.FirstSeen.Format(time.RFC3339), d.LastSeen.Format(time.RFC3339))
 				fmt.Fprintf(w, "event key    %s\nrecord key   %q\npublished    %s\nresolved     %s\n", deref(d.EventKey, "-"), d.RecordKey, yesNo(d.PublishedAt != nil), deref(d.Resolution, "-"))

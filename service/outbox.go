@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/termsafe"
 )
 
 func newOutboxCmd(c *CLI) *cobra.Command {
@@ -58,7 +59,7 @@ it with a 4xx).`,
 						Counts  map[outbox.State]int64 `json:"counts"`
 					}{is, counts})
 				}
-				tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+				tw := tabwriter.NewWriter(termsafe.NewWriter(c.stdout), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tSTATE\tOPERATION\tRESOURCE\tATTEMPTS\tSTATUS\tCREATED\tLAST ERROR")
 				for _, s := range is {
 					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.ID, s.State, s.Operation, s.Resource, s.Attempts,
@@ -95,7 +96,7 @@ it with a 4xx).`,
 				if asJSON {
 					return c.PrintJSON(s)
 				}
-				w := c.stdout
+				w := termsafe.NewWriter(c.stdout) // payloads, headers and errors are untrusted text
 				fmt.Fprintf(w, "id               %d\nstate            %s\noperation        %s\nevent key        %s\nresource         %s\n", s.ID, s.State, s.Operation, s.EventKey, s.Resource)
 				fmt.Fprintf(w, "call             %s %s\nidempotency key  %s (sent with the call: %s)\n", s.Method, s.Target, s.IdempotencyKey, yesNo(s.Idempotent))
 				fmt.Fprintf(w, "attempts         %d\nlast status      %s\nlast error       %s\n", s.Attempts, statusText(s.LastStatus), s.LastError)

@@ -127,7 +127,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 				}
 				return nil
 			}},
-		}, log.Named("http"))
+		}, log.Named("http"), httpserver.Options{Pprof: cfg.HTTP.Pprof})
 		if err != nil {
 			cons.Close()
 			return fmt.Errorf("http.addr %s: %w; fix: free the port or set http.addr / %s", cfg.HTTP.Addr, err, config.EnvName("http.addr"))

@@ -5,6 +5,7 @@
 # from Maven Central (stack/pom.xml) and caches in ~/.m2.
 #
 #   stack/stack.sh up|down|status|logs|env [pg|kafka]   (default: both)
+#   stack/stack.sh running [pg|kafka]   exit 0 when every named service is up, 1 if not (no output)
 #
 # Everything is idempotent: `up` on a running service is a no-op, `down` on a
 # stopped one too. Several instances can run side by side on other ports (the
@@ -267,7 +268,10 @@ case "$cmd:$what" in
   down:pg) pg_down ;;
   down:kafka) kafka_down ;;
   status:*) PGBIN=$(pg_bindir); status ;;
+  running:all) PGBIN=$(pg_bindir); pg_running && kafka_running ;;
+  running:pg) PGBIN=$(pg_bindir); pg_running ;;
+  running:kafka) kafka_running ;;
   logs:*) logs ;;
   env:*) env_out ;;
-  *) die "usage: stack.sh up|down|status|logs|env [all|pg|kafka]" ;;
+  *) die "usage: stack.sh up|down|status|running|logs|env [all|pg|kafka]" ;;
 esac

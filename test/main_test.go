@@ -24,7 +24,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "effectively")
-	args := []string{"build", "-o", binary}
+	// The crash-point hook exists only in a crashpoint build (never make build's).
+	args := []string{"build", "-tags", "crashpoint", "-o", binary}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
