@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-io/effectively/deadletter"
+	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/test/pgtest"
 )
 
@@ -19,7 +20,7 @@ import (
 // text, not as "clear the screen".
 func TestDLQShowEscapesControlCharacters(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
+	db := pgtest.New(t, accounts.Migrations())
 	const clear = "\x1b[2J"
 	var b pgx.Batch
 	deadletter.Queue(&b, deadletter.Letter{
