@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -15,19 +16,19 @@ import (
 )
 
 // Access is what a worker needs from the cluster: the ACLs docs/security.md
-// lists, by resource.
+// lists, by resource. In Kafka, READ and WRITE each imply DESCRIBE.
 type Access struct {
-	// Topics are consumed: READ and DESCRIBE.
+	// Topics are consumed: READ.
 	Topics []string
 	// DLQTopics receive dead letters through the relay, which also reads
-	// them back after a failover: WRITE, READ and DESCRIBE (and CREATE when
-	// the relay has to create a missing one, which is not checked here).
+	// them back after a failover: WRITE and READ (and CREATE when the relay
+	// has to create a missing one, which is not checked here).
 	DLQTopics []string
-	// Group is the consumer group: READ (which implies DESCRIBE).
+	// Group is the consumer group: READ.
 	Group string
-	// TransactionalID is the relay's: WRITE and DESCRIBE. Only DESCRIBE can
-	// be checked without fencing the running relay; a missing WRITE shows
-	// in the relay's log when it starts.
+	// TransactionalID is the relay's: WRITE. A coordinator lookup checks
+	// the DESCRIBE that WRITE implies; asking for WRITE itself would fence
+	// the running relay.
 	TransactionalID string
 }
 
@@ -36,15 +37,30 @@ type Access struct {
 // uses the authorized operations Kafka reports (KIP-430) for topics and the
 // group, and a coordinator lookup for the transactional ID; a broker that
 // reports no authorized operations (no authorizer) passes. Topics that do
-// not exist are left to the caller to report.
+// not exist are left to the caller to report. Retriable errors (a
+// coordinator still loading on a fresh cluster) are retried until ctx ends.
 func CheckAccess(ctx context.Context, cl *kgo.Client, k config.Kafka, a Access) error {
+	for {
+		err := checkAccess(ctx, cl, k, a)
+		if err == nil || !kerr.IsRetriable(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func checkAccess(ctx context.Context, cl *kgo.Client, k config.Kafka, a Access) error {
 	principal := Principal(k)
 	need := map[string][]kmsg.ACLOperation{}
 	for _, t := range a.Topics {
-		need[t] = append(need[t], kmsg.ACLOperationRead, kmsg.ACLOperationDescribe)
+		need[t] = append(need[t], kmsg.ACLOperationRead)
 	}
 	for _, t := range a.DLQTopics {
-		need[t] = append(need[t], kmsg.ACLOperationWrite, kmsg.ACLOperationRead, kmsg.ACLOperationDescribe)
+		need[t] = append(need[t], kmsg.ACLOperationWrite, kmsg.ACLOperationRead)
 	}
 	names := make([]string, 0, len(need))
 	for t := range need {
@@ -70,7 +86,9 @@ func CheckAccess(ctx context.Context, cl *kgo.Client, k config.Kafka, a Access) 
 			}
 			switch err := kerr.ErrorForCode(rt.ErrorCode); {
 			case errors.Is(err, kerr.TopicAuthorizationFailed):
-				return &Denied{Principal: principal, Operation: "DESCRIBE", ResourceType: "topic", Resource: name, Err: err}
+				// Not even DESCRIBE, which READ and WRITE imply: name the
+				// first ACL the docs list for the topic.
+				return &Denied{Principal: principal, Operation: need[name][0].String(), ResourceType: "topic", Resource: name, Err: err}
 			case err != nil:
 				continue // missing (UNKNOWN_TOPIC_OR_PARTITION): the caller reports it
 			}
@@ -109,7 +127,7 @@ func CheckAccess(ctx context.Context, cl *kgo.Client, k config.Kafka, a Access) 
 		r := adm.FindTxnCoordinators(ctx, a.TransactionalID)[a.TransactionalID]
 		switch {
 		case errors.Is(r.Err, kerr.TransactionalIDAuthorizationFailed):
-			return &Denied{Principal: principal, Operation: "WRITE and DESCRIBE", ResourceType: "transactional-id", Resource: a.TransactionalID, Err: r.Err}
+			return &Denied{Principal: principal, Operation: "WRITE", ResourceType: "transactional-id", Resource: a.TransactionalID, Err: r.Err}
 		case r.Err != nil:
 			return fmt.Errorf("asking Kafka for the coordinator of transactional ID %s: %w", a.TransactionalID, Explain(r.Err, k))
 		}

@@ -41,11 +41,11 @@ func Explain(err error, k config.Kafka) error {
 		return fmt.Errorf("the brokers do not accept kafka.sasl.mechanism %q on this listener: %w; fix: set kafka.sasl.mechanism (env %s) to one the listener enables (sasl.enabled.mechanisms), or point kafka.brokers at the right listener",
 			s.Mechanism, err, config.EnvName("kafka.sasl.mechanism"))
 	case errors.Is(err, kerr.TopicAuthorizationFailed):
-		return &Denied{Principal: Principal(k), Operation: "READ and DESCRIBE", ResourceType: "topic", Resource: strings.Join(k.Topics, ","), Err: err}
+		return &Denied{Principal: Principal(k), Operation: "READ", ResourceType: "topic", Resource: strings.Join(k.Topics, ","), Err: err}
 	case errors.Is(err, kerr.GroupAuthorizationFailed):
 		return &Denied{Principal: Principal(k), Operation: "READ", ResourceType: "group", Resource: k.Group, Err: err}
 	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
-		return &Denied{Principal: Principal(k), Operation: "WRITE and DESCRIBE", ResourceType: "transactional-id", Resource: "effectively-dlq-relay." + k.Group, Err: err}
+		return &Denied{Principal: Principal(k), Operation: "WRITE", ResourceType: "transactional-id", Resource: "effectively-dlq-relay." + k.Group, Err: err}
 	case errors.Is(err, kerr.ClusterAuthorizationFailed):
 		return &Denied{Principal: Principal(k), Operation: "IDEMPOTENT_WRITE", ResourceType: "cluster", Resource: "kafka-cluster", Err: err}
 	}

@@ -162,17 +162,13 @@ func TestKafkaSecurity(t *testing.T) {
 
 	// Each documented ACL class removed in turn: the worker refuses to
 	// start and names the operation and the resource.
-	for _, tc := range []struct {
-		acl  workerACL
-		want string
-	}{
-		{workerACL{"topic", topic, kadm.OpRead}, `missing ACL READ on topic "` + topic + `"`},
-		{workerACL{"topic", dlq, kadm.OpWrite}, `missing ACL WRITE on topic "` + dlq + `"`},
-		{workerACL{"group", group, kadm.OpRead}, `missing ACL READ on group "` + group + `"`},
-		{workerACL{"transactional-id", "effectively-dlq-relay." + group, kadm.OpDescribe},
-			`missing ACL WRITE and DESCRIBE on transactional-id "effectively-dlq-relay.` + group + `"`},
-	} {
-		t.Run("without "+tc.acl.operation.String()+" on "+tc.acl.resource, func(t *testing.T) {
+	for _, acl := range workerACLs(topic, group) {
+		want := "missing ACL " + acl.operation.String() + " on " + acl.resource + ` "` + acl.name + `"`
+		tc := struct {
+			acl  workerACL
+			want string
+		}{acl, want}
+		t.Run("without "+tc.acl.operation.String()+" on "+tc.acl.name, func(t *testing.T) {
 			k.revoke(t, worker, tc.acl)
 			defer k.grant(t, worker, tc.acl)
 			code, _, stderr := runCmd(t, scramEnv, "run")

@@ -90,14 +90,15 @@ type workerACL struct {
 }
 
 // workerACLs are exactly the ACLs docs/security.md documents for a worker
-// consuming topic in group (its dead-letter topic pre-created).
+// consuming topic in group (its dead-letter topic pre-created). READ and
+// WRITE imply DESCRIBE.
 func workerACLs(topic, group string) []workerACL {
 	dlq, txn := topic+".dlq", "effectively-dlq-relay."+group
 	return []workerACL{
-		{"topic", topic, kadm.OpRead}, {"topic", topic, kadm.OpDescribe},
-		{"topic", dlq, kadm.OpWrite}, {"topic", dlq, kadm.OpRead}, {"topic", dlq, kadm.OpDescribe},
+		{"topic", topic, kadm.OpRead},
+		{"topic", dlq, kadm.OpWrite}, {"topic", dlq, kadm.OpRead},
 		{"group", group, kadm.OpRead},
-		{"transactional-id", txn, kadm.OpWrite}, {"transactional-id", txn, kadm.OpDescribe},
+		{"transactional-id", txn, kadm.OpWrite},
 	}
 }
 

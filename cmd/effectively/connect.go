@@ -121,7 +121,7 @@ func checkKafka(ctx context.Context, cl *kgo.Client, k config.Kafka, topics []st
 	for _, t := range topics {
 		d, ok := details[t]
 		if ok && errors.Is(d.Err, kerr.TopicAuthorizationFailed) {
-			return nil, &broker.Denied{Principal: broker.Principal(k), Operation: "DESCRIBE", ResourceType: "topic", Resource: t, Err: d.Err}
+			return nil, &broker.Denied{Principal: broker.Principal(k), Operation: "READ", ResourceType: "topic", Resource: t, Err: d.Err}
 		}
 		if !ok || d.Err != nil {
 			missing = append(missing, t)
