@@ -84,6 +84,10 @@ type Kafka struct {
 	FetchMaxBytes int32 `mapstructure:"fetch_max_bytes"`
 	// FetchMaxPartitionBytes caps the bytes buffered per partition per fetch.
 	FetchMaxPartitionBytes int32 `mapstructure:"fetch_max_partition_bytes"`
+	// TLS is encryption and certificate checks of the broker connections.
+	TLS KafkaTLS `mapstructure:"tls"`
+	// SASL is how the clients authenticate to the brokers.
+	SASL KafkaSASL `mapstructure:"sasl"`
 }
 
 // Postgres configures the database connection pool.
@@ -311,6 +315,7 @@ func Default() Config {
 			ClientID:               "effectively",
 			FetchMaxBytes:          50 * mib,
 			FetchMaxPartitionBytes: 1 * mib,
+			SASL:                   KafkaSASL{Mechanism: SASLMechanismNone},
 		},
 		Postgres: Postgres{
 			URL: "postgres://effectively:effectively@127.0.0.1:15432/effectively?sslmode=disable",
@@ -370,15 +375,16 @@ func (c Config) TopicSettings(name string) Topic {
 const redactedPassword = "xxxxx"
 
 // Redacted returns a copy of c with the passwords in every URL field
-// (postgres.url, targets.*.url) replaced by "xxxxx". The user
-// name and everything else are kept.
+// (postgres.url, targets.*.url) and every secret key
+// (kafka.sasl.password) replaced by "xxxxx". The user name and everything
+// else are kept.
 func (c Config) Redacted() Config {
 	r := c.clone()
 	rv := reflect.ValueOf(&r).Elem()
 	for _, l := range leaves {
-		if isURLKey(l.key) {
+		if isURLKey(l.key) || isSecretKey(l.key) {
 			f := rv.FieldByIndex(l.index)
-			f.SetString(redactURL(f.String()))
+			f.SetString(redactValue(l.key, f.String()))
 		}
 	}
 	for n, t := range r.Targets {

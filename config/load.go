@@ -797,10 +797,7 @@ func displayValue(key string, raw any) string {
 	default:
 		s = formatValue(raw)
 	}
-	if isURLKey(key) {
-		s = redactURL(s)
-	}
-	return s
+	return redactValue(key, s)
 }
 
 // flowYAML renders a list or mapping from the file on one line, the way it

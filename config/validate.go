@@ -81,9 +81,7 @@ func shortDur(d time.Duration) string {
 type validator struct{ errs []*FieldError }
 
 func (v *validator) add(key, value, problem, fix string) {
-	if isURLKey(key) {
-		value = redactURL(value)
-	}
+	value = redactValue(key, value)
 	v.errs = append(v.errs, &FieldError{Key: key, Value: value, Problem: problem, Fix: fix})
 }
 
@@ -258,6 +256,7 @@ func (c Config) validate() []*FieldError {
 			fmt.Sprintf("set kafka.fetch_max_partition_bytes (%s) to at most %d, or raise kafka.fetch_max_bytes", where("kafka.fetch_max_partition_bytes"), k.FetchMaxBytes))
 	}
 
+	c.validateKafkaSecurity(&v)
 	c.validatePostgres(&v)
 	if c.HTTP.Addr != "" {
 		if p := hostPortProblem(c.HTTP.Addr, false, 0); p != "" {

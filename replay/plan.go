@@ -142,6 +142,8 @@ type Planner struct {
 	// record timestamps.
 	Admin   *kadm.Client
 	Brokers []string
+	// ExtraOpts are appended to the readers' franz-go options (TLS, SASL).
+	ExtraOpts []kgo.Opt
 	// StartOffset is where a partition without any position starts
 	// ("earliest" or "latest"), as kafka.start_offset says.
 	StartOffset string
@@ -369,10 +371,10 @@ func (pl *Planner) readAt(ctx context.Context, topic string, offsets map[int32]i
 	for p, o := range offsets {
 		at[p] = kgo.NewOffset().At(o)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(pl.Brokers...),
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(pl.Brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: at}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxPartitionBytes(64<<10), kgo.FetchMaxWait(200*time.Millisecond))
+		kgo.FetchMaxPartitionBytes(64 << 10), kgo.FetchMaxWait(200 * time.Millisecond)}, pl.ExtraOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("reading record timestamps: %w", err)
 	}

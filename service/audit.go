@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/effectively-io/effectively/audit"
+	"github.com/effectively-io/effectively/broker"
 )
 
 func newAuditCmd(c *CLI) *cobra.Command {
@@ -71,8 +72,12 @@ settings), so keys are derived exactly as the worker derives them.`,
 
 			var rep audit.Report
 			err = c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) (err error) {
+				kopts, err := broker.ClientOpts(c.cfg.Kafka, c.log.Named("kafka"))
+				if err != nil {
+					return err
+				}
 				rep, err = audit.Run(ctx, pool, audit.Options{
-					Brokers: c.cfg.Kafka.Brokers, Topic: topic, Group: group,
+					Brokers: c.cfg.Kafka.Brokers, Topic: topic, Group: group, ExtraOpts: kopts,
 					From: fromT, To: toT, Decoder: decoders[topic], MaxListed: maxListed,
 					Logger: c.log.Named("audit"),
 				})

@@ -10,8 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/effectively-io/effectively/broker"
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/schema"
 )
@@ -105,21 +107,28 @@ func setDefault(m map[string]string, k, v string) {
 
 // checkKafka pings the brokers and checks that every topic exists, bounded
 // by startupTimeout. It returns the partition count of each topic.
-func checkKafka(ctx context.Context, cl *kgo.Client, brokers, topics []string) (map[string]int, error) {
+func checkKafka(ctx context.Context, cl *kgo.Client, k config.Kafka, topics []string) (map[string]int, error) {
+	brokers := k.Brokers
 	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
 	if err := cl.Ping(ctx); err != nil {
+		if explained := broker.Explain(err, k); explained != err {
+			return nil, explained
+		}
 		return nil, fmt.Errorf("cannot reach Kafka at %s (kafka.brokers): %w; fix: start the broker (make stack-up) or set kafka.brokers / %s",
 			strings.Join(brokers, ","), err, config.EnvName("kafka.brokers"))
 	}
 	details, err := kadm.NewClient(cl).ListTopics(ctx, topics...)
 	if err != nil {
-		return nil, fmt.Errorf("listing topics on %s: %w", strings.Join(brokers, ","), err)
+		return nil, fmt.Errorf("listing topics on %s: %w", strings.Join(brokers, ","), broker.Explain(err, k))
 	}
 	counts := make(map[string]int, len(topics))
 	var missing []string
 	for _, t := range topics {
 		d, ok := details[t]
+		if ok && errors.Is(d.Err, kerr.TopicAuthorizationFailed) {
+			return nil, &broker.Denied{Principal: broker.Principal(k), Operation: "READ", ResourceType: "topic", Resource: t, Err: d.Err}
+		}
 		if !ok || d.Err != nil {
 			missing = append(missing, t)
 			continue

@@ -17,6 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kzap"
+
+	"github.com/effectively-io/effectively/broker"
+	"github.com/effectively-io/effectively/config"
 )
 
 // produceLine is one line of a JSON-lines input file: the record key, the
@@ -81,11 +84,9 @@ The topic is created with --partitions partitions when it does not exist.`,
 			if topic == "" {
 				topic = c.cfg.Kafka.Topics[0]
 			}
-			cl, err := kgo.NewClient(
-				kgo.SeedBrokers(c.cfg.Kafka.Brokers...),
+			cl, err := newKafkaClient(c.cfg, c.log.Named("kafka"),
 				kgo.DefaultProduceTopic(topic),
 				kgo.WithLogger(kzap.New(c.log.Named("kafka"), kzap.Level(kgo.LogLevelWarn))),
-				kgo.DialTimeout(5*time.Second),
 				kgo.ProducerLinger(5*time.Millisecond),
 				kgo.MaxBufferedRecords(produceMaxBuffered),
 				// A new topic's partitions answer NOT_LEADER for a moment
@@ -97,7 +98,7 @@ The topic is created with --partitions partitions when it does not exist.`,
 				return err
 			}
 			defer cl.Close()
-			if err := ensureTopic(ctx, cl, c.cfg.Kafka.Brokers, topic, partitions, recreate); err != nil {
+			if err := ensureTopic(ctx, cl, c.cfg.Kafka, topic, partitions, recreate); err != nil {
 				return err
 			}
 			if generate {
@@ -134,10 +135,14 @@ The topic is created with --partitions partitions when it does not exist.`,
 }
 
 // deletes it and creates it empty.
-func ensureTopic(ctx context.Context, cl *kgo.Client, brokers []string, topic string, partitions int32, recreate bool) error {
+func ensureTopic(ctx context.Context, cl *kgo.Client, k config.Kafka, topic string, partitions int32, recreate bool) error {
+	brokers := k.Brokers
 	ctx, cancel := context.WithTimeout(ctx, 2*startupTimeout)
 	defer cancel()
 	if err := cl.Ping(ctx); err != nil {
+		if explained := broker.Explain(err, k); explained != err {
+			return explained
+		}
 		return fmt.Errorf("cannot reach Kafka at %s (kafka.brokers): %w; fix: start the broker (make stack-up) or set kafka.brokers",
 			strings.Join(brokers, ","), err)
 	}
@@ -168,8 +173,14 @@ func ensureTopic(ctx context.Context, cl *kgo.Client, brokers []string, topic st
 				return fmt.Errorf("recreating topic %s: the old one is still being deleted: %w", topic, ctx.Err())
 			case <-time.After(200 * time.Millisecond):
 			}
+		case errors.Is(err, kerr.TopicAuthorizationFailed) && !recreate:
+			// A principal without CREATE may still write to an existing topic.
+			if d, lerr := adm.ListTopics(ctx, topic); lerr == nil && d.Has(topic) && d[topic].Err == nil {
+				return nil
+			}
+			return &broker.Denied{Principal: broker.Principal(k), Operation: "CREATE", ResourceType: "topic", Resource: topic, Err: err}
 		default:
-			return fmt.Errorf("creating topic %s: %w", topic, err)
+			return fmt.Errorf("creating topic %s: %w", topic, broker.Explain(err, k))
 		}
 	}
 }

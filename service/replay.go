@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/term"
 
+	"github.com/effectively-io/effectively/broker"
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/replay"
 )
@@ -157,12 +158,15 @@ func newReplayer(ctx context.Context, c *CLI, topic string) (*replayer, error) {
 	if err := c.app.checkSchema(ctx, c.cfg.Postgres.URL); err != nil {
 		return nil, err
 	}
-	kcl, err := kgo.NewClient(kgo.SeedBrokers(c.cfg.Kafka.Brokers...), kgo.DialTimeout(5*time.Second),
-		kgo.WithLogger(kzap.New(c.log.Named("kafka"), kzap.Level(kgo.LogLevelWarn))))
+	kopts, err := broker.ClientOpts(c.cfg.Kafka, c.log.Named("kafka"))
 	if err != nil {
 		return nil, err
 	}
-	if _, err := checkKafka(ctx, kcl, c.cfg.Kafka.Brokers, nil); err != nil {
+	kcl, err := kgo.NewClient(append(kopts, kgo.WithLogger(kzap.New(c.log.Named("kafka"), kzap.Level(kgo.LogLevelWarn))))...)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := checkKafka(ctx, kcl, c.cfg.Kafka, nil); err != nil {
 		kcl.Close()
 		return nil, err
 	}
@@ -184,7 +188,7 @@ func newReplayer(ctx context.Context, c *CLI, topic string) (*replayer, error) {
 		return nil, err
 	}
 	return &replayer{c: c, kcl: kcl, adm: adm, pool: pool, partitions: partitions,
-		planner: &replay.Planner{DB: pool, Admin: adm, Brokers: c.cfg.Kafka.Brokers, StartOffset: c.cfg.Kafka.StartOffset}}, nil
+		planner: &replay.Planner{DB: pool, Admin: adm, Brokers: c.cfg.Kafka.Brokers, StartOffset: c.cfg.Kafka.StartOffset, ExtraOpts: kopts}}, nil
 }
 
 func (r *replayer) close() {
@@ -369,8 +373,10 @@ func (r *replayer) bounded(ctx context.Context, f *replayFlags, from replay.From
 	reg := prometheus.NewRegistry()
 	kmetrics := kprom.NewMetrics("effectively_kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
 	progress, stopProgress := r.progress(f, total)
+	copts := consumerOptions(cfg, r.c.log.Named("replay"), nil, kmetrics)
+	copts.ExtraOpts = r.planner.ExtraOpts
 	rep, err := replay.Bounded(ctx, replay.BoundedOptions{
-		Consumer: consumerOptions(cfg, r.c.log.Named("replay"), nil, kmetrics),
+		Consumer: copts,
 		Applier:  applier,
 		Topic:    f.topic,
 		From:     fromOffs,

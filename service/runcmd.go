@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/plugin/kzap"
 	"go.uber.org/zap"
 
+	"github.com/effectively-io/effectively/broker"
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/deadletter"
@@ -94,7 +95,12 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	for _, ch := range changed {
 		consumer.WarnPartitionCount(log, ch.Topic, ch.Was, ch.Now)
 	}
+	kopts, err := broker.ClientOpts(cfg.Kafka, log.Named("kafka"))
+	if err != nil {
+		return err
+	}
 	copts := consumerOptions(cfg, log, consumer.NewMetrics(reg), kmetrics)
+	copts.ExtraOpts = kopts
 	copts.OnPartitionCount = func(topic string, n int) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
@@ -150,8 +156,9 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	relay, err := deadletter.NewRelay(pool, deadletter.RelayOptions{
 		DLQTopics: dlqTopics, Brokers: cfg.Kafka.Brokers,
 		RetryInitial: cfg.Retry.Initial, RetryMax: cfg.Retry.Max,
-		TransactionalID: "effectively-dlq-relay." + cfg.Kafka.Group,
+		TransactionalID: relayTransactionalID(cfg),
 		Logger:          log.Named("dlq_relay"),
+		ExtraOpts:       kopts,
 	})
 	if err != nil {
 		cons.Close()
@@ -209,13 +216,16 @@ func (a *App) env(cfg config.Config) handlers.Env {
 // probeKafka checks, with a short-lived client, that the brokers answer and
 // the topics exist, and returns the topics' partition counts.
 func probeKafka(ctx context.Context, cfg config.Config, log *zap.Logger) (map[string]int, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...), kgo.DialTimeout(5*time.Second),
-		kgo.WithLogger(kzap.New(log.Named("kafka"), kzap.Level(kgo.LogLevelWarn))))
+	cl, err := newKafkaClient(cfg, log.Named("kafka"), kgo.WithLogger(kzap.New(log.Named("kafka"), kzap.Level(kgo.LogLevelWarn))))
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-	return checkKafka(ctx, cl, cfg.Kafka.Brokers, cfg.Kafka.Topics)
+	counts, err := checkKafka(ctx, cl, cfg.Kafka, cfg.Kafka.Topics)
+	if err != nil {
+		return nil, err
+	}
+	return counts, checkAccess(ctx, cl, cfg)
 }
 
 // newDecoders builds each topic's decoder from its settings and logs the

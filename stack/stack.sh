@@ -15,6 +15,8 @@
 #   EFFECTIVELY_KAFKA_PORT         Kafka PLAINTEXT port         (19092)
 #   EFFECTIVELY_KAFKA_CONTROLLER_PORT  KRaft controller port    (PLAINTEXT+1)
 #   EFFECTIVELY_STACK_DIR          data, logs and libs          (/var/tmp/effectively)
+#   EFFECTIVELY_KAFKA_SECURITY     sasl_ssl: add SASL_SSL and mTLS listeners and
+#                                  the standard authorizer (stack/kafka-security.sh)
 #
 # Data and logs live outside the checkout (as root, a checkout under /root is
 # unreadable to the postgres user), one folder per instance:
@@ -40,6 +42,9 @@ log() { printf 'stack: %s\n' "$*" >&2; }
 die() { printf 'stack: error: %s\n' "$*" >&2; exit 1; }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# shellcheck source=kafka-security.sh
+. "$here/kafka-security.sh"
 
 # ---------------------------------------------------------------- PostgreSQL
 
@@ -171,6 +176,12 @@ kafka_up() {
   mkdir -p "$KAFKA_DIR"
   sed -e "s|@PORT@|$KAFKA_PORT|g" -e "s|@CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" \
       -e "s|@DATA@|$KAFKA_DIR/data|g" "$here/server.properties" >"$KAFKA_DIR/server.properties"
+  local format_args=()
+  if kafka_secure; then
+    secure_material
+    secure_properties
+    mapfile -t format_args < <(secure_format_args)
+  fi
   sed -e "s|@LOG@|$KAFKA_DIR/kafka.log|g" "$here/log4j2.yaml" >"$KAFKA_DIR/log4j2.yaml"
   local cp="$KAFKA_LIBS/*"
   if [ ! -f "$KAFKA_DIR/data/meta.properties" ]; then
@@ -178,7 +189,7 @@ kafka_up() {
     local cluster
     cluster=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
     java -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.yaml" -cp "$cp" kafka.tools.StorageTool format \
-      --standalone -g -t "$cluster" -c "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/format.log" 2>&1 \
+      --standalone -g -t "$cluster" -c "$KAFKA_DIR/server.properties" "${format_args[@]}" >"$KAFKA_DIR/format.log" 2>&1 \
       || { tail -20 "$KAFKA_DIR/format.log" >&2; die "formatting Kafka storage failed (log: $KAFKA_DIR/format.log)"; }
   fi
   # AppCDS: the first start writes a class-data archive, later starts map it
@@ -255,6 +266,7 @@ logs() {
 env_out() {
   echo "export EFFECTIVELY_TEST_POSTGRES_URL='$(pg_url)'"
   echo "export EFFECTIVELY_TEST_KAFKA_BROKERS='127.0.0.1:$KAFKA_PORT'"
+  if kafka_secure; then secure_env_out; fi
 }
 
 PGBIN=

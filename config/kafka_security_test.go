@@ -1,0 +1,135 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestValidateKafkaSecurity(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "secret")
+	require.NoError(t, os.WriteFile(file, []byte("s3cret\n"), 0o600))
+	missing := filepath.Join(dir, "missing.pem")
+
+	tests := []struct {
+		name   string
+		mutate func(k *Kafka)
+		key    string
+		want   []string // substrings of the message
+	}{
+		{"tls file without tls", func(k *Kafka) { k.TLS.CAFile = file }, "kafka.tls.ca_file",
+			[]string{"kafka.tls.enabled is false", "EFFECTIVELY_KAFKA_TLS_ENABLED"}},
+		{"ca file missing", func(k *Kafka) { k.TLS.Enabled, k.TLS.CAFile = true, missing }, "kafka.tls.ca_file",
+			[]string{"cannot be read", "no such file", "EFFECTIVELY_KAFKA_TLS_CA_FILE"}},
+		{"ca file is a directory", func(k *Kafka) { k.TLS.Enabled, k.TLS.CAFile = true, dir }, "kafka.tls.ca_file",
+			[]string{"is a directory"}},
+		{"cert without key", func(k *Kafka) { k.TLS.Enabled, k.TLS.CertFile = true, file }, "kafka.tls.key_file",
+			[]string{"must be set with kafka.tls.cert_file", "EFFECTIVELY_KAFKA_TLS_KEY_FILE"}},
+		{"key without cert", func(k *Kafka) { k.TLS.Enabled, k.TLS.KeyFile = true, file }, "kafka.tls.cert_file",
+			[]string{"must be set with kafka.tls.key_file"}},
+		{"unknown mechanism", func(k *Kafka) { k.SASL.Mechanism = "gssapi" }, "kafka.sasl.mechanism",
+			[]string{"must be one of none, plain, scram-sha-256, scram-sha-512, oauthbearer", "EFFECTIVELY_KAFKA_SASL_MECHANISM"}},
+		{"scram without username", func(k *Kafka) { k.SASL.Mechanism, k.SASL.Password = SASLMechanismScramSHA512, "pw" }, "kafka.sasl.username",
+			[]string{"must not be empty", "EFFECTIVELY_KAFKA_SASL_USERNAME"}},
+		{"scram without password", func(k *Kafka) { k.SASL.Mechanism, k.SASL.Username = SASLMechanismScramSHA256, "u" }, "kafka.sasl.password_file",
+			[]string{"needs a password", "EFFECTIVELY_KAFKA_SASL_PASSWORD_FILE", "EFFECTIVELY_KAFKA_SASL_PASSWORD)"}},
+		{"password and password file", func(k *Kafka) {
+			k.SASL.Mechanism, k.SASL.Username, k.SASL.Password, k.SASL.PasswordFile = SASLMechanismPlain, "u", "pw", file
+		}, "kafka.sasl.password_file", []string{"only one may be"}},
+		{"password file missing", func(k *Kafka) {
+			k.SASL.Mechanism, k.SASL.Username, k.SASL.PasswordFile = SASLMechanismPlain, "u", missing
+		}, "kafka.sasl.password_file", []string{"cannot be read"}},
+		{"password without mechanism", func(k *Kafka) { k.SASL.Password = "hunter2" }, "kafka.sasl.password",
+			[]string{`kafka.sasl.password = "xxxxx"`, "only used by kafka.sasl.mechanism plain"}},
+		{"oauthbearer without token file", func(k *Kafka) { k.SASL.Mechanism = SASLMechanismOAuthBearer }, "kafka.sasl.token_file",
+			[]string{"needs a token file", "EFFECTIVELY_KAFKA_SASL_TOKEN_FILE"}},
+		{"oauthbearer with a password", func(k *Kafka) {
+			k.SASL.Mechanism, k.SASL.TokenFile, k.SASL.Password = SASLMechanismOAuthBearer, file, "hunter2"
+		}, "kafka.sasl.password", []string{"only used by"}},
+		{"token file with scram", func(k *Kafka) {
+			k.SASL.Mechanism, k.SASL.Username, k.SASL.Password, k.SASL.TokenFile = SASLMechanismScramSHA256, "u", "pw", file
+		}, "kafka.sasl.token_file", []string{"only used by kafka.sasl.mechanism oauthbearer"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := Default()
+			tt.mutate(&c.Kafka)
+			fes := c.validate()
+			require.Len(t, fes, 1, "%v", fes)
+			require.Equal(t, tt.key, fes[0].Key)
+			msg := fes[0].Error()
+			for _, w := range tt.want {
+				require.Contains(t, msg, w)
+			}
+			require.NotContains(t, msg, "hunter2")
+		})
+	}
+}
+
+func TestValidKafkaSecurity(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o600))
+	for _, k := range []Kafka{
+		{TLS: KafkaTLS{Enabled: true}, SASL: KafkaSASL{Mechanism: SASLMechanismNone}},
+		{TLS: KafkaTLS{Enabled: true, CAFile: file, CertFile: file, KeyFile: file, ServerName: "kafka"}, SASL: KafkaSASL{Mechanism: SASLMechanismNone}},
+		{SASL: KafkaSASL{Mechanism: SASLMechanismPlain, Username: "u", Password: "p"}},
+		{SASL: KafkaSASL{Mechanism: SASLMechanismScramSHA256, Username: "u", PasswordFile: file}},
+		{SASL: KafkaSASL{Mechanism: SASLMechanismScramSHA512, Username: "u", Password: "p"}},
+		{SASL: KafkaSASL{Mechanism: SASLMechanismOAuthBearer, TokenFile: file}},
+	} {
+		c := Default()
+		c.Kafka.TLS, c.Kafka.SASL = k.TLS, k.SASL
+		require.NoError(t, c.Validate(), "%+v", k)
+	}
+}
+
+func TestSASLPasswordRedacted(t *testing.T) {
+	t.Parallel()
+
+	c := Default()
+	c.Kafka.SASL = KafkaSASL{Mechanism: SASLMechanismScramSHA512, Username: "worker", Password: "hunter2-secret"}
+	r := c.Redacted()
+	require.Equal(t, "xxxxx", r.Kafka.SASL.Password)
+	require.Equal(t, "worker", r.Kafka.SASL.Username)
+	require.Equal(t, "hunter2-secret", c.Kafka.SASL.Password, "the original is unchanged")
+	out, err := c.Dump()
+	require.NoError(t, err)
+	require.NotContains(t, string(out), "hunter2")
+	require.Contains(t, string(out), "password: xxxxx")
+	require.Contains(t, string(out), "mechanism: scram-sha-512")
+	// An empty password stays empty: "xxxxx" would read as a set password.
+	require.Empty(t, Default().Redacted().Kafka.SASL.Password)
+}
+
+func TestLoadKafkaSecurityFromEnv(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	require.NoError(t, os.WriteFile(ca, []byte("x"), 0o600))
+	t.Setenv("EFFECTIVELY_KAFKA_TLS_ENABLED", "true")
+	t.Setenv("EFFECTIVELY_KAFKA_TLS_CA_FILE", ca)
+	t.Setenv("EFFECTIVELY_KAFKA_TLS_SERVER_NAME", "kafka.example.com")
+	t.Setenv("EFFECTIVELY_KAFKA_SASL_MECHANISM", "scram-sha-256")
+	t.Setenv("EFFECTIVELY_KAFKA_SASL_USERNAME", "worker")
+	t.Setenv("EFFECTIVELY_KAFKA_SASL_PASSWORD", "from-env")
+	c, err := Load("", nil)
+	require.NoError(t, err)
+	require.Equal(t, KafkaTLS{Enabled: true, CAFile: ca, ServerName: "kafka.example.com"}, c.Kafka.TLS)
+	require.Equal(t, KafkaSASL{Mechanism: "scram-sha-256", Username: "worker", Password: "from-env"}, c.Kafka.SASL)
+
+	// A bad value of a secret key never appears in the error.
+	t.Setenv("EFFECTIVELY_KAFKA_SASL_MECHANISM", "none")
+	_, err = Load("", nil)
+	require.Error(t, err)
+	require.False(t, strings.Contains(err.Error(), "from-env"), err.Error())
+	require.Contains(t, err.Error(), "kafka.sasl.password")
+}
