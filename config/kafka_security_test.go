@@ -59,7 +59,7 @@ func TestValidateKafkaSecurity(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c := Default()
+			c := testDefault()
 			tt.mutate(&c.Kafka)
 			fes := c.validate()
 			require.Len(t, fes, 1, "%v", fes)
@@ -87,7 +87,7 @@ func TestValidKafkaSecurity(t *testing.T) {
 		{SASL: KafkaSASL{Mechanism: SASLMechanismScramSHA512, Username: "u", Password: "p"}},
 		{SASL: KafkaSASL{Mechanism: SASLMechanismOAuthBearer, TokenFile: file}},
 	} {
-		c := Default()
+		c := testDefault()
 		c.Kafka.TLS, c.Kafka.SASL = k.TLS, k.SASL
 		require.NoError(t, c.Validate(), "%+v", k)
 	}
@@ -96,7 +96,7 @@ func TestValidKafkaSecurity(t *testing.T) {
 func TestSASLPasswordRedacted(t *testing.T) {
 	t.Parallel()
 
-	c := Default()
+	c := testDefault()
 	c.Kafka.SASL = KafkaSASL{Mechanism: SASLMechanismScramSHA512, Username: "worker", Password: "hunter2-secret"}
 	r := c.Redacted()
 	require.Equal(t, "xxxxx", r.Kafka.SASL.Password)
@@ -108,7 +108,7 @@ func TestSASLPasswordRedacted(t *testing.T) {
 	require.Contains(t, string(out), "password: xxxxx")
 	require.Contains(t, string(out), "mechanism: scram-sha-512")
 	// An empty password stays empty: "xxxxx" would read as a set password.
-	require.Empty(t, Default().Redacted().Kafka.SASL.Password)
+	require.Empty(t, testDefault().Redacted().Kafka.SASL.Password)
 }
 
 func TestLoadKafkaSecurityFromEnv(t *testing.T) {
@@ -121,14 +121,14 @@ func TestLoadKafkaSecurityFromEnv(t *testing.T) {
 	t.Setenv("EFFECTIVELY_KAFKA_SASL_MECHANISM", "scram-sha-256")
 	t.Setenv("EFFECTIVELY_KAFKA_SASL_USERNAME", "worker")
 	t.Setenv("EFFECTIVELY_KAFKA_SASL_PASSWORD", "from-env")
-	c, err := Load("", nil)
+	c, err := Load("", nil, testExt)
 	require.NoError(t, err)
 	require.Equal(t, KafkaTLS{Enabled: true, CAFile: ca, ServerName: "kafka.example.com"}, c.Kafka.TLS)
 	require.Equal(t, KafkaSASL{Mechanism: "scram-sha-256", Username: "worker", Password: "from-env"}, c.Kafka.SASL)
 
 	// A bad value of a secret key never appears in the error.
 	t.Setenv("EFFECTIVELY_KAFKA_SASL_MECHANISM", "none")
-	_, err = Load("", nil)
+	_, err = Load("", nil, testExt)
 	require.Error(t, err)
 	require.False(t, strings.Contains(err.Error(), "from-env"), err.Error())
 	require.Contains(t, err.Error(), "kafka.sasl.password")

@@ -734,6 +734,7 @@ func suggestTopicField(k string) string {
 
 // examples are example values for keys whose default is empty.
 var examples = map[string]string{
+	"kafka.topics":       "orders",
 	"kafka.instance_id":  "effectively-0",
 	"postgres.max_conns": "20",
 }
