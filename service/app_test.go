@@ -108,4 +108,11 @@ func TestAppCommands(t *testing.T) {
 
 	_, _, err = run(t, testApp(), "run", "--no-such-flag")
 	require.Equal(t, 2, ExitCode(err))
+
+	// Deleting a topic is asked for; without a terminal it needs --yes, and
+	// nothing is contacted before that.
+	_, _, err = run(t, testApp(), "produce", "--recreate", "--kafka-brokers", "127.0.0.1:1")
+	require.Error(t, err)
+	require.Equal(t, 2, ExitCode(err))
+	require.Contains(t, err.Error(), "delete topic orders and every record in it; confirm with --yes")
 }

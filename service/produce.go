@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kzap"
+	"golang.org/x/term"
 
 	"github.com/effectively-io/effectively/broker"
 	"github.com/effectively-io/effectively/config"
@@ -60,6 +61,7 @@ func newProduceCmd(c *CLI) *cobra.Command {
 		file       string
 		partitions int32
 		recreate   bool
+		yes        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "produce",
@@ -83,6 +85,11 @@ The topic is created with --partitions partitions when it does not exist.`,
 			}
 			if topic == "" {
 				topic = c.cfg.Kafka.Topics[0]
+			}
+			if recreate && !yes {
+				if err := confirm(c, fmt.Sprintf("delete topic %s and every record in it", topic)); err != nil {
+					return err
+				}
 			}
 			cl, err := newKafkaClient(c.cfg, c.log.Named("kafka"),
 				kgo.DefaultProduceTopic(topic),
@@ -127,7 +134,8 @@ The topic is created with --partitions partitions when it does not exist.`,
 	cmd.Flags().StringVar(&topic, "topic", "", "topic to produce to (default: the first of kafka.topics)")
 	cmd.Flags().StringVar(&file, "file", "", "JSON-lines file of records to send ('-' for stdin)")
 	cmd.Flags().Int32Var(&partitions, "partitions", 8, "partitions of the topic when it is created")
-	cmd.Flags().BoolVar(&recreate, "recreate", false, "delete the topic and create it empty first (demos and tests; destroys its records)")
+	cmd.Flags().BoolVar(&recreate, "recreate", false, "delete the topic and create it empty first (demos and tests; destroys its records; asks first unless --yes)")
+	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask before a destructive step (--recreate)")
 	if c.app.workload != nil {
 		c.app.workload.Flags(cmd.Flags())
 	}
@@ -212,4 +220,19 @@ func produceLines(ctx context.Context, cl *kgo.Client, in io.Reader) (int, error
 		return 0, fmt.Errorf("producing: %w", err)
 	}
 	return len(recs), nil
+}
+
+// confirm asks on the terminal before a destructive step. Without a
+// terminal there is nobody to ask: the step needs --yes.
+func confirm(c *CLI, what string) error {
+	in, ok := c.stdin.(*os.File)
+	if !ok || !term.IsTerminal(int(in.Fd())) {
+		return usageError{fmt.Errorf("this would %s; confirm with --yes", what)}
+	}
+	fmt.Fprintf(c.stderr, "This will %s. Type yes to go on: ", what)
+	answer, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil || strings.TrimSpace(answer) != "yes" {
+		return usageError{fmt.Errorf("not confirmed: nothing was deleted")}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -22,6 +23,7 @@ type CLI struct {
 	log        *zap.Logger
 	stdout     io.Writer
 	stderr     io.Writer
+	stdin      io.Reader
 }
 
 // withPool runs fn with a small pool on postgres.url, for operator commands.
@@ -58,7 +60,7 @@ func (c *CLI) Stdout() io.Writer { return c.stdout }
 func (c *CLI) Stderr() io.Writer { return c.stderr }
 
 func (a *App) rootCmd(stdout, stderr io.Writer) *cobra.Command {
-	c := &CLI{app: a, stdout: stdout, stderr: stderr}
+	c := &CLI{app: a, stdout: stdout, stderr: stderr, stdin: os.Stdin}
 	root := &cobra.Command{
 		Use:   a.name(),
 		Short: "Exactly-once effects in PostgreSQL from at-least-once Kafka delivery",

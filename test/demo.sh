@@ -41,7 +41,7 @@ caught_up() { # wait until the group's stored positions reach $1 records
 step "fresh schema 'demo' and topic 'demo' (8 partitions)"
 sql "SET client_min_messages = warning; DROP SCHEMA IF EXISTS demo CASCADE; CREATE SCHEMA demo"
 $bin migrate
-$bin produce --topic demo --partitions 8 --recreate
+$bin produce --topic demo --partitions 8 --recreate --yes
 
 step "produce $EVENTS events for $ACCOUNTS accounts: 10% re-sent duplicates, 10% out of order"
 $bin produce --topic demo --events "$EVENTS" --accounts "$ACCOUNTS" --seed "$SEED" --expect "$work/expected.json"
