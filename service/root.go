@@ -111,6 +111,7 @@ transaction commits.`,
 		newReplayCmd(c),
 		newConfigCmd(c),
 		newVersionCmd(c),
+		newGenDocsCmd(c),
 	)
 	for _, f := range a.commands {
 		root.AddCommand(f(c))
