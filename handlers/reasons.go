@@ -9,8 +9,8 @@ import (
 //go:embed effects.go
 var reasonSources embed.FS
 
-// Reasons returns the dead-letter reasons the handler API gives (beyond the
-// decoder's, event.ReasonDocs), with their doc comments.
+// Reasons returns the dead-letter reasons the handler API declares (beyond
+// the decoder's, event.ReasonDocs), with their doc comments.
 func Reasons() []event.ReasonDoc {
-	return event.DocumentReasons(reasonSources, ReasonUnknownType, ReasonPrerequisiteMissing)
+	return event.DeclaredReasons(reasonSources)
 }

@@ -16,5 +16,5 @@ var reasonSources embed.FS
 // Reasons returns the dead-letter reasons the batch transaction and the
 // parking sweeper give, with their doc comments.
 func Reasons() []event.ReasonDoc {
-	return event.DocumentReasons(reasonSources, ReasonConflict, ReasonDropped, ReasonUnconfiguredTopic)
+	return event.DeclaredReasons(reasonSources)
 }

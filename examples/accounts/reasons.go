@@ -6,11 +6,11 @@ import (
 	"github.com/effectively-io/effectively/event"
 )
 
-//go:embed account.go ledger.go
+//go:embed account.go ledger.go doorbell.go
 var reasonSources embed.FS
 
 // Reasons returns the reference domain's own dead-letter reasons, with
 // their doc comments, for the generated reference.
 func Reasons() []event.ReasonDoc {
-	return event.DocumentReasons(reasonSources, ReasonInvalidPayload, ReasonMissingVersion, ReasonInvalidAmount, ReasonInvalidCurrency)
+	return event.DeclaredReasons(reasonSources)
 }
