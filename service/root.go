@@ -24,7 +24,8 @@ type CLI struct {
 	stderr     io.Writer
 }
 
-// withPool runs fn with a small pool on postgres.url, for operator commands.
+// WithPool runs fn with a small pool on postgres.url, for operator
+// commands, after checking that the schema is migrated.
 func (c *CLI) WithPool(cmd *cobra.Command, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	ctx := cmd.Context()
 	if err := checkSchema(ctx, c.cfg.Postgres.URL, c.app.sets); err != nil {
@@ -38,7 +39,7 @@ func (c *CLI) WithPool(cmd *cobra.Command, fn func(ctx context.Context, pool *pg
 	return fn(ctx, pool)
 }
 
-// printJSON writes v as indented JSON, for --json.
+// PrintJSON writes v to stdout as indented JSON, for --json.
 func (c *CLI) PrintJSON(v any) error {
 	enc := json.NewEncoder(c.stdout)
 	enc.SetIndent("", "  ")
