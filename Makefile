@@ -11,7 +11,7 @@ FUZZTIME ?= 10m
 # make test's fuzz budget is an execution count: it cannot race the clock on a loaded machine.
 FUZZ_SHORT ?= 20000x
 
-.PHONY: build test test-on-stack vet demo bench bench-on-stack chaos fuzz stack-up stack-down stack-status stack-logs clean
+.PHONY: docs build test test-on-stack vet demo bench bench-on-stack chaos fuzz stack-up stack-down stack-status stack-logs clean
 
 # The release: no crashpoint build tag (the fault suites build their binary with -tags crashpoint).
 build:
@@ -59,6 +59,11 @@ bench-on-stack:
 	@echo "== static membership: the stall of a SIGKILLed member's partitions, with and without kafka.instance_id"
 	EFFECTIVELY_BENCH_MEMBERSHIP=1 $(GO) test -count=1 -v -run '^TestStaticMembershipStall$$' ./test/ | grep -E '^(scenario|dynamic|static|SIGKILL|[(]stall|--|ok|FAIL|---)'
 
+
+## docs: regenerate docs/reference (CLI, configuration, metrics, dead-letter reasons) from the reference build's code.
+## make test fails when it is stale (cmd/effectively/docs_test.go).
+docs:
+	$(GO) run ./cmd/effectively gen-docs docs/reference
 
 stack-up:
 	stack/stack.sh up

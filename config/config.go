@@ -30,11 +30,13 @@ type Config struct {
 	Retry Retry `mapstructure:"retry"`
 	// Parking bounds events waiting for a prerequisite.
 	Parking Parking `mapstructure:"parking"`
-	// Dedupe is how long claims are kept.
+	// Dedupe is how long claims are kept, and how often the pruner deletes
+	// what has outlived its retention.
 	Dedupe Dedupe `mapstructure:"dedupe"`
 	// Upstream describes the producers' retry behaviour, which bounds retention.
 	Upstream Upstream `mapstructure:"upstream"`
-	// Outbox is how long finished side-effect intents are kept.
+	// Outbox is the delivery of side-effect intents (concurrency, timeouts,
+	// leases) and how long finished ones are kept.
 	Outbox Outbox `mapstructure:"outbox"`
 	// Targets are the build's named outbound HTTP endpoints: where its side
 	// effects are sent (the outbox) and where its prefetchers read

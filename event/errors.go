@@ -70,8 +70,10 @@ const (
 	ReasonMissingKeyField Reason = "missing_key_field"
 )
 
-// ReasonHandlerError is the reason of a Permanent error that carries no more
-// specific one.
+// ReasonHandlerError: a handler failed permanently without a more specific
+// reason (Permanent on an error that carries none), or one of its statements
+// failed on the event's data (SQLSTATE class 22 or 23) and the batch, redone
+// one event at a time, dead-lettered that event alone.
 const ReasonHandlerError Reason = "handler_error"
 
 // DecodeReasons returns every reason Decode can give (for metrics that

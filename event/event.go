@@ -38,7 +38,10 @@ type Event struct {
 	ID string
 	// Type is the event type the domain handlers are registered by.
 	Type string
-	// Subject is the resource ID. It equals the record key.
+	// Subject is the resource ID: the subject attribute, else the
+	// partitionkey extension, else the record key (for format json, the
+	// value at SubjectPointer). Two of them present and different are
+	// subject_mismatch.
 	Subject string
 	// Version is the resourceversion extension (≥ 1) of an absolute-state
 	// event, 0 when absent (relative events, doorbells).

@@ -201,7 +201,7 @@ func (a *Applier) decode(b consumer.Batch) []*item {
 		it := &item{rec: r}
 		items[i] = it
 		if dec == nil {
-			it.deadLetter(event.PermanentWithReason("unconfigured_topic", fmt.Errorf("no decoder for topic %s", b.Topic)))
+			it.deadLetter(event.PermanentWithReason(ReasonUnconfiguredTopic, fmt.Errorf("no decoder for topic %s", b.Topic)))
 			continue
 		}
 		hs := make([]event.Header, len(r.Headers))

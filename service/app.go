@@ -13,6 +13,7 @@ import (
 
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/crashpoint"
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/schema"
 )
@@ -42,6 +43,7 @@ type App struct {
 	defaults []func(*config.Config)
 	commands []func(*CLI) *cobra.Command
 	workload Workload
+	reasons  []event.ReasonDoc // the build's own dead-letter reasons, for gen-docs
 }
 
 // New returns an empty App called name.

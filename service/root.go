@@ -26,7 +26,8 @@ type CLI struct {
 	stdin      io.Reader
 }
 
-// withPool runs fn with a small pool on postgres.url, for operator commands.
+// WithPool runs fn with a small pool on postgres.url, for operator
+// commands, after checking that the schema is migrated.
 func (c *CLI) WithPool(cmd *cobra.Command, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	ctx := cmd.Context()
 	if err := c.app.checkSchema(ctx, c.cfg.Postgres.URL); err != nil {
@@ -40,7 +41,7 @@ func (c *CLI) WithPool(cmd *cobra.Command, fn func(ctx context.Context, pool *pg
 	return fn(ctx, pool)
 }
 
-// printJSON writes v as indented JSON, for --json.
+// PrintJSON writes v to stdout as indented JSON, for --json.
 func (c *CLI) PrintJSON(v any) error {
 	enc := json.NewEncoder(c.stdout)
 	enc.SetIndent("", "  ")
@@ -113,6 +114,7 @@ transaction commits.`,
 		newReplayCmd(c),
 		newConfigCmd(c),
 		newVersionCmd(c),
+		newGenDocsCmd(c),
 	)
 	for _, f := range a.commands {
 		root.AddCommand(f(c))

@@ -13,7 +13,11 @@ import (
 // version is set at build time (-ldflags "-X main.version=v1.2.3").
 var version = ""
 
-func main() {
+func main() { newApp().Main() }
+
+// newApp is the reference build; its tests generate the reference docs
+// from it.
+func newApp() *service.App {
 	app := service.New("effectively")
 	app.Version = version
 	accounts.Register(&app.Registry)
@@ -25,5 +29,6 @@ func main() {
 	app.Alias("sources.accounts.url", "targets.accounts.url")
 	app.Workload(&cli.Workload{})
 	app.Command(cli.Verify)
-	app.Main()
+	app.Reasons(accounts.Reasons()...)
+	return app
 }

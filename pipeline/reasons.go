@@ -1,0 +1,20 @@
+package pipeline
+
+import (
+	"embed"
+
+	"github.com/effectively-io/effectively/event"
+)
+
+// ReasonUnconfiguredTopic: the record came from a topic the worker has no
+// decoder for (a wiring bug: every topic in kafka.topics gets one).
+const ReasonUnconfiguredTopic event.Reason = "unconfigured_topic"
+
+//go:embed applier.go sweeper.go reasons.go
+var reasonSources embed.FS
+
+// Reasons returns the dead-letter reasons the batch transaction and the
+// parking sweeper give, with their doc comments.
+func Reasons() []event.ReasonDoc {
+	return event.DeclaredReasons(reasonSources)
+}
