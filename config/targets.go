@@ -89,14 +89,16 @@ func isAlias(key string, exts []Extension) bool {
 // envNames are the environment variables of key, newest name first.
 func envNames(key string, exts []Extension) []string {
 	names := []string{EnvName(key)}
+	var olds []string
 	for _, x := range exts {
 		for old, k := range x.Aliases {
 			if k == key {
-				names = append(names, EnvName(old))
+				olds = append(olds, EnvName(old))
 			}
 		}
 	}
-	return names
+	sort.Strings(olds) // a map's order is random; the choice must not be
+	return append(names, olds...)
 }
 
 // applyAliases moves the values of older keys in the file to the keys that

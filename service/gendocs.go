@@ -251,13 +251,24 @@ func collectedKind(c prometheus.Collector) string {
 	return kind
 }
 
-// engineMetrics registers every metric family of the engine on reg, as
-// `run` does (see runWorker).
-func engineMetrics(reg prometheus.Registerer) {
-	consumer.NewMetrics(reg)
-	pipeline.NewMetrics(reg)
-	outbox.NewMetrics(reg)
-	prunedRowsMetric(reg)
+// workerMetrics are the metric families of the engine that `run`
+// registers; the reference (gen-docs) registers the same through this one
+// function.
+type workerMetrics struct {
+	consumer *consumer.Metrics
+	pipeline *pipeline.Metrics
+	outbox   *outbox.Metrics
+	pruned   func(table string, rows int64)
+}
+
+// engineMetrics registers every metric family of the engine on reg.
+func engineMetrics(reg prometheus.Registerer) workerMetrics {
+	return workerMetrics{
+		consumer: consumer.NewMetrics(reg),
+		pipeline: pipeline.NewMetrics(reg),
+		outbox:   outbox.NewMetrics(reg),
+		pruned:   prunedRowsMetric(reg),
+	}
 }
 
 // kafkaClientMetrics are franz-go's client metrics as kprom registers them

@@ -58,6 +58,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	kmetrics := kprom.NewMetrics("effectively_kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
+	metrics := engineMetrics(reg)
 
 	// The database, then the broker and the topics: their partition counts
 	// size the pool (one connection per partition this member may own).
@@ -78,7 +79,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	}
 	defer pool.Close()
 
-	applier, err := a.newApplier(ctx, cfg, pool, log, pipeline.NewMetrics(reg))
+	applier, err := a.newApplier(ctx, cfg, pool, log, metrics.pipeline)
 	if err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	if err != nil {
 		return err
 	}
-	copts := consumerOptions(cfg, log, consumer.NewMetrics(reg), kmetrics)
+	copts := consumerOptions(cfg, log, metrics.consumer, kmetrics)
 	copts.ExtraOpts = kopts
 	copts.OnPartitionCount = func(topic string, n int) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -164,7 +165,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 		cons.Close()
 		return err
 	}
-	pruner, err := newPruner(pool, cfg, log, prunedRowsMetric(reg))
+	pruner, err := newPruner(pool, cfg, log, metrics.pruned)
 	if err != nil {
 		cons.Close()
 		return err
@@ -178,7 +179,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 		background = append(background, outbox.NewDispatcher(pool, outbox.Options{
 			RetryInitial: cfg.Retry.Initial, RetryMax: cfg.Retry.Max, Concurrency: cfg.Outbox.Concurrency,
 			Timeout: cfg.Outbox.CallTimeout, LeaseGrace: cfg.Outbox.LeaseGrace,
-			Logger: log.Named("outbox"), Metrics: outbox.NewMetrics(reg),
+			Logger: log.Named("outbox"), Metrics: metrics.outbox,
 		}).Run)
 	}
 	for _, run := range background {
