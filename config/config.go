@@ -427,13 +427,18 @@ func isURLKey(key string) bool { return key == "url" || strings.HasSuffix(key, "
 var (
 	// dsnPassword matches password=... in a libpq keyword/value DSN, quoted
 	// or not.
-	dsnPassword = regexp.MustCompile(`(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)`)
+	dsnPassword = regexp.MustCompile(`(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)`)
+	// secretParam matches the names of query parameters that carry a
+	// credential: password, sslpassword, token, access_token, api_key,
+	// apikey, key, secret, signature, sig, auth, credential(s).
+	secretParam = regexp.MustCompile(`(?i)^(?:ssl)?(?:password|passwd|pwd)$|token$|^(?:api[-_]?)?key$|secret|^sig(?:nature)?$|^auth|credential`)
 	// urlUserinfo matches user:password@ in a URL net/url cannot parse.
 	urlUserinfo = regexp.MustCompile(`(://[^:/@?#]*:)[^/?#]*@`)
 )
 
-// redactURL replaces the password in a URL's userinfo and in a password query
-// parameter, or in password= of a keyword/value DSN. A value that does not
+// redactURL replaces the password in a URL's userinfo and the value of
+// every credential-like query parameter (see secretParam), or password= and
+// sslpassword= of a keyword/value DSN. A value that does not
 // parse is redacted by pattern, so a malformed URL never leaks its password
 // into an error message.
 func redactURL(s string) string {
@@ -448,7 +453,7 @@ func redactURL(s string) string {
 		}
 		if q, err := url.ParseQuery(u.RawQuery); err == nil {
 			for k := range q {
-				if strings.EqualFold(k, "password") {
+				if secretParam.MatchString(k) {
 					q[k] = []string{redactedPassword}
 					u.RawQuery = q.Encode()
 					changed = true
@@ -566,3 +571,8 @@ func tagName(sf reflect.StructField) string {
 	}
 	return name
 }
+
+// RedactURL hides the credentials in a URL or DSN (userinfo password,
+// credential-like query parameters, password= and sslpassword=), for
+// printing one outside the configuration: outbox targets, log lines.
+func RedactURL(s string) string { return redactURL(s) }

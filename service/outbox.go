@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/termsafe"
 )
@@ -48,6 +49,9 @@ it with a 4xx).`,
 				is, err := outbox.List(ctx, pool, filter())
 				if err != nil {
 					return usageIfFilter(err)
+				}
+				for i := range is {
+					is[i].Target = config.RedactURL(is[i].Target) // rows from before named targets may carry credentials
 				}
 				counts, err := outbox.Counts(ctx, pool)
 				if err != nil {
@@ -93,6 +97,7 @@ it with a 4xx).`,
 				if err != nil {
 					return err
 				}
+				s.Target = config.RedactURL(s.Target)
 				if asJSON {
 					return c.PrintJSON(s)
 				}
