@@ -26,7 +26,7 @@ var configSources embed.FS
 // struct, its doc comments, [Default] and the build's [Extension].
 type KeyDoc struct {
 	// Key is the key as the file and `config` write it: kafka.brokers,
-	// targets.crm.url, or topics[].format for a field of a topics: entry.
+	// targets.warehouse.url, or topics[].format for a field of a topics: entry.
 	Key string
 	// Section is the key's first segment (kafka, targets, topics, ...).
 	Section string
