@@ -26,14 +26,12 @@ type line struct {
 
 func parseLine(ev event.Event) (line, error) {
 	var raw struct {
-		LineID         *string      `json:"line_id"`
-		SKU            *string      `json:"sku"`
-		Quantity       *json.Number `json:"quantity"`
-		UnitPriceCents *json.Number `json:"unit_price_cents"`
+		LineID         *string         `json:"line_id"`
+		SKU            *string         `json:"sku"`
+		Quantity       json.RawMessage `json:"quantity"`
+		UnitPriceCents json.RawMessage `json:"unit_price_cents"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(ev.Data))
-	dec.UseNumber()
-	if err := dec.Decode(&raw); err != nil || bytes.Equal(bytes.TrimSpace(ev.Data), []byte("null")) {
+	if err := json.Unmarshal(ev.Data, &raw); err != nil || bytes.Equal(bytes.TrimSpace(ev.Data), []byte("null")) {
 		return line{}, invalidLine("%s data must be an object with line_id, sku, quantity and unit_price_cents", ev.Type)
 	}
 	var l line
@@ -49,16 +47,16 @@ func parseLine(ev event.Event) (line, error) {
 	}
 	for _, f := range []struct {
 		name string
-		v    *json.Number
+		v    json.RawMessage
 		min  int64
 		dst  *int64
 	}{{"quantity", raw.Quantity, 1, &l.Quantity}, {"unit_price_cents", raw.UnitPriceCents, 0, &l.UnitPriceCents}} {
 		if f.v == nil {
 			return line{}, invalidLine("%s data lacks %s", ev.Type, f.name)
 		}
-		n, err := f.v.Int64()
-		if err != nil || n < f.min || (f.name == "quantity" && n > 1<<31-1) {
-			return line{}, invalidLine("%s data.%s must be an integer ≥ %d, got %s", ev.Type, f.name, f.min, event.Excerpt(f.v.String()))
+		n, ok := integer(f.v)
+		if !ok || n < f.min || (f.name == "quantity" && n > 1<<31-1) {
+			return line{}, invalidLine("%s data.%s must be an integer ≥ %d, got %s", ev.Type, f.name, f.min, event.Excerpt(string(f.v)))
 		}
 		*f.dst = n
 	}

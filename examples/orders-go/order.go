@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/effectively-io/effectively/event"
@@ -44,12 +45,10 @@ func parseOrder(ev event.Event) (orderState, error) {
 			fmt.Errorf("%s needs the resourceversion extension (an integer ≥ 1)", ev.Type))
 	}
 	var raw struct {
-		Customer   *string      `json:"customer"`
-		TotalCents *json.Number `json:"total_cents"`
+		Customer   *string         `json:"customer"`
+		TotalCents json.RawMessage `json:"total_cents"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(ev.Data))
-	dec.UseNumber()
-	if err := dec.Decode(&raw); err != nil || bytes.Equal(bytes.TrimSpace(ev.Data), []byte("null")) {
+	if err := json.Unmarshal(ev.Data, &raw); err != nil || bytes.Equal(bytes.TrimSpace(ev.Data), []byte("null")) {
 		return orderState{}, invalidOrder("%s data must be an object with customer and total_cents", ev.Type)
 	}
 	if raw.Customer == nil || strings.TrimSpace(*raw.Customer) == "" {
@@ -58,15 +57,22 @@ func parseOrder(ev event.Event) (orderState, error) {
 	if raw.TotalCents == nil {
 		return orderState{}, invalidOrder("%s data lacks total_cents", ev.Type)
 	}
-	total, err := raw.TotalCents.Int64()
-	if err != nil || total < 0 {
-		return orderState{}, invalidOrder("%s data.total_cents must be an integer ≥ 0, got %s", ev.Type, event.Excerpt(raw.TotalCents.String()))
+	total, ok := integer(raw.TotalCents)
+	if !ok || total < 0 {
+		return orderState{}, invalidOrder("%s data.total_cents must be an integer ≥ 0, got %s", ev.Type, event.Excerpt(string(raw.TotalCents)))
 	}
 	s := orderState{Customer: *raw.Customer, TotalCents: total, Status: "open"}
 	if ev.Type == TypeCancelled {
 		s.Status = "cancelled"
 	}
 	return s, nil
+}
+
+// integer parses a JSON number that is an integer within 64 bits (not a
+// string, not 1.5, not 1e3).
+func integer(raw json.RawMessage) (int64, bool) {
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	return n, err == nil
 }
 
 func invalidOrder(format string, args ...any) error {
