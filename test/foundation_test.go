@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/test/kafkatest"
 	"github.com/effectively-io/effectively/test/pgtest"
 )
@@ -82,7 +83,7 @@ func closedPort(t *testing.T) string {
 // and exits non-zero instead of retrying silently.
 func TestRunFailsFastWhenAServiceIsUnreachable(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
+	db := pgtest.New(t, accounts.Migrations())
 	t.Run("kafka", func(t *testing.T) {
 		t.Parallel()
 		addr := closedPort(t)
@@ -110,7 +111,7 @@ func TestRunFailsFastWhenAServiceIsUnreachable(t *testing.T) {
 		empty := pgtest.NewEmpty(t)
 		code, _, stderr := runCmd(t, []string{"EFFECTIVELY_POSTGRES_URL=" + empty.URL, "EFFECTIVELY_HTTP_ADDR="}, "run")
 		require.NotEqual(t, 0, code)
-		require.Contains(t, stderr, "effectively migrate")
+		require.Contains(t, stderr, "run `migrate`")
 	})
 }
 
@@ -159,7 +160,7 @@ func TestWorkerConsumesThroughTheRealStack(t *testing.T) {
 }
 
 func testWorkerConsumes(t *testing.T, protocol string) {
-	db := pgtest.New(t)
+	db := pgtest.New(t, accounts.Migrations())
 	topic := kafkatest.NewTopic(t, 3)
 	group := kafkatest.NewGroup(t)
 	brokers := strings.Join(kafkatest.Brokers(t), ",")
