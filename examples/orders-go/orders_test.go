@@ -238,7 +238,7 @@ func withPoison(t *testing.T, rng *rand.Rand, topic string, recs []workload.Reco
 	}
 	n := 0
 	for i, r := range recs {
-		out = append(out, Record(topic, r))
+		out = append(out, kafkaRecord(topic, r))
 		if r.Type != workload.TypeLineAdded && !created[string(r.Key)] {
 			created[string(r.Key)] = true
 			ready = append(ready, string(r.Key))

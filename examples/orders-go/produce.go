@@ -76,7 +76,7 @@ func (g *generator) Produce(ctx context.Context, cl *kgo.Client, topic string, s
 		failed   int
 	)
 	for _, r := range recs {
-		cl.Produce(ctx, Record(topic, r), func(_ *kgo.Record, err error) {
+		cl.Produce(ctx, kafkaRecord(topic, r), func(_ *kgo.Record, err error) {
 			if err != nil {
 				mu.Lock()
 				if failed++; firstErr == nil {
@@ -102,10 +102,10 @@ func (g *generator) Produce(ctx context.Context, cl *kgo.Client, topic string, s
 	return nil
 }
 
-// Record is a generated record as the producer contract has it: keyed by
+// kafkaRecord is a generated record as the producer contract has it: keyed by
 // order ID (franz-go's default partitioner hashes it with murmur2, like
 // Java's), structured-mode CloudEvents.
-func Record(topic string, r workload.Record) *kgo.Record {
+func kafkaRecord(topic string, r workload.Record) *kgo.Record {
 	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
 		Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte(workload.ContentType)}}}
 }
