@@ -21,9 +21,13 @@ build:
 test:
 	stack/with-stack.sh $(MAKE) --no-print-directory test-on-stack
 
+# Example builds in modules of their own: vetted and tested like the main module.
+EXAMPLE_MODULES := examples/orders-go
+
 test-on-stack: vet build
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) test -count=1 -tags crashpoint ./crashpoint/
+	for m in $(EXAMPLE_MODULES); do (cd $$m && $(GO) test $(TEST_FLAGS) ./...) || exit 1; done
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
 
 vet:
@@ -31,6 +35,7 @@ vet:
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags crashpoint ./crashpoint/ ./cmd/effectively/
+	for m in $(EXAMPLE_MODULES); do (cd $$m && $(GO) mod tidy -diff && $(GO) vet ./...) || exit 1; done
 
 ## fuzz: each fuzz target for FUZZTIME (make fuzz FUZZTIME=10m for long runs; make test runs FUZZ_SHORT executions of each).
 fuzz:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"net/http"
 
@@ -30,15 +31,22 @@ func Example() {
 		if err := json.Unmarshal(ev.Data, &o); err != nil || o.Customer == "" {
 			return event.PermanentWithReason("invalid_order", err) // dead-lettered, the partition moves on
 		}
+		body, _ := json.Marshal(map[string]string{"order": ev.Subject})
+		// Recorded with the effect, sent after the commit, with an
+		// idempotency key derived from the event. Send comes before Exec:
+		// a handler must not fail once it has queued a statement. Without
+		// targets.warehouse.url it returns ErrTargetOff, which is not
+		// permanent: returned, it would retry the batch for ever.
+		err := fx.Send(handlers.Request{Target: "warehouse", Operation: "warehouse.reserve",
+			Resource: "order:" + ev.Subject, Method: http.MethodPost, Path: "/reservations", Body: body})
+		if err != nil && !errors.Is(err, handlers.ErrTargetOff) {
+			return err
+		}
 		fx.Exec(handlers.AppliedOrStale, `
 INSERT INTO orders (id, version, customer) VALUES ($1, $2, $3)
 ON CONFLICT (id) DO UPDATE SET version = excluded.version, customer = excluded.customer
 WHERE orders.version < excluded.version`, ev.Subject, ev.Version, o.Customer)
-		body, _ := json.Marshal(map[string]string{"order": ev.Subject})
-		// Recorded with the effect, sent after the commit, with an
-		// idempotency key derived from the event.
-		return fx.Send(handlers.Request{Target: "warehouse", Operation: "warehouse.reserve",
-			Resource: "order:" + ev.Subject, Method: http.MethodPost, Path: "/reservations", Body: body})
+		return nil
 	})
 
 	// Relative facts, one row per event: waits (parked) until its order exists.

@@ -1,0 +1,25 @@
+package main
+
+import (
+	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/service"
+)
+
+func main() {
+	app := service.New("orders")
+	app.HandleFunc(TypePlaced, handleOrder)
+	app.HandleFunc(TypeUpdated, handleOrder)
+	app.HandleFunc(TypeCancelled, handleOrder)
+	app.HandleFunc(TypeLineAdded, handleLine)
+	app.Require(orderExists)
+	app.Target(TargetWarehouse, true) // honours Idempotency-Key; targets.warehouse.url
+	app.Migrations(migrations())
+	app.Defaults(func(c *config.Config) {
+		c.Kafka.Topics = []string{"orders"}
+		c.Kafka.Group = "orders"
+		c.Kafka.ClientID = "orders"
+	})
+	app.Workload(&generator{})
+	app.Command(verifyCmd)
+	app.Main()
+}
