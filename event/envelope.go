@@ -569,6 +569,9 @@ func (d *Decoder) resourceID(attrs map[string]attribute, key []byte) (string, er
 		if len(key) == 0 {
 			return "", decodeErr(ReasonMissingSubject, "the event has no subject and no partitionkey, and the record has no key; key records by resource ID")
 		}
+		if !utf8.Valid(key) {
+			return "", decodeErr(ReasonInvalidUTF8, "the event has no subject and its record key, the resource ID then, is not valid UTF-8")
+		}
 		if err := checkChars("record key", string(key)); err != nil {
 			return "", err
 		}

@@ -329,6 +329,7 @@ func decodeCases() []decodeCase {
 		{name: "missing binary subject where the topic requires one", cfg: DecoderConfig{RequireSubject: true}, rec: binary(binaryHeaders(map[string]string{"ce_subject": omit}), openedData), reason: ReasonMissingSubject},
 		{name: "subject and partitionkey differ", rec: structured(event(map[string]any{"partitionkey": "acc-2"})), reason: ReasonSubjectMismatch},
 		{name: "partitionkey differs from the record key", rec: structured(event(map[string]any{"subject": nil, "partitionkey": "acc-2"})), reason: ReasonSubjectMismatch},
+		{name: "no subject and a record key that is not UTF-8", rec: Record{Topic: testTopic, Key: []byte("inv\xd1oice-1"), Value: event(map[string]any{"subject": nil})}, reason: ReasonInvalidUTF8},
 		{name: "partitionkey not a string", rec: structured(event(map[string]any{"subject": nil, "partitionkey": json.RawMessage("7")})), reason: ReasonInvalidAttribute},
 		{name: "missing json subject", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(`{"event":{"id":"wh_1","type":"t"}}`)}, reason: ReasonMissingSubject},
 		{name: "subject mismatch", rec: Record{Key: []byte("acc-2"), Value: event(nil)}, reason: ReasonSubjectMismatch},
