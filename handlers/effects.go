@@ -158,6 +158,16 @@ func (e *Effects) Len() int { return e.batch.Len() }
 // Batch is the statements to send.
 func (e *Effects) Batch() *pgx.Batch { return e.batch }
 
+// Disposition is what became of an event (dedupe's type, here so that a
+// handler's decide function needs no engine package).
+type Disposition = dedupe.Disposition
+
+// The dispositions a decide function returns.
+const (
+	Applied = dedupe.Applied
+	Stale   = dedupe.Stale
+)
+
 // AppliedOrStale is the decision of a version-gated upsert: a row written
 // means applied, none means the stored version was as new or newer.
 func AppliedOrStale(ct pgconn.CommandTag) (dedupe.Disposition, error) {

@@ -60,7 +60,7 @@ func ExampleRegistry_Require() {
 // (targets.notify.url).
 func ExampleEffects_Send() {
 	var reg handlers.Registry
-	reg.Target("notify", false) // no idempotency support: at most once, recorded intent
+	reg.Target("notify", handlers.RecordedIntent) // no idempotency support: at most once, recorded intent
 	reg.HandleFunc("invoice.issued", func(_ context.Context, fx *handlers.Effects, ev event.Event) error {
 		body, _ := json.Marshal(map[string]string{"invoice": ev.Subject})
 		return fx.Send(handlers.Request{Target: "notify", Operation: "notify.invoice_issued",

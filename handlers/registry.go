@@ -23,15 +23,26 @@ type Registry struct {
 	targets       map[string]bool // name → idempotent
 }
 
+// Delivery is how a target takes a call that may be repeated.
+type Delivery int
+
+const (
+	// Idempotent: the target honours an Idempotency-Key header (derived
+	// from the event key and the operation), so a call caught by a crash is
+	// simply made again.
+	Idempotent Delivery = iota + 1
+	// RecordedIntent: the target has no idempotency (a notification API):
+	// a call is made at most once without an operator; one caught mid-call
+	// by a crash becomes unknown until resolved.
+	RecordedIntent
+)
+
 // Target declares a named outbound HTTP endpoint the handlers send side
 // effects to (Effects.Send) or prefetchers read from. Its URL is
 // configuration (targets.<name>.url, env EFFECTIVELY_TARGETS_<NAME>_URL).
-// idempotent: the endpoint honours an Idempotency-Key header, so a call may
-// be repeated after a crash; false makes every call a recorded intent, made
-// at most once without an operator (a notification API).
-func (r *Registry) Target(name string, idempotent bool) {
-	if name == "" {
-		panic("handlers: a Target needs a name")
+func (r *Registry) Target(name string, d Delivery) {
+	if name == "" || (d != Idempotent && d != RecordedIntent) {
+		panic("handlers: a Target needs a name and a Delivery (Idempotent or RecordedIntent)")
 	}
 	if r.targets == nil {
 		r.targets = map[string]bool{}
@@ -39,7 +50,7 @@ func (r *Registry) Target(name string, idempotent bool) {
 	if _, ok := r.targets[name]; ok {
 		panic(fmt.Sprintf("handlers: target %s is declared twice", name))
 	}
-	r.targets[name] = idempotent
+	r.targets[name] = d == Idempotent
 }
 
 // Targets are the declared targets' names, sorted.

@@ -29,7 +29,7 @@ func setup(t *testing.T) (pgtest.DB, *pipeline.Applier) {
 	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE things (id text PRIMARY KEY, color text NOT NULL)`)
 	require.NoError(t, err)
 	var reg handlers.Registry
-	reg.Target("painter", true)
+	reg.Target("painter", handlers.Idempotent)
 	reg.HandleFunc("thing.set", func(_ context.Context, fx *handlers.Effects, ev event.Event) error {
 		var d struct {
 			Color  string `json:"color"`

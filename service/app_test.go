@@ -22,8 +22,8 @@ func testApp() *App {
 	app := New("orders")
 	app.Version = "v1.2.3"
 	app.HandleFunc("order.placed", func(context.Context, *handlers.Effects, event.Event) error { return nil })
-	app.Target("warehouse", true)
-	app.Target("notify", false)
+	app.Target("warehouse", handlers.Idempotent)
+	app.Target("notify", handlers.RecordedIntent)
 	app.Alias("effects.warehouse.url", "targets.warehouse.url")
 	app.Defaults(func(c *config.Config) { c.Kafka.Topics = []string{"orders"} })
 	app.Command(func(c *CLI) *cobra.Command {

@@ -136,7 +136,7 @@ func checkKafka(ctx context.Context, cl *kgo.Client, k config.Kafka, topics []st
 		counts[t] = len(d.Partitions)
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("topic %s does not exist on %s (kafka.topics); fix: create it (effectively produce creates it) or correct kafka.topics / %s",
+		return nil, fmt.Errorf("topic %s does not exist on %s (kafka.topics); fix: create it (the produce command creates it) or correct kafka.topics / %s",
 			strings.Join(missing, ", "), strings.Join(brokers, ","), config.EnvName("kafka.topics"))
 	}
 	return counts, nil

@@ -6,9 +6,9 @@
 // A team writes a short main in its own module:
 //
 //	app := service.New("orders")
-//	app.HandleFunc("order.placed", placeOrder)       // handlers.Registry, embedded
-//	app.Require(handlers.Prerequisite{...})          // parking: which events wait for what
-//	app.Target("warehouse", true)                    // a named outbound target (targets.warehouse.url)
+//	app.HandleFunc("order.placed", placeOrder)    // handlers.Registry, embedded
+//	app.Require(handlers.Prerequisite{...})       // parking: which events wait for what
+//	app.Target("warehouse", handlers.Idempotent)  // a named outbound target (targets.warehouse.url)
 //	app.Migrations(schema.Set{Name: "orders", Table: "orders_schema_version", FS: migrations})
 //	app.Defaults(func(c *config.Config) { c.Kafka.Topics = []string{"orders"} })
 //	app.Main()

@@ -61,7 +61,7 @@ ON CONFLICT (event_key) DO NOTHING`, ev.Key, ev.Subject, []byte(ev.Data))
 		CreatedBy: []string{"order.placed"},
 		Waiting:   []string{"order.line_added"},
 	})
-	app.Target("warehouse", true) // honours Idempotency-Key; URL from targets.warehouse.url
+	app.Target("warehouse", handlers.Idempotent) // honours Idempotency-Key; URL from targets.warehouse.url
 
 	sub, _ := fs.Sub(migrations, "migrations")
 	app.Migrations(schema.Set{Name: "orders", Table: "orders_schema_version", FS: sub})

@@ -185,7 +185,7 @@ deliver it once more.`,
 func intentID(verb, s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id <= 0 {
-		return 0, usageError{fmt.Errorf("outbox %s: %q is not an intent ID (see 'effectively outbox list')", verb, s)}
+		return 0, usageError{fmt.Errorf("outbox %s: %q is not an intent ID (see 'outbox list')", verb, s)}
 	}
 	return id, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -65,7 +66,7 @@ func (a *App) rootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   a.name(),
 		Short: "Exactly-once effects in PostgreSQL from at-least-once Kafka delivery",
-		Long: `effectively is a Kafka consumer-group worker that turns at-least-once delivery
+		Long: a.name() + ` runs on effectively, a Kafka consumer-group worker that turns at-least-once delivery
 into exactly-once effects in PostgreSQL: duplicates are claimed away by a
 database constraint in the same transaction as the effect, stale updates are
 dropped by version gates, and the Kafka offset is committed only after that
@@ -119,5 +120,19 @@ transaction commits.`,
 	for _, f := range a.commands {
 		root.AddCommand(f(c))
 	}
+	nameCommands(root, a.name())
 	return root
+}
+
+// nameCommands writes the build's own binary name into the help texts'
+// command lines ('effectively run' is 'orders run' in a build called
+// orders).
+func nameCommands(cmd *cobra.Command, name string) {
+	if name != "effectively" {
+		r := strings.NewReplacer("'effectively ", "'"+name+" ", "`effectively ", "`"+name+" ")
+		cmd.Short, cmd.Long, cmd.Example = r.Replace(cmd.Short), r.Replace(cmd.Long), r.Replace(cmd.Example)
+	}
+	for _, sub := range cmd.Commands() {
+		nameCommands(sub, name)
+	}
 }

@@ -41,9 +41,9 @@ func Register(r *handlers.Registry) {
 	r.HandleFunc(TypeLedgerDebited, handleLedger)
 	r.Handle(TypeAccountRefreshed, &doorbell{})
 	r.Require(Account)
-	r.Target(TargetCRM, true)
-	r.Target(TargetMail, false)
-	r.Target(TargetSource, false)
+	r.Target(TargetCRM, handlers.Idempotent)
+	r.Target(TargetMail, handlers.RecordedIntent)
+	r.Target(TargetSource, handlers.RecordedIntent)
 }
 
 //go:embed migrations/*.sql

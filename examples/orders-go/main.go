@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/service"
 )
 
@@ -12,7 +13,7 @@ func main() {
 	app.HandleFunc(TypeCancelled, handleOrder)
 	app.HandleFunc(TypeLineAdded, handleLine)
 	app.Require(orderExists)
-	app.Target(TargetWarehouse, true) // honours Idempotency-Key; targets.warehouse.url
+	app.Target(TargetWarehouse, handlers.Idempotent) // honours Idempotency-Key; targets.warehouse.url
 	app.Migrations(migrations())
 	app.Defaults(func(c *config.Config) {
 		c.Kafka.Topics = []string{"orders"}
