@@ -111,7 +111,7 @@ func TestRunFailsFastWhenAServiceIsUnreachable(t *testing.T) {
 		empty := pgtest.NewEmpty(t)
 		code, _, stderr := runCmd(t, []string{"EFFECTIVELY_POSTGRES_URL=" + empty.URL, "EFFECTIVELY_HTTP_ADDR="}, "run")
 		require.NotEqual(t, 0, code)
-		require.Contains(t, stderr, "run `migrate`")
+		require.Contains(t, stderr, "run `effectively migrate`")
 	})
 }
 

@@ -1,16 +1,16 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/effectively-io/effectively/test/proctest"
 )
 
 // binary is the effectively binary built once for the suite: the end-to-end
@@ -40,99 +40,45 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// proc is a running effectively process.
+// proc is a running effectively process (proctest's, with the suite's
+// short names).
 type proc struct {
-	cmd    *exec.Cmd
-	stdout bytes.Buffer
-	stderr lockedBuffer
-	done   chan struct{}
-	err    error
+	*proctest.Proc
+	cmd            *exec.Cmd
+	stdout, stderr *proctest.LockedBuffer
 }
 
-// start runs the binary with args and env (on top of a clean environment
-// that keeps only PATH and HOME, so the developer's EFFECTIVELY_* variables
-// never leak into a test).
+// start runs the suite's binary with args and env on a clean environment.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary, args...), done: make(chan struct{})}
-	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
-	p.cmd.Stdout = &p.stdout
-	p.cmd.Stderr = &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting %v: %v", args, err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("effectively %s stderr:\n%s", strings.Join(args, " "), tail(p.stderr.String(), 60))
-		}
-	})
-	return p
+	p := proctest.Start(t, binary, env, args...)
+	return &proc{Proc: p, cmd: p.Cmd, stdout: &p.Stdout, stderr: &p.Stderr}
 }
 
 // wait waits for the process to exit (a hang guard, not a performance bound)
 // and returns its exit code.
 func (p *proc) wait(t *testing.T, guard time.Duration) int {
 	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(guard):
-		t.Fatalf("process %v still running after %s", p.cmd.Args, guard)
-	}
-	return p.cmd.ProcessState.ExitCode()
+	return p.Wait(t, guard)
 }
 
 // exited reports whether the process has ended.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *proc) exited() bool { return p.Exited() }
 
 func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signalling %v: %v", p.cmd.Args, err)
-	}
+	p.Signal(t, sig)
 }
 
 // runCmd runs the binary to completion.
 func runCmd(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	p := start(t, env, args...)
-	code = p.wait(t, 2*time.Minute)
-	return code, p.stdout.String(), p.stderr.String()
+	return proctest.Run(t, binary, env, args...)
 }
 
-func tail(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func tail(s string, n int) string { return proctest.Tail(s, n) }
 
 func waitUntil(t *testing.T, what string, guard time.Duration, cond func(ctx context.Context) bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), guard)
-	defer cancel()
-	for !cond(ctx) {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out after %s waiting for %s", guard, what)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	proctest.WaitUntil(t, what, guard, cond)
 }

@@ -3,7 +3,6 @@ package test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/test/kafkatest"
 	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/test/proctest"
 )
 
 // stackInstance runs the stack script for an instance of the test's own
@@ -60,10 +60,7 @@ func ownPostgres(t *testing.T) (port string, stackCmd func(args ...string)) {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return proctest.FreePort(t)
 }
 
 // counter sums a counter family from a worker's /metrics.

@@ -352,7 +352,7 @@ func TestSideEffectsSurviveAKillLoop(t *testing.T) {
 			w = r.worker(t, fmt.Sprintf("%s=%s:%d", crashpoint.EnvVar, step, 1+rng.IntN(2)))
 		}
 		select {
-		case <-w.done:
+		case <-w.Done():
 		case <-time.After(15 * time.Second):
 		}
 		crm.disarm()

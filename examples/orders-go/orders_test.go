@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	"github.com/effectively-io/effectively/examples/orders-go/workload"
 	"github.com/effectively-io/effectively/test/kafkatest"
 	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/test/proctest"
 )
 
 // TestOrdersOnTheRealStack runs the orders binary as a team would: its own
@@ -404,7 +404,7 @@ func (f *fleet) supervise() {
 		}
 		f.mu.Lock()
 		for i, p := range f.slot {
-			if p.exited() && !f.stopped {
+			if p.Exited() && !f.stopped {
 				f.slot[i] = f.start()
 			}
 		}
@@ -418,14 +418,14 @@ func (f *fleet) killRandom(rng *rand.Rand) bool {
 	defer f.mu.Unlock()
 	var live []*proc
 	for _, p := range f.slot {
-		if !p.exited() {
+		if !p.Exited() {
 			live = append(live, p)
 		}
 	}
 	if len(live) == 0 {
 		return false
 	}
-	return live[rng.IntN(len(live))].cmd.Process.Signal(syscall.SIGKILL) == nil
+	return live[rng.IntN(len(live))].Cmd.Process.Signal(syscall.SIGKILL) == nil
 }
 
 func (f *fleet) restarts() int {
@@ -448,12 +448,12 @@ func (f *fleet) stop() {
 	f.mu.Unlock()
 	f.finished.Wait()
 	for _, p := range procs {
-		if !p.exited() {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		if !p.Exited() {
+			_ = p.Cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
 	for _, p := range procs {
-		p.wait(f.t, time.Minute)
+		p.Wait(f.t, time.Minute)
 	}
 }
 
@@ -525,80 +525,29 @@ func buildOrders(t *testing.T) string {
 }
 
 // proc is a running orders process.
-type proc struct {
-	cmd    *exec.Cmd
-	stdout lockedBuffer
-	stderr lockedBuffer
-	done   chan struct{}
-}
+type proc = proctest.Proc
 
 // start runs bin with args on a clean environment (PATH and HOME, then
 // env), so a developer's EFFECTIVELY_* variables never leak in.
 func start(t *testing.T, bin string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
-	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting orders %v: %v", args, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		if !p.exited() {
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() && p.cmd.ProcessState != nil && p.cmd.ProcessState.ExitCode() > 0 {
-			t.Logf("orders %s exited %d; stderr:\n%s", strings.Join(args, " "), p.cmd.ProcessState.ExitCode(), tail(p.stderr.String(), 30))
-		}
-	})
-	return p
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// wait waits for the process to end (a hang guard) and returns its exit
-// code.
-func (p *proc) wait(t *testing.T, guard time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(guard):
-		t.Fatalf("orders %v still running after %s", p.cmd.Args[1:], guard)
-	}
-	return p.cmd.ProcessState.ExitCode()
+	return proctest.Start(t, bin, env, args...)
 }
 
 // mustRun runs a command to completion, requires exit code 0 and returns
 // its stdout.
 func mustRun(t *testing.T, bin string, env []string, args ...string) string {
 	t.Helper()
-	p := start(t, bin, env, args...)
-	if code := p.wait(t, 2*time.Minute); code != 0 {
-		t.Fatalf("orders %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, tail(p.stdout.String(), 40), tail(p.stderr.String(), 40))
+	code, stdout, stderr := proctest.Run(t, bin, env, args...)
+	if code != 0 {
+		t.Fatalf("orders %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, proctest.Tail(stdout, 40), proctest.Tail(stderr, 40))
 	}
-	return p.stdout.String()
+	return stdout
 }
 
 func waitUntil(t *testing.T, what string, guard time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(guard)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("hang guard: still waiting after %s for %s", guard, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	proctest.WaitUntil(t, what, guard, func(context.Context) bool { return cond() })
 }
 
 func envUint(t *testing.T, name string, def uint64) uint64 {
@@ -620,31 +569,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// lockedBuffer is a bytes.Buffer safe for the process's writes and the
-// test's reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
