@@ -43,14 +43,26 @@ func Migrations() fs.FS {
 type Set struct {
 	// Name names the set in logs and errors ("orders").
 	Name string
-	// Table is the set's version table, e.g. "orders_schema_version". It
-	// must differ from every other set's and from the engine's.
+	// Table is the set's version table; empty means "<Name>_schema_version".
+	// It must differ from every other set's and from the engine's.
 	Table string
 	// FS holds the migration files at its root.
 	FS fs.FS
 }
 
 var tableName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// withDefaults fills in the version table.
+func withDefaults(sets []Set) []Set {
+	out := make([]Set, len(sets))
+	for i, s := range sets {
+		if s.Table == "" {
+			s.Table = s.Name + "_schema_version"
+		}
+		out[i] = s
+	}
+	return out
+}
 
 func (s Set) validate() error {
 	if s.Name == "" || s.FS == nil {
@@ -87,6 +99,7 @@ type Result struct {
 // several processes at once: goose holds a session advisory lock, keyed by
 // the target schema and the set, while it works.
 func Migrate(ctx context.Context, url string, logger *zap.Logger, sets ...Set) (Result, error) {
+	sets = withDefaults(sets)
 	for _, s := range sets {
 		if err := s.validate(); err != nil {
 			return Result{}, err
@@ -212,7 +225,7 @@ func lockID(schemaName, table string) int64 {
 func Check(ctx context.Context, db interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, sets ...Set) error {
-	all := append([]Set{{Name: "effectively", Table: VersionTable, FS: Migrations()}}, sets...)
+	all := append([]Set{{Name: "effectively", Table: VersionTable, FS: Migrations()}}, withDefaults(sets)...)
 	for _, s := range all {
 		want, err := latestVersion(s.FS)
 		if err != nil {

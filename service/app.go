@@ -85,6 +85,11 @@ func (a *App) extension() config.Extension {
 		Targets: a.Targets(),
 		Aliases: a.aliases,
 		Defaults: func(c *config.Config) {
+			// A build is its own consumer group and client by default: two
+			// builds on one cluster never share a group by accident.
+			if a.Name != "" {
+				c.Kafka.Group, c.Kafka.ClientID = a.Name, a.Name
+			}
 			for _, f := range a.defaults {
 				f(c)
 			}

@@ -59,6 +59,7 @@ func TestAppConfiguration(t *testing.T) {
 	require.Contains(t, out, "warehouse:\n    url: https://user:xxxxx@wh.example/", "the older key sets the target; its password is redacted")
 	require.Contains(t, out, "notify:\n    url: https://notify.example/")
 	require.Contains(t, out, "  topics:\n    - orders", "the build's default topic")
+	require.Contains(t, out, "  group: orders\n", "a build is its own consumer group by default")
 	require.NotContains(t, out, "s3cret")
 
 	_, _, err = run(t, testApp(), "config", "--config", writeFile(t, "targets:\n  warehouse:\n    url: https://a/\n  billing:\n    url: https://b/\n"))

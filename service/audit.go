@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -42,7 +41,7 @@ settings), so keys are derived exactly as the worker derives them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if topic == "" {
-				return usageError{errors.New("--topic is required; fix: pass the topic to audit, e.g. --topic " + c.cfg.Kafka.Topics[0])}
+				topic = c.cfg.Kafka.Topics[0]
 			}
 			var fromT, toT time.Time
 			var err error
@@ -100,7 +99,7 @@ settings), so keys are derived exactly as the worker derives them.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&topic, "topic", "", "the topic to audit (required)")
+	f.StringVar(&topic, "topic", "", "the topic to audit (default: the first of kafka.topics)")
 	f.StringVar(&group, "group", "", "the consumer group whose stored positions say what has been processed (default kafka.group)")
 	f.StringVar(&from, "from-time", "", "audit records with a timestamp at or after this RFC 3339 time (default: from the log start)")
 	f.StringVar(&to, "to-time", "", "audit records with a timestamp before this RFC 3339 time (default: to the end)")

@@ -21,6 +21,7 @@ import (
 
 	"github.com/effectively-io/effectively/test/kafkatest"
 	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/test/proctest"
 	"github.com/effectively-io/effectively/test/stacktest"
 )
 
@@ -77,7 +78,7 @@ func TestGettingStartedGuide(t *testing.T) {
 	cmd.Dir = root
 	cmd.Env = env
 	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr lockedBuffer
+	var stdout, stderr proctest.LockedBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()
