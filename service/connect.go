@@ -63,7 +63,7 @@ func (a *App) checkSchema(ctx context.Context, url string) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	err = schema.Check(ctx, conn, a.sets...)
 	if privilegeDenied(err) {
-		return fmt.Errorf("%w; fix: grant the role in postgres.url what docs/security.md lists for the worker", err)
+		return workerPrivilegeDenied(url, err)
 	}
 	var nm *schema.NotMigratedError
 	if errors.As(err, &nm) {

@@ -161,12 +161,24 @@ func explainMigratePrivilege(url string, err error) error {
 	} else if obj, ok := strings.CutPrefix(pgErr.Message, "must be owner of "); ok {
 		missing = "ownership of " + obj
 	}
-	role := "(unknown)"
-	if cfg, perr := pgconn.ParseConfig(url); perr == nil {
-		role = cfg.User
-	}
 	return fmt.Errorf("%w; the role %s lacks %s, which migrate needs; fix: run migrate as the role that owns the schema "+
-		"(the worker's role needs only the DML grants in docs/security.md)", err, role, missing)
+		"(the worker's role needs only the DML grants in docs/security.md)", err, pgRole(url), missing)
+}
+
+// workerPrivilegeDenied explains a privilege refused to a command that
+// only reads and writes rows: its role lacks the worker's grants.
+func workerPrivilegeDenied(url string, err error) error {
+	var pgErr *pgconn.PgError
+	errors.As(err, &pgErr)
+	return fmt.Errorf("the role %s in postgres.url may not use the schema's tables: %w; fix: as the schema's owner, grant it the worker's privileges that docs/security.md lists (GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA …, and ALTER DEFAULT PRIVILEGES)",
+		pgRole(url), pgErr)
+}
+
+func pgRole(url string) string {
+	if cfg, err := pgconn.ParseConfig(url); err == nil {
+		return cfg.User
+	}
+	return "(unknown)"
 }
 
 // pgInsufficientPrivilege is SQLSTATE 42501.

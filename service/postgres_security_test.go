@@ -161,3 +161,12 @@ func TestExplainPostgresTLS(t *testing.T) {
 	require.NoError(t, explainPostgresTLS(url, errors.New("connection refused")))
 	require.False(t, strings.Contains(got.Error(), ":p@"))
 }
+
+func TestWorkerPrivilegeDenied(t *testing.T) {
+	pgErr := &pgconn.PgError{Code: "42501", Message: "permission denied for table effectively_schema_version"}
+	err := workerPrivilegeDenied("postgres://effectively_worker:pw@db/x", fmt.Errorf("the database schema is not migrated: %w", pgErr))
+	require.ErrorIs(t, err, pgErr)
+	require.Contains(t, err.Error(), "the role effectively_worker in postgres.url may not use the schema's tables")
+	require.Contains(t, err.Error(), "permission denied for table effectively_schema_version")
+	require.NotContains(t, err.Error(), "not migrated")
+}
