@@ -109,10 +109,18 @@ func TestPostgresSecurity(t *testing.T) {
 		require.NotContains(t, logs, "sslmode", "no TLS warning for a local server")
 		require.NotContains(t, logs, workerPW)
 
-		for _, args := range [][]string{{"dlq", "list"}, {"prune"}, {"parked", "list"}} {
+		for _, args := range [][]string{{"dlq", "list"}, {"prune"}, {"parked", "list"}, {"replay", "--topic", r.topic, "--from-start", "--execute"}} {
 			code, stdout, stderr := runCmd(t, r.env, args...)
 			require.Equal(t, 0, code, "%v as effectively_worker: %s\n%s", args, stdout, stderr)
 		}
+		// The rewound group re-reads everything as the worker's role: every
+		// record a duplicate now, still one effect per event.
+		require.Zero(t, r.applied(t))
+		w = r.worker(t)
+		r.waitApplied(t, exp.Records, 3*time.Minute)
+		w.signal(t, syscall.SIGTERM)
+		require.Equal(t, 0, w.wait(t, time.Minute), "stderr:\n%s", tail(w.stderr.String(), 40))
+		r.verify(t, exp)
 	})
 
 	t.Run("a later migration's table is the worker's too, with no DDL", func(t *testing.T) {
