@@ -118,8 +118,9 @@ func warnPostgresTLS(log *zap.Logger, url string) {
 			config.EnvName("postgres.url")+" (docs/security.md)"))
 }
 
-// explainPostgresTLS turns a TLS failure of a connection to postgres.url
-// into an error that names the setting to fix; other errors give nil.
+// explainPostgresTLS turns a TLS failure of a connection to postgres.url,
+// or a URL pgx cannot use (a certificate file it cannot read), into an
+// error that names the setting to fix; other errors give nil.
 func explainPostgresTLS(url string, err error) error {
 	env := config.EnvName("postgres.url")
 	var (
@@ -127,8 +128,13 @@ func explainPostgresTLS(url string, err error) error {
 		badName   x509.HostnameError
 		invalid   x509.CertificateInvalidError
 		pgErr     *pgconn.PgError
+		parse     *pgconn.ParseConfigError
 	)
 	switch {
+	case errors.As(err, &parse):
+		// pgx masks password and sslpassword in the message.
+		return fmt.Errorf("postgres.url cannot be used: %w; fix: correct postgres.url / %s (the files its sslrootcert, sslcert and sslkey name must exist and be readable; docs/security.md)",
+			err, env)
 	case errors.As(err, &unknownCA):
 		return fmt.Errorf("PostgreSQL at %s presented a certificate that the CA file named by sslrootcert in postgres.url does not trust (without sslrootcert: the system's CAs): %w; "+
 			"fix: set sslrootcert in postgres.url / %s to the PEM file of the CA that signed the server's certificate", pgAddr(url), err, env)

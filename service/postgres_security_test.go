@@ -158,6 +158,14 @@ func TestExplainPostgresTLS(t *testing.T) {
 	hba := &pgconn.PgError{Code: "28000", Message: `no pg_hba.conf entry for host "10.0.0.1", user "u", database "db", no encryption`}
 	require.Contains(t, explainPostgresTLS(url, hba).Error(), "accepts only TLS connections")
 
+	_, perr := pgconn.ParseConfig("postgres://u:hunter2@db.example.com/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem")
+	require.Error(t, perr)
+	parse := explainPostgresTLS(url, perr)
+	require.Contains(t, parse.Error(), "postgres.url cannot be used")
+	require.Contains(t, parse.Error(), "/nonexistent/ca.pem")
+	require.Contains(t, parse.Error(), "EFFECTIVELY_POSTGRES_URL")
+	require.NotContains(t, parse.Error(), "hunter2")
+
 	require.NoError(t, explainPostgresTLS(url, errors.New("connection refused")))
 	require.False(t, strings.Contains(got.Error(), ":p@"))
 }

@@ -162,6 +162,13 @@ func TestPostgresSecurity(t *testing.T) {
 		require.Contains(t, stderr, "fix: set sslrootcert in postgres.url / EFFECTIVELY_POSTGRES_URL")
 		require.Contains(t, stderr, "certificate signed by unknown authority")
 		require.NotContains(t, stderr, workerPW)
+
+		missing := filepath.Join(t.TempDir(), "no-such-ca.pem")
+		code, _, stderr = runCmd(t, []string{"EFFECTIVELY_POSTGRES_URL=" + pg.url("effectively_worker", workerPW, missing)}, "migrate")
+		require.Equal(t, 1, code, stderr)
+		require.Contains(t, stderr, "postgres.url cannot be used")
+		require.Contains(t, stderr, missing)
+		require.NotContains(t, stderr, workerPW)
 	})
 
 	t.Run("no TLS against a TLS-only server names sslmode", func(t *testing.T) {
