@@ -33,6 +33,9 @@ func pgAddr(url string) string {
 }
 
 func postgresUnreachable(url string, err error) error {
+	if explained := explainPostgresTLS(url, err); explained != nil {
+		return explained
+	}
 	return fmt.Errorf("cannot reach PostgreSQL at %s (postgres.url): %w; fix: start it (make stack-up) or set postgres.url / %s",
 		pgAddr(url), err, config.EnvName("postgres.url"))
 }
@@ -59,6 +62,9 @@ func (a *App) checkSchema(ctx context.Context, url string) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	err = schema.Check(ctx, conn, a.sets...)
+	if privilegeDenied(err) {
+		return workerPrivilegeDenied(url, err)
+	}
 	var nm *schema.NotMigratedError
 	if errors.As(err, &nm) {
 		return fmt.Errorf("%w; fix: run `%s migrate` or start with `%s run --migrate`", err, a.name(), a.name())

@@ -19,12 +19,13 @@ func newMigrateCmd(c *CLI) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
+			warnPostgresTLS(c.log, c.cfg.Postgres.URL)
 			if err := checkPostgres(ctx, c.cfg.Postgres.URL); err != nil {
 				return err
 			}
 			res, err := schema.Migrate(ctx, c.cfg.Postgres.URL, c.log.Named("migrate"), c.app.sets...)
 			if err != nil {
-				return err
+				return explainMigratePrivilege(c.cfg.Postgres.URL, err)
 			}
 			for _, s := range res.Sets {
 				if len(s.Applied) == 0 {

@@ -46,12 +46,13 @@ func newRunCmd(c *CLI) *cobra.Command {
 // runWorker wires the worker: database pool, consumer group member, HTTP
 // endpoints. It returns when ctx is cancelled and everything has drained.
 func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate bool) error {
+	warnPostgresTLS(log, cfg.Postgres.URL)
 	if migrate {
 		if err := checkPostgres(ctx, cfg.Postgres.URL); err != nil {
 			return err
 		}
 		if _, err := schema.Migrate(ctx, cfg.Postgres.URL, log.Named("migrate"), a.sets...); err != nil {
-			return err
+			return explainMigratePrivilege(cfg.Postgres.URL, err)
 		}
 	}
 

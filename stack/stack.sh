@@ -17,6 +17,8 @@
 #   EFFECTIVELY_STACK_DIR          data, logs and libs          (/var/tmp/effectively)
 #   EFFECTIVELY_KAFKA_SECURITY     sasl_ssl: add SASL_SSL and mTLS listeners and
 #                                  the standard authorizer (stack/kafka-security.sh)
+#   EFFECTIVELY_PG_TLS             1: PostgreSQL with ssl=on, TCP over TLS only,
+#                                  a test CA in the instance folder (stack/pg-tls.sh)
 #
 # Data and logs live outside the checkout (as root, a checkout under /root is
 # unreadable to the postgres user), one folder per instance:
@@ -45,6 +47,8 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # shellcheck source=kafka-security.sh
 . "$here/kafka-security.sh"
+# shellcheck source=pg-tls.sh
+. "$here/pg-tls.sh"
 
 # ---------------------------------------------------------------- PostgreSQL
 
@@ -107,6 +111,10 @@ log_line_prefix = '%m [%p] %q%u@%d '
 CONF
     fresh=1
   fi
+  if pg_tls; then
+    pg_tls_material
+    pg_tls_conf
+  fi
   log "starting postgres on 127.0.0.1:$PG_PORT"
   as_pg "$PGBIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/postgres.log" -w -t 60 start >/dev/null \
     || { tail -30 "$PG_DIR/postgres.log" >&2; die "postgres did not start (log: $PG_DIR/postgres.log)"; }
@@ -130,7 +138,13 @@ pg_down() {
   as_pg "$PGBIN/pg_ctl" -D "$PG_DIR/data" -m fast -w -t 60 stop >/dev/null
 }
 
-pg_url() { echo "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB?sslmode=disable"; }
+pg_url() {
+  if pg_tls_on; then
+    echo "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB?sslmode=verify-full&sslrootcert=$PG_DIR/tls/ca.pem"
+  else
+    echo "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB?sslmode=disable"
+  fi
+}
 
 # ---------------------------------------------------------------- Kafka
 
@@ -267,6 +281,7 @@ env_out() {
   echo "export EFFECTIVELY_TEST_POSTGRES_URL='$(pg_url)'"
   echo "export EFFECTIVELY_TEST_KAFKA_BROKERS='127.0.0.1:$KAFKA_PORT'"
   if kafka_secure; then secure_env_out; fi
+  if pg_tls_on; then pg_tls_env_out; fi
 }
 
 PGBIN=
