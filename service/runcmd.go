@@ -174,9 +174,10 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	background := []func(context.Context) error{sweeper.Run, relay.Run, pruner.Run}
-	if len(a.Targets()) > 0 {
+	if a.anyTargetConfigured(cfg) {
 		// Side effects leave through the outbox: intents were recorded with
-		// their effects; the dispatcher delivers them.
+		// their effects; the dispatcher delivers them. Without a configured
+		// target no intent can be recorded, and nothing polls the outbox.
 		background = append(background, outbox.NewDispatcher(pool, outbox.Options{
 			RetryInitial: cfg.Retry.Initial, RetryMax: cfg.Retry.Max, Concurrency: cfg.Outbox.Concurrency,
 			Timeout: cfg.Outbox.CallTimeout, LeaseGrace: cfg.Outbox.LeaseGrace,
@@ -204,6 +205,16 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	err = cons.Run(ctx)
 	log.Info("worker stopped")
 	return err
+}
+
+// anyTargetConfigured reports whether a declared target has a URL.
+func (a *App) anyTargetConfigured(cfg config.Config) bool {
+	for _, name := range a.Targets() {
+		if cfg.Targets[name].URL != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // env resolves the build's targets against the configuration.
