@@ -185,5 +185,8 @@ func (r *Registry) WaitsFor(ev event.Event) *Prerequisite {
 // exists, for some prerequisite.
 func (r *Registry) Creates(typ string) bool { return len(r.creates[typ]) > 0 }
 
+// CreatedBy are the prerequisites an applied event of type typ creates.
+func (r *Registry) CreatedBy(typ string) []*Prerequisite { return r.creates[typ] }
+
 // Prerequisites are the registered prerequisites.
 func (r *Registry) Prerequisites() []*Prerequisite { return r.prerequisites }

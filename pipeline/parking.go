@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/jackc/pgx/v5"
@@ -72,10 +71,8 @@ func (g *gate) mustPark(ev event.Event) (bool, error) {
 
 // created records that ev, applied, made its resource exist.
 func (g *gate) created(ev event.Event) {
-	for _, p := range g.reg.Prerequisites() {
-		if slices.Contains(p.CreatedBy, ev.Type) {
-			g.exists[prereqKey{p.Name, ev.Subject}] = true
-		}
+	for _, p := range g.reg.CreatedBy(ev.Type) {
+		g.exists[prereqKey{p.Name, ev.Subject}] = true
 	}
 }
 
