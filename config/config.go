@@ -36,6 +36,8 @@ type Config struct {
 	Upstream Upstream `mapstructure:"upstream"`
 	// Outbox is how long finished side-effect intents are kept.
 	Outbox Outbox `mapstructure:"outbox"`
+	// Prefetch bounds the reads of fetch-on-event handlers (doorbells).
+	Prefetch Prefetch `mapstructure:"prefetch"`
 	// Targets are the build's named outbound HTTP endpoints: where its side
 	// effects are sent (the outbox) and where its prefetchers read
 	// (fetch-on-event). A build declares their names (see [Extension]);
@@ -193,6 +195,14 @@ type Outbox struct {
 	// presumed dead (an idempotent call is retried, any other becomes
 	// unknown).
 	LeaseGrace time.Duration `mapstructure:"lease_grace"`
+	// MaxAttempts and MaxAge bound the retries of an intent that keeps
+	// failing transiently (5xx, 429, timeouts, connection refused): past
+	// either, its next failure dead-letters it with its last status and
+	// error, and its resource's later intents are no longer held back.
+	// outbox retry queues it again (its attempts restart; past MaxAge it
+	// gets one attempt).
+	MaxAttempts int           `mapstructure:"max_attempts"`
+	MaxAge      time.Duration `mapstructure:"max_age"`
 }
 
 // Target is a named outbound HTTP endpoint.
@@ -328,7 +338,9 @@ func Default() Config {
 		Parking:  Parking{MaxAge: 24 * time.Hour, MaxAttempts: 20, MaxPerResource: 1000},
 		Dedupe:   Dedupe{Retention: 14 * 24 * time.Hour, ReconciliationWindow: 24 * time.Hour, PruneInterval: time.Minute},
 		Upstream: Upstream{MaxRetryHorizon: 72 * time.Hour},
-		Outbox:   Outbox{Retention: 14 * 24 * time.Hour, Concurrency: 8, CallTimeout: 10 * time.Second, LeaseGrace: 30 * time.Second},
+		Outbox: Outbox{Retention: 14 * 24 * time.Hour, Concurrency: 8, CallTimeout: 10 * time.Second, LeaseGrace: 30 * time.Second,
+			MaxAttempts: OutboxMaxAttemptsDefault, MaxAge: OutboxMaxAgeDefault},
+		Prefetch: Prefetch{MaxAttempts: PrefetchMaxAttemptsDefault},
 	}
 }
 

@@ -171,6 +171,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 		background = append(background, outbox.NewDispatcher(pool, outbox.Options{
 			RetryInitial: cfg.Retry.Initial, RetryMax: cfg.Retry.Max, Concurrency: cfg.Outbox.Concurrency,
 			Timeout: cfg.Outbox.CallTimeout, LeaseGrace: cfg.Outbox.LeaseGrace,
+			MaxAttempts: cfg.Outbox.MaxAttempts, MaxAge: cfg.Outbox.MaxAge,
 			Logger: log.Named("outbox"), Metrics: outbox.NewMetrics(reg),
 		}).Run)
 	}
