@@ -204,7 +204,9 @@ func (a *App) env(cfg config.Config) handlers.Env {
 	for n, t := range cfg.Targets {
 		urls[n] = t.URL
 	}
-	return a.Registry.Env(urls, outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired}, nil)
+	env := a.Registry.Env(urls, outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired}, nil)
+	env.Prefetches = handlers.NewPrefetchFailures(cfg.Prefetch.MaxAttempts)
+	return env
 }
 
 // probeKafka checks, with a short-lived client, that the brokers answer and
