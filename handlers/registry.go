@@ -60,11 +60,13 @@ func (r *Registry) Targets() []string {
 // change it).
 func (r *Registry) Env(urls map[string]string, expiry outbox.Expiry, client *http.Client) Env {
 	if client == nil {
-		client = &http.Client{Timeout: 5 * time.Second}
+		client = NewPrefetchClient(5 * time.Second)
+	} else {
+		client = prefetchClient(client)
 	}
 	env := Env{
 		Targets: make(map[string]Target, len(r.targets)), Expiry: expiry,
-		HTTPClient: prefetchClient(client), Prefetches: NewPrefetchFailures(PrefetchMaxAttemptsDefault),
+		HTTPClient: client, Prefetches: NewPrefetchFailures(PrefetchMaxAttemptsDefault),
 	}
 	for n, idem := range r.targets {
 		env.Targets[n] = Target{URL: urls[n], Idempotent: idem}
