@@ -205,6 +205,19 @@ type Outbox struct {
 	MaxAge      time.Duration `mapstructure:"max_age"`
 }
 
+// Prefetch bounds fetch-on-event: the reads a prefetcher (a doorbell) makes
+// from a target before its event's transaction.
+type Prefetch struct {
+	// MaxAttempts is how many times one event's prefetch may fail
+	// transiently (5xx, 429, timeout, connection refused) while the source
+	// answers other events' prefetches, before the event is dead-lettered
+	// with reason source_unavailable (its partition moves on; dlq redrive
+	// re-applies it). Failures while the source answers nobody (an outage)
+	// do not count: the batch is retried with backoff, as for any transient
+	// fault.
+	MaxAttempts int `mapstructure:"max_attempts"`
+}
+
 // Target is a named outbound HTTP endpoint.
 type Target struct {
 	// URL is the absolute http or https base URL; empty means not

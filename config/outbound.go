@@ -2,19 +2,6 @@ package config
 
 import "time"
 
-// Prefetch bounds fetch-on-event: the reads a prefetcher (a doorbell) makes
-// from a target before its event's transaction.
-type Prefetch struct {
-	// MaxAttempts is how many times one event's prefetch may fail
-	// transiently (5xx, 429, timeout, connection refused) while the source
-	// answers other events' prefetches, before the event is dead-lettered
-	// with reason source_unavailable (its partition moves on; dlq redrive
-	// re-applies it). Failures while the source answers nobody (an outage)
-	// do not count: the batch is retried with backoff, as for any transient
-	// fault.
-	MaxAttempts int `mapstructure:"max_attempts"`
-}
-
 // The defaults of the outbound keys.
 const (
 	// OutboxMaxAttemptsDefault (outbox.max_attempts) is a backstop for
@@ -25,9 +12,12 @@ const (
 	// back as upstream producers are given to retry one event
 	// (upstream.max_retry_horizon's default).
 	OutboxMaxAgeDefault = 72 * time.Hour
-	// PrefetchMaxAttemptsDefault (prefetch.max_attempts): with the default
-	// retry backoff (100 ms, ×1.5, jittered), ten counted failures hold a
-	// partition for about ten seconds.
+	// PrefetchMaxAttemptsDefault (prefetch.max_attempts): the first failure
+	// is not counted, so with the default retry backoff (100 ms growing
+	// ×1.5 to retry.max) one failing resource holds its partition for 11
+	// attempts, about 15 s; when its batch-mates' reads land after its own
+	// in some rounds, those rounds count in the next one, up to 21 attempts
+	// (a few minutes).
 	PrefetchMaxAttemptsDefault = 10
 )
 

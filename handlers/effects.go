@@ -181,6 +181,12 @@ func AppliedOrStale(ct pgconn.CommandTag) (dedupe.Disposition, error) {
 // exist (an order line for an order never placed).
 const ReasonPrerequisiteMissing event.Reason = "prerequisite_missing"
 
+// ReasonSourceUnavailable: an event's prefetch kept failing transiently
+// (prefetch.max_attempts times) while the same prefetcher read other events
+// successfully: the source fails for that one resource, and the event is
+// dead-lettered so its partition moves on. dlq redrive re-applies it.
+const ReasonSourceUnavailable event.Reason = "source_unavailable"
+
 // ReasonUnknownType: no handler is registered for the event's type.
 const ReasonUnknownType event.Reason = "unknown_type"
 

@@ -12,12 +12,6 @@ import (
 	"github.com/effectively-io/effectively/outbox"
 )
 
-// ReasonSourceUnavailable: an event's prefetch kept failing transiently
-// (prefetch.max_attempts times) while the same prefetcher read other events
-// successfully: the source fails for that one resource, and the event is
-// dead-lettered so its partition moves on. dlq redrive re-applies it.
-const ReasonSourceUnavailable event.Reason = "source_unavailable"
-
 // PrefetchMaxAttemptsDefault is the bound of a PrefetchFailures that
 // Registry.Env makes (prefetch.max_attempts).
 const PrefetchMaxAttemptsDefault = 10

@@ -18,8 +18,8 @@ func redirectTo(code int, elsewhere string) func(w http.ResponseWriter) {
 	}
 }
 
-// A redirect is never followed: a 302 would turn the mail's POST into a GET
-// whose 2xx records a mail as sent although none was sent; a 307 would carry
+// A redirect is never followed: a 302 would turn a notification's POST into
+// a GET whose 2xx records it as sent although none was sent; a 307 would carry
 // the body and the idempotency key to another host. Either is dead-lettered
 // with the status and the Location, and the other host receives nothing.
 func TestRedirectIsDeadLetteredNotFollowed(t *testing.T) {
@@ -30,12 +30,12 @@ func TestRedirectIsDeadLetteredNotFollowed(t *testing.T) {
 		intent func(url, eventKey, invoice string) Intent
 		op     string
 	}{
-		{"mail 302", http.StatusFound, mailIntent, "chat.welcome"},
-		{"mail 301", http.StatusMovedPermanently, mailIntent, "chat.welcome"},
-		{"mail 303", http.StatusSeeOther, mailIntent, "chat.welcome"},
-		{"crm 307", http.StatusTemporaryRedirect, crmIntent, "erp.upsert_contact"},
-		{"crm 308", http.StatusPermanentRedirect, crmIntent, "erp.upsert_contact"},
-		{"mail 307", http.StatusTemporaryRedirect, mailIntent, "chat.welcome"},
+		{"notification 302", http.StatusFound, mailIntent, "chat.welcome"},
+		{"notification 301", http.StatusMovedPermanently, mailIntent, "chat.welcome"},
+		{"notification 303", http.StatusSeeOther, mailIntent, "chat.welcome"},
+		{"idempotent 307", http.StatusTemporaryRedirect, crmIntent, "erp.upsert_contact"},
+		{"idempotent 308", http.StatusPermanentRedirect, crmIntent, "erp.upsert_contact"},
+		{"notification 307", http.StatusTemporaryRedirect, mailIntent, "chat.welcome"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -94,8 +94,8 @@ func TestAlwaysUnavailableIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 	up := newServer(t, status(200))
 	first := crmIntent(down.URL, "ev-1", "acct-1")
 	second := crmIntent(up.URL, "ev-2", "acct-1") // same resource, later
-	mail := mailIntent(down.URL, "ev-1", "acct-1")
-	b.record(t, first, mail)
+	note := mailIntent(down.URL, "ev-1", "acct-1")
+	b.record(t, first, note)
 	b.record(t, second)
 
 	b.deliverUntil(t, 10*time.Second)
@@ -106,8 +106,8 @@ func TestAlwaysUnavailableIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 	require.Contains(t, *lastErr, "gave up after 3 attempts (outbox.max_attempts)")
 	require.Contains(t, *lastErr, "503 Service Unavailable: maintenance")
 
-	// A 503 refused the mail before processing it: retried like the CRM
-	// call, and dead-lettered the same way (never unknown).
+	// A 503 refused the notification before processing it: retried like the
+	// idempotent call, and dead-lettered the same way (never unknown).
 	st, attempts, last, _ = b.state(t, "ev-1", "chat.welcome")
 	require.Equal(t, "dead_lettered", st)
 	require.Equal(t, 3, attempts)
