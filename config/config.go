@@ -195,14 +195,17 @@ type Outbox struct {
 	// presumed dead (an idempotent call is retried, any other becomes
 	// unknown).
 	LeaseGrace time.Duration `mapstructure:"lease_grace"`
-	// MaxAttempts and MaxAge bound the retries of an intent that keeps
-	// failing transiently (5xx, 429, timeouts, connection refused): past
-	// either, its next failure dead-letters it with its last status and
+	// MaxAttempts is how many times an intent that keeps failing
+	// transiently (5xx, 429, timeouts, connection refused) is attempted:
+	// its next failure after that dead-letters it with its last status and
 	// error, and its resource's later intents are no longer held back.
-	// outbox retry queues it again (its attempts restart; past MaxAge it
-	// gets one attempt).
-	MaxAttempts int           `mapstructure:"max_attempts"`
-	MaxAge      time.Duration `mapstructure:"max_age"`
+	// outbox retry queues it again, its attempts restarted.
+	MaxAttempts int `mapstructure:"max_attempts"`
+	// MaxAge is how long after it was recorded an intent that keeps failing
+	// transiently is retried: its next failure after that dead-letters it,
+	// as for MaxAttempts. An intent outbox retry queues past this age gets
+	// one attempt.
+	MaxAge time.Duration `mapstructure:"max_age"`
 }
 
 // Prefetch bounds fetch-on-event: the reads a prefetcher (a doorbell) makes
