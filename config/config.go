@@ -38,6 +38,8 @@ type Config struct {
 	// Outbox is the delivery of side-effect intents (concurrency, timeouts,
 	// leases) and how long finished ones are kept.
 	Outbox Outbox `mapstructure:"outbox"`
+	// Prefetch bounds the reads of fetch-on-event handlers (doorbells).
+	Prefetch Prefetch `mapstructure:"prefetch"`
 	// Targets are the build's named outbound HTTP endpoints: where its side
 	// effects are sent (the outbox) and where its prefetchers read
 	// (fetch-on-event). A build declares their names (see [Extension]);
@@ -199,6 +201,30 @@ type Outbox struct {
 	// presumed dead (an idempotent call is retried, any other becomes
 	// unknown).
 	LeaseGrace time.Duration `mapstructure:"lease_grace"`
+	// MaxAttempts is how many times an intent that keeps failing
+	// transiently (5xx, 429, timeouts, connection refused) is attempted:
+	// its next failure after that dead-letters it with its last status and
+	// error, and its resource's later intents are no longer held back.
+	// outbox retry queues it again, its attempts restarted.
+	MaxAttempts int `mapstructure:"max_attempts"`
+	// MaxAge is how long after it was recorded an intent that keeps failing
+	// transiently is retried: its next failure after that dead-letters it,
+	// as for MaxAttempts. An intent outbox retry queues past this age gets
+	// one attempt.
+	MaxAge time.Duration `mapstructure:"max_age"`
+}
+
+// Prefetch bounds fetch-on-event: the reads a prefetcher (a doorbell) makes
+// from a target before its event's transaction.
+type Prefetch struct {
+	// MaxAttempts is how many times one event's prefetch may fail
+	// transiently (5xx, 429, timeout, connection refused) while the source
+	// answers other events' prefetches, before the event is dead-lettered
+	// with reason source_unavailable (its partition moves on; dlq redrive
+	// re-applies it). Failures while the source answers nobody (an outage)
+	// do not count: the batch is retried with backoff, as for any transient
+	// fault.
+	MaxAttempts int `mapstructure:"max_attempts"`
 }
 
 // Target is a named outbound HTTP endpoint.
@@ -335,7 +361,9 @@ func Default() Config {
 		Parking:  Parking{MaxAge: 24 * time.Hour, MaxAttempts: 20, MaxPerResource: 1000},
 		Dedupe:   Dedupe{Retention: 14 * 24 * time.Hour, ReconciliationWindow: 24 * time.Hour, PruneInterval: time.Minute},
 		Upstream: Upstream{MaxRetryHorizon: 72 * time.Hour},
-		Outbox:   Outbox{Retention: 14 * 24 * time.Hour, Concurrency: 8, CallTimeout: 10 * time.Second, LeaseGrace: 30 * time.Second},
+		Outbox: Outbox{Retention: 14 * 24 * time.Hour, Concurrency: 8, CallTimeout: 10 * time.Second, LeaseGrace: 30 * time.Second,
+			MaxAttempts: OutboxMaxAttemptsDefault, MaxAge: OutboxMaxAgeDefault},
+		Prefetch: Prefetch{MaxAttempts: PrefetchMaxAttemptsDefault},
 	}
 }
 

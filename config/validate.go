@@ -311,6 +311,7 @@ func (c Config) validate() []*FieldError {
 	if c.Outbox.Concurrency <= 0 || c.Outbox.Concurrency > 1024 {
 		v.intBetween("outbox.concurrency", int64(c.Outbox.Concurrency), 1, 1024)
 	}
+	c.validateOutbound(&v)
 
 	names := make([]string, 0, len(c.Targets))
 	for n := range c.Targets {

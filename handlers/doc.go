@@ -9,4 +9,11 @@
 // event they can never apply returns event.Permanent (dead-lettered with
 // its reason, none of its queued statements applied); any other error is
 // retried with backoff while the partition is paused.
+//
+// Prefetchers read with a client that follows no redirect and reads at most
+// MaxPrefetchResponseBytes. A prefetch that keeps failing transiently for one
+// event while the same prefetcher reads others is dead-lettered with reason
+// source_unavailable after prefetch.max_attempts (PrefetchFailures); a
+// source that answers nobody (an outage) is retried with backoff without
+// end, as every transient fault is.
 package handlers

@@ -33,7 +33,11 @@ func (f HandlerFunc) Handle(ctx context.Context, e *Effects, ev event.Event) err
 // batch's transaction begins (never inside it): a doorbell fetches the
 // resource's current state. Prefetch returns the event to apply (its Key and
 // PayloadHash unchanged), a transient error (the batch is retried with
-// backoff), or a permanent one (event.Permanent: dead-lettered).
+// backoff), or a permanent one (event.Permanent: dead-lettered). A transient
+// failure for one event while the source answers others is retried at most
+// prefetch.max_attempts times, then dead-lettered with reason
+// source_unavailable (see PrefetchFailures); a redirect is the source's
+// answer, not followed.
 type Prefetcher interface {
 	Prefetch(ctx context.Context, env Env, ev event.Event) (event.Event, error)
 }
@@ -67,8 +71,14 @@ type Env struct {
 	Targets map[string]Target
 	// Expiry is outbox.retention and outbox.resend_expired.
 	Expiry outbox.Expiry
-	// HTTPClient is the client prefetchers read from targets with.
+	// HTTPClient is the client prefetchers read from targets with. The one
+	// Registry.Env makes follows no redirect and cuts bodies at
+	// MaxPrefetchResponseBytes.
 	HTTPClient *http.Client
+	// Prefetches bounds one event's transient prefetch failures while the
+	// source answers other events (prefetch.max_attempts); nil: unbounded,
+	// every transient failure retries the batch.
+	Prefetches *PrefetchFailures
 }
 
 // Target returns the named target, ErrTargetOff when it has no URL, or an
@@ -180,6 +190,12 @@ func AppliedOrStale(ct pgconn.CommandTag) (dedupe.Disposition, error) {
 // ReasonPrerequisiteMissing: a relative event for a resource that does not
 // exist (an order line for an order never placed).
 const ReasonPrerequisiteMissing event.Reason = "prerequisite_missing"
+
+// ReasonSourceUnavailable: an event's prefetch kept failing transiently
+// (prefetch.max_attempts times) while the same prefetcher read other events
+// successfully: the source fails for that one resource, and the event is
+// dead-lettered so its partition moves on. dlq redrive re-applies it.
+const ReasonSourceUnavailable event.Reason = "source_unavailable"
 
 // ReasonUnknownType: no handler is registered for the event's type.
 const ReasonUnknownType event.Reason = "unknown_type"

@@ -64,14 +64,23 @@ func (r *Registry) Targets() []string {
 }
 
 // Env resolves the declared targets against their configured URLs
-// (a name without one is off).
+// (a name without one is off). Prefetchers read with a copy of client (nil:
+// one with a 5 s timeout) that follows no redirect and cuts bodies at
+// MaxPrefetchResponseBytes; their transient failures are bounded by a
+// PrefetchFailures of PrefetchMaxAttemptsDefault (replace env.Prefetches to
+// change it).
 func (r *Registry) Env(urls map[string]string, expiry outbox.Expiry, client *http.Client) Env {
-	env := Env{Targets: make(map[string]Target, len(r.targets)), Expiry: expiry, HTTPClient: client}
+	if client == nil {
+		client = NewPrefetchClient(5 * time.Second)
+	} else {
+		client = prefetchClient(client)
+	}
+	env := Env{
+		Targets: make(map[string]Target, len(r.targets)), Expiry: expiry,
+		HTTPClient: client, Prefetches: NewPrefetchFailures(PrefetchMaxAttemptsDefault),
+	}
 	for n, idem := range r.targets {
 		env.Targets[n] = Target{URL: urls[n], Idempotent: idem}
-	}
-	if env.HTTPClient == nil {
-		env.HTTPClient = &http.Client{Timeout: 5 * time.Second}
 	}
 	return env
 }
@@ -97,9 +106,14 @@ func (r *Registry) HandleFunc(typ string, f func(ctx context.Context, e *Effects
 	r.Handle(typ, HandlerFunc(f))
 }
 
-// Handler returns the handler of typ.
+// Handler returns the handler of typ. A Prefetcher comes back wrapped: its
+// transient failures are bounded by the Env's Prefetches (see
+// PrefetchFailures).
 func (r *Registry) Handler(typ string) (Handler, bool) {
 	h, ok := r.handlers[typ]
+	if pf, isPF := h.(Prefetcher); isPF {
+		return boundedPrefetcher{Handler: h, pf: pf}, true
+	}
 	return h, ok
 }
 

@@ -232,7 +232,11 @@ func Retry(ctx context.Context, pool *pgxpool.Pool, f Filter, ids ...int64) (int
 		args = append(args, ids)
 		where += fmt.Sprintf(" AND id = ANY($%d)", len(args))
 	}
+	// Attempts restart: the ceiling (outbox.max_attempts) counts from the
+	// operator's decision. The age (outbox.max_age) does not: an intent
+	// older than it gets one attempt.
 	ct, err := pool.Exec(ctx, `UPDATE outbox SET state = 'pending', next_attempt_at = now(), updated_at = now(),
+    attempts = CASE WHEN state = 'pending' THEN attempts ELSE 0 END,
     last_error = CASE WHEN state = 'pending' THEN last_error ELSE 'queued again by an operator; was ' || state || coalesce(': ' || last_error, '') END
 WHERE `+where, args...)
 	if err != nil {

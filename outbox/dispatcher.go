@@ -48,6 +48,15 @@ type Options struct {
 	RetryMax     time.Duration
 	// MaxRetryAfter caps a Retry-After the target asks for (default 1 h).
 	MaxRetryAfter time.Duration
+	// MaxAttempts and MaxAge bound the retries of an intent that keeps
+	// failing transiently (5xx, 429, timeouts, connection refused): once it
+	// has been attempted MaxAttempts times, or was recorded more than MaxAge
+	// ago, its next failure dead-letters it with the last status and error,
+	// so its resource's later intents are no longer held back (defaults
+	// MaxAttemptsDefault and MaxAgeDefault; outbox.max_attempts and
+	// outbox.max_age).
+	MaxAttempts int
+	MaxAge      time.Duration
 	// Logger receives what the dispatcher does; never request bodies.
 	Logger *zap.Logger
 	// Metrics count deliveries and show the queue; nil: none.
@@ -56,6 +65,21 @@ type Options struct {
 	// (default 10 s).
 	StatsInterval time.Duration
 }
+
+// The defaults of Options.MaxAttempts and Options.MaxAge (outbox.max_attempts,
+// outbox.max_age). The age is the one an operator reasons about: a target is
+// given as long to come back as upstream producers are given to retry
+// (upstream.max_retry_horizon, 72 h by default). The attempt ceiling is a
+// backstop for when waits are short (a low retry.max): at the default
+// retry.max of 30 s, 10,000 attempts take longer than 72 h.
+const (
+	MaxAttemptsDefault = 10000
+	MaxAgeDefault      = 72 * time.Hour
+)
+
+// MaxResponseBytes is the most of an answer the dispatcher reads: a larger
+// body is cut there (and excerpted in last_error), never read whole.
+const MaxResponseBytes = 64 << 10
 
 // Dispatcher delivers recorded intents and records their outcomes. Several
 // dispatchers (replicas) may run on one database.
@@ -92,21 +116,38 @@ func NewDispatcher(pool *pgxpool.Pool, opts Options) *Dispatcher {
 	if opts.MaxRetryAfter <= 0 {
 		opts.MaxRetryAfter = time.Hour
 	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = MaxAttemptsDefault
+	}
+	if opts.MaxAge <= 0 {
+		opts.MaxAge = MaxAgeDefault
+	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
 	if opts.StatsInterval <= 0 {
 		opts.StatsInterval = 10 * time.Second
 	}
-	client := opts.HTTPClient
-	if client == nil {
+	var client http.Client
+	if opts.HTTPClient != nil {
+		client = *opts.HTTPClient
+	} else {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = opts.Concurrency
 		tr.ResponseHeaderTimeout = opts.Timeout
-		client = &http.Client{Transport: tr}
+		client.Transport = tr
 	}
-	return &Dispatcher{pool: pool, opts: opts, client: client, log: opts.Logger}
+	// Never follow a redirect, whatever client was given: a 301, 302 or 303
+	// turns the POST into a GET whose 2xx would record the call as sent, and
+	// a 307 or 308 carries the body and the idempotency key to wherever the
+	// Location says. A 3xx is a configuration error, dead-lettered.
+	client.CheckRedirect = NoRedirects
+	return &Dispatcher{pool: pool, opts: opts, client: &client, log: opts.Logger}
 }
+
+// NoRedirects is an http.Client CheckRedirect that follows no redirect: the
+// client returns the 3xx answer itself.
+func NoRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // Run delivers intents until ctx is done. Calls in flight when ctx is done
 // finish (bounded by Timeout) and their outcomes are recorded; failures are
@@ -167,7 +208,7 @@ func (d *Dispatcher) DeliverOnce(ctx context.Context) (int, error) {
 				o = outcome{state: Pending, released: true, err: "released at shutdown before the call"}
 			} else {
 				crashpoint.Hit(crashpoint.OutboxBeforeCall)
-				o = d.call(ctx, c)
+				o = d.giveUp(c, d.call(ctx, c))
 				crashpoint.Hit(crashpoint.OutboxAfterCall)
 			}
 			if err := d.record(ctx, c, o); err != nil {
@@ -244,7 +285,8 @@ UPDATE outbox o
 SET state = 'sending', attempts = o.attempts + 1, updated_at = now(),
     lease_until = now() + $2::bigint * interval '1 millisecond'
 FROM due WHERE o.id = due.id
-RETURNING o.id, o.event_key, o.operation, o.method, o.target, o.request::text, o.idempotency_key, o.idempotent, o.attempts`
+RETURNING o.id, o.event_key, o.operation, o.method, o.target, o.request::text, o.idempotency_key, o.idempotent, o.attempts,
+          (extract(epoch FROM now() - o.created_at) * 1000)::bigint`
 
 // claimed is an intent this dispatcher holds.
 type claimed struct {
@@ -256,7 +298,8 @@ type claimed struct {
 	request        string
 	idempotencyKey string
 	idempotent     bool
-	attempts       int
+	attempts       int           // this one included
+	age            time.Duration // since the intent was recorded, by the database's clock
 }
 
 func (d *Dispatcher) claim(ctx context.Context) ([]claimed, error) {
@@ -268,10 +311,14 @@ func (d *Dispatcher) claim(ctx context.Context) ([]claimed, error) {
 	defer rows.Close()
 	var out []claimed
 	for rows.Next() {
-		var c claimed
-		if err := rows.Scan(&c.id, &c.eventKey, &c.operation, &c.method, &c.target, &c.request, &c.idempotencyKey, &c.idempotent, &c.attempts); err != nil {
+		var (
+			c     claimed
+			ageMS int64
+		)
+		if err := rows.Scan(&c.id, &c.eventKey, &c.operation, &c.method, &c.target, &c.request, &c.idempotencyKey, &c.idempotent, &c.attempts, &ageMS); err != nil {
 			return nil, fmt.Errorf("claiming outbox intents: %w", err)
 		}
+		c.age = time.Duration(ageMS) * time.Millisecond
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
@@ -319,13 +366,22 @@ func (d *Dispatcher) call(ctx context.Context, c claimed) outcome {
 		return outcome{state: Unknown, err: msg + " (the call may have been made)"}
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4*maxExcerpt))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // reuse the connection
+	// Read at most MaxResponseBytes: what is kept is an excerpt, and a
+	// body read to its end lets the connection be reused. A larger body is
+	// cut, and its connection closed.
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
 	s := resp.StatusCode
 	msg := fmt.Sprintf("%s %s: %s: %s", c.method, req.URL.Redacted(), resp.Status, excerpt(body))
 	switch {
 	case s >= 200 && s < 300:
 		return outcome{state: Sent, status: s}
+	case s >= 300 && s < 400:
+		// Not followed (NoRedirects): the target's URL is wrong. Whether a
+		// 303 after a POST means the call was processed is the target's
+		// business; an operator fixes the URL and retries or resolves it.
+		return outcome{state: DeadLettered, status: s, err: fmt.Sprintf(
+			"%s %s: %s: redirected to %s; redirects are not followed: point the target's URL at where it is served",
+			c.method, req.URL.Redacted(), resp.Status, location(resp))}
 	case s == http.StatusTooManyRequests || (s == http.StatusServiceUnavailable && !c.idempotent):
 		// Refused before processing: safe to repeat even without a key.
 		return outcome{state: Pending, status: s, wait: d.backoff(c.attempts, retryAfter(resp.Header.Get("Retry-After"))), err: msg}
@@ -337,6 +393,37 @@ func (d *Dispatcher) call(ctx context.Context, c claimed) outcome {
 	default:
 		return outcome{state: DeadLettered, status: s, err: msg}
 	}
+}
+
+// location is the redirect's Location, resolved against the request and
+// without userinfo.
+func location(resp *http.Response) string {
+	u, err := resp.Location()
+	if err != nil {
+		return "(no valid Location)"
+	}
+	return excerpt([]byte(u.Redacted()))
+}
+
+// giveUp dead-letters an intent that failed transiently once more after its
+// retries ran out (Options.MaxAttempts attempts, or older than
+// Options.MaxAge), keeping the last status and error: it stops holding back
+// its resource's later intents. An operator retries it (outbox retry) once
+// the target answers; an intent older than MaxAge then gets one attempt.
+func (d *Dispatcher) giveUp(c claimed, o outcome) outcome {
+	if o.state != Pending || o.released {
+		return o
+	}
+	var why string
+	switch {
+	case c.attempts >= d.opts.MaxAttempts:
+		why = fmt.Sprintf("gave up after %d attempts (outbox.max_attempts)", c.attempts)
+	case c.age >= d.opts.MaxAge:
+		why = fmt.Sprintf("gave up after %d attempts over %s (outbox.max_age)", c.attempts, c.age.Round(time.Second))
+	default:
+		return o
+	}
+	return outcome{state: DeadLettered, status: o.status, err: why + "; last: " + o.err}
 }
 
 // notSent reports whether err happened before the request could leave: the

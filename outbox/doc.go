@@ -17,4 +17,13 @@
 //     between the call and its record), or whose call ended without a clear
 //     answer, becomes unknown and waits for an operator ([Dispatcher.Resolve]).
 //     A missing message is recoverable; a second one is not.
+//
+// No redirect is followed, whatever client is given: a 3xx dead-letters the
+// intent with its status and Location (a 302 would turn a POST into a GET
+// whose 2xx records a message as sent; a 307 would carry the body and the
+// idempotency key to another host). At most [MaxResponseBytes] of an answer
+// is read. An intent that keeps failing transiently is dead-lettered with
+// its last status and error once it has been attempted Options.MaxAttempts
+// times or is older than Options.MaxAge, so it stops holding back its
+// resource's later intents; [Retry] queues it again.
 package outbox

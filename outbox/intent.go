@@ -28,7 +28,11 @@ const (
 	// sent.
 	Suppressed State = "suppressed"
 	// DeadLettered: the target refused the call (a 4xx other than 408 and
-	// 429); last_status and last_error say why.
+	// 429), answered with a redirect (a 3xx is a configuration error: no
+	// redirect is followed; last_error has the Location), or kept failing
+	// transiently past outbox.max_attempts or outbox.max_age; last_status
+	// and last_error say why. It no longer holds back its resource's later
+	// intents; outbox retry queues it again.
 	DeadLettered State = "dead_lettered"
 )
 

@@ -181,6 +181,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 		background = append(background, outbox.NewDispatcher(pool, outbox.Options{
 			RetryInitial: cfg.Retry.Initial, RetryMax: cfg.Retry.Max, Concurrency: cfg.Outbox.Concurrency,
 			Timeout: cfg.Outbox.CallTimeout, LeaseGrace: cfg.Outbox.LeaseGrace,
+			MaxAttempts: cfg.Outbox.MaxAttempts, MaxAge: cfg.Outbox.MaxAge,
 			Logger: log.Named("outbox"), Metrics: metrics.outbox,
 		}).Run)
 	}
@@ -223,7 +224,9 @@ func (a *App) env(cfg config.Config) handlers.Env {
 	for n, t := range cfg.Targets {
 		urls[n] = t.URL
 	}
-	return a.Registry.Env(urls, outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired}, nil)
+	env := a.Registry.Env(urls, outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired}, nil)
+	env.Prefetches = handlers.NewPrefetchFailures(cfg.Prefetch.MaxAttempts)
+	return env
 }
 
 // probeKafka checks, with a short-lived client, that the brokers answer and

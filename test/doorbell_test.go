@@ -114,3 +114,55 @@ func TestDoorbellsConvergeAndSurviveASourceOutage(t *testing.T) {
 	require.Equal(t, int64(0), r.db.Count(t, `SELECT count(*) FROM dead_letters`), "nothing dead-lettered for a transient cause")
 	require.Equal(t, int64(4*accounts), r.db.Count(t, `SELECT count(*) FROM processed_events`), "every distinct event claimed once")
 }
+
+// A source that always fails (500) for one account and answers for the
+// others does not stop the partition: the failing doorbell is retried while
+// its batch-mates are read, then dead-lettered with reason
+// source_unavailable after prefetch.max_attempts; the partition moves on
+// and a later good record of it is applied.
+func TestDoorbellFailingForOneAccountDoesNotStopThePartition(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	badCalls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := strings.TrimPrefix(r.URL.Path, "/accounts/")
+		if id == "acct-bad" {
+			mu.Lock()
+			badCalls++
+			mu.Unlock()
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "version": 1, "name": id,
+			"email": id + "@example.com", "plan": "pro", "status": "open"})
+	}))
+	t.Cleanup(srv.Close)
+	r := newRig(t, 1, "EFFECTIVELY_TARGETS_ACCOUNTS_URL="+srv.URL+"/accounts",
+		"EFFECTIVELY_PREFETCH_MAX_ATTEMPTS=3", "EFFECTIVELY_RETRY_MAX=1s")
+	cl := kafkatest.Producer(t, kgo.DefaultProduceTopic(r.topic))
+	bell := func(id, account string) *kgo.Record {
+		return cetest.Record(r.topic, id, "account.refreshed", account, 0, nil)
+	}
+	// One produce call, produced before the worker starts: the failing
+	// doorbell and its batch-mates are read in one batch.
+	require.NoError(t, cl.ProduceSync(context.Background(),
+		bell("bell-1", "acct-1"), bell("bell-bad", "acct-bad"), bell("bell-2", "acct-2"), bell("bell-3", "acct-3")).FirstErr())
+	w := r.worker(t)
+	r.waitApplied(t, 4, 2*time.Minute)
+	require.Equal(t, int64(1), r.db.Count(t,
+		`SELECT count(*) FROM dead_letters WHERE reason = 'source_unavailable' AND "offset" = 1 AND error LIKE '%500 Internal Server Error%'`))
+	require.Equal(t, int64(3), r.db.Count(t, `SELECT count(*) FROM accounts WHERE id IN ('acct-1', 'acct-2', 'acct-3')`))
+
+	// The partition keeps moving: the next good record is applied.
+	require.NoError(t, cl.ProduceSync(context.Background(), bell("bell-4", "acct-4")).FirstErr())
+	r.waitApplied(t, 5, 2*time.Minute)
+	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM accounts WHERE id = 'acct-4'`))
+
+	w.signal(t, syscall.SIGTERM)
+	require.Equal(t, 0, w.wait(t, time.Minute))
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, badCalls, 4, "one uncounted failure, then three counted ones")
+	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM dead_letters`))
+	require.Equal(t, int64(4), r.db.Count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'applied'`))
+}

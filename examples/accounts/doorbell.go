@@ -24,10 +24,17 @@ const (
 	// ReasonSourceUnconfigured: a doorbell arrived but the source target
 	// (targets.accounts.url, or the older sources.accounts.url) is not set.
 	ReasonSourceUnconfigured event.Reason = "source_unconfigured"
+	// ReasonSourceRedirect: the source API answered a 3xx. Redirects are not
+	// followed: the target's URL is wrong (the dead letter has the
+	// Location); fix targets.accounts.url and redrive.
+	ReasonSourceRedirect event.Reason = "source_redirect"
 )
 
 // ErrSourceUnavailable is a transient failure of the source API (timeout,
-// connection refused, 5xx, 429): the batch is retried with backoff.
+// connection refused, 5xx, 429): the batch is retried with backoff. When it
+// keeps failing for one account while the source answers for others, the
+// doorbell is dead-lettered with reason source_unavailable after
+// prefetch.max_attempts (handlers.PrefetchFailures).
 var ErrSourceUnavailable = errors.New("the source API is unavailable")
 
 // TargetSource is the source API of accounts: GET <url>/<id>, or the URL
@@ -72,12 +79,23 @@ func (d *doorbell) Prefetch(ctx context.Context, env handlers.Env, ev event.Even
 		return ev, fmt.Errorf("%w: GET %s: %v", ErrSourceUnavailable, req.URL.Redacted(), err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, handlers.MaxPrefetchResponseBytes+1))
+	if errors.Is(err, handlers.ErrResponseTooLarge) || len(body) > handlers.MaxPrefetchResponseBytes {
+		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: %s: %v", req.URL.Redacted(), resp.Status, handlers.ErrResponseTooLarge))
+	}
 	if err != nil {
 		return ev, fmt.Errorf("%w: reading %s: %v", ErrSourceUnavailable, req.URL.Redacted(), err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		loc := "(no valid Location)"
+		if u, err := resp.Location(); err == nil {
+			loc = event.Excerpt(u.Redacted())
+		}
+		return ev, event.PermanentWithReason(ReasonSourceRedirect, fmt.Errorf(
+			"GET %s: %s: redirected to %s; redirects are not followed: point targets.%s.url at where accounts are served, then redrive",
+			req.URL.Redacted(), resp.Status, loc, TargetSource))
 	case resp.StatusCode == http.StatusNotFound:
 		ev.Data = json.RawMessage(notFoundMarker)
 		return ev, nil
