@@ -319,9 +319,12 @@ func (a *Applier) claim(ctx context.Context, tx pgx.Tx, b consumer.Batch, items 
 	first := make(map[string]*item, len(items))
 	var claims []dedupe.Claim
 	for _, it := range items {
-		if it.disposition != "" {
+		if it.disposition != "" && it.ev.Key == "" {
 			continue // undecodable: dead-lettered without a claim
 		}
+		// An event whose prefetch failed permanently is claimed as
+		// dead-lettered (a redelivery is then a duplicate, and only a
+		// redrive re-applies it), unless it is a repeat itself.
 		if prev, ok := first[it.ev.Key]; ok {
 			a.settleRepeat(it, prev.ev.PayloadHash[:])
 			continue
@@ -363,7 +366,7 @@ const ReasonConflict event.Reason = "conflict"
 
 func (a *Applier) settleRepeat(it *item, storedHash []byte) {
 	if bytes.Equal(storedHash, it.ev.PayloadHash[:]) {
-		it.disposition = dedupe.Duplicate
+		it.disposition, it.reason, it.err = dedupe.Duplicate, "", nil
 		return
 	}
 	it.deadLetter(event.PermanentWithReason(ReasonConflict,
@@ -390,8 +393,8 @@ type job struct {
 func (a *Applier) itemJobs(b consumer.Batch, items []*item) []job {
 	var jobs []job
 	for _, it := range items {
-		if !it.claimed {
-			continue
+		if !it.claimed || it.disposition != "" {
+			continue // a repeat, or dead-lettered by its prefetch
 		}
 		jobs = append(jobs, job{
 			ev:     it.ev,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -84,4 +85,49 @@ func TestPermanentFailureAfterQueueingAppliesNothingOfThatEvent(t *testing.T) {
 	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM things WHERE id IN ('t2', 't3')`))
 	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM outbox`))
 	require.Equal(t, int64(4), db.Count(t, `SELECT next_offset FROM consumer_offsets WHERE consumer_group = 'g' AND topic = $1`, topic))
+}
+
+// lookup is a prefetcher that refuses some events for good.
+type lookup struct{}
+
+func (lookup) Prefetch(_ context.Context, _ handlers.Env, ev event.Event) (event.Event, error) {
+	if strings.Contains(string(ev.Data), "unknown") {
+		return ev, event.PermanentWithReason("lookup_refused", nil)
+	}
+	return ev, nil
+}
+
+func (lookup) Handle(_ context.Context, fx *handlers.Effects, ev event.Event) error {
+	fx.Exec(nil, `INSERT INTO things (id, color) VALUES ($1, 'looked-up') ON CONFLICT (id) DO NOTHING`, ev.Subject)
+	return nil
+}
+
+// An event whose prefetch fails for good is dead-lettered with its claim
+// kept as dead_lettered: delivered again, it is a duplicate (no second dead
+// letter, no effect).
+func TestPermanentPrefetchFailureKeepsTheClaim(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE things (id text PRIMARY KEY, color text NOT NULL)`)
+	require.NoError(t, err)
+	var reg handlers.Registry
+	reg.Handle("thing.looked_up", lookup{})
+	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
+	require.NoError(t, err)
+	a := pipeline.NewApplier(db.Pool, pipeline.Options{Decoders: map[string]*event.Decoder{topic: dec}, Handlers: &reg, Logger: zaptest.NewLogger(t)})
+	rec := func(offset int64) *kgo.Record {
+		r := cetest.Record(topic, "l1", "thing.looked_up", "t1", 0, map[string]any{"name": "unknown"})
+		r.Offset = offset
+		return r
+	}
+	res, err := a.ApplyBatch(context.Background(), consumer.Batch{Group: "g", Topic: topic, Partition: 0, Records: []*kgo.Record{rec(0), rec(1)}})
+	require.NoError(t, err)
+	require.Equal(t, map[dedupe.Disposition]int{dedupe.DeadLettered: 1, dedupe.Duplicate: 1}, res.Counts)
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'dead_lettered'`))
+
+	res, err = a.ApplyBatch(context.Background(), consumer.Batch{Group: "g", Topic: topic, Partition: 0, Records: []*kgo.Record{rec(2)}})
+	require.NoError(t, err)
+	require.Equal(t, map[dedupe.Disposition]int{dedupe.Duplicate: 1}, res.Counts)
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM dead_letters`))
+	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM things`))
 }
