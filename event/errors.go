@@ -68,6 +68,17 @@ const (
 	// ReasonMissingKeyField: a key pointer of strategy field or natural
 	// finds nothing, or a value that cannot be a key.
 	ReasonMissingKeyField Reason = "missing_key_field"
+	// ReasonAttributeTooLong: the id, source or type is longer than
+	// MaxAttributeBytes.
+	ReasonAttributeTooLong Reason = "attribute_too_long"
+	// ReasonResourceIDTooLong: the resource ID (the subject, the
+	// partitionkey extension or the record key that stands for them) is
+	// longer than MaxResourceIDBytes.
+	ReasonResourceIDTooLong Reason = "resource_id_too_long"
+	// ReasonNestingTooDeep: the JSON (the envelope's data, or the whole
+	// payload for format json) nests arrays and objects deeper than
+	// MaxNesting.
+	ReasonNestingTooDeep Reason = "nesting_too_deep"
 )
 
 // ReasonHandlerError is the reason of a Permanent error that carries no more
@@ -83,7 +94,8 @@ func DecodeReasons() []Reason {
 		ReasonMissingID, ReasonMissingSource, ReasonMissingType,
 		ReasonMissingSubject, ReasonSubjectMismatch, ReasonInvalidAttribute,
 		ReasonInvalidVersion, ReasonUnsupportedData, ReasonInvalidData,
-		ReasonMissingKeyField,
+		ReasonMissingKeyField, ReasonAttributeTooLong, ReasonResourceIDTooLong,
+		ReasonNestingTooDeep,
 	}
 }
 
