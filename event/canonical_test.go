@@ -182,3 +182,16 @@ func TestCompareUTF16MatchesDefinition(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkParseArrayOfNumbers reports the cost of the worst shape per
+// byte for the tree: a 400 kB array of one-digit numbers.
+func BenchmarkParseArrayOfNumbers(b *testing.B) {
+	data := []byte("[" + strings.Repeat("1,", 200_000) + "1]")
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := parseJSON(data, MaxNesting); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
