@@ -12,12 +12,12 @@ package event
 // compress. The values that land in indexed columns are bounded well below
 // that:
 //
-//   - the dedupe key (processed_events, parked_events, ledger-style tables)
-//     by MaxKeyBytes: longer keys are hashed;
+//   - the dedupe key (processed_events, parked_events, a domain's tables
+//     keyed by event) by MaxKeyBytes: longer keys are hashed;
 //   - the resource ID by MaxResourceIDBytes. It is the primary key of a
-//     domain's state table (accounts.id), and leads the indexes of
-//     parked_events (resource, topic, partition, offset) and the outbox
-//     (resource, id): 512 bytes plus a Kafka topic name (at most 249) and
+//     domain's state table (an order's or a customer's ID), and leads the
+//     indexes of parked_events (resource, topic, partition, offset) and the
+//     outbox (resource, id): 512 bytes plus a Kafka topic name (at most 249) and
 //     two integers stays under 800 bytes, so a team's composite index may
 //     hold the resource ID next to two or three more values of that size;
 //   - id, source and type by MaxAttributeBytes. id and source only reach an
@@ -34,9 +34,8 @@ const (
 	// partitionkey extension or the record key (ReasonResourceIDTooLong).
 	MaxResourceIDBytes = 512
 	// MaxNesting bounds how deeply an event's data nests arrays and objects
-	// (ReasonNestingTooDeep). Decoding is iterative in cost but recursive in
-	// code, and so are PostgreSQL's jsonb parser and most handlers' JSON
-	// libraries: a record of a few kilobytes of brackets should not be able
+	// (ReasonNestingTooDeep). The decoder recurses per level, and so do
+	// PostgreSQL's jsonb parser and most handlers' JSON libraries: a record of a few kilobytes of brackets should not be able
 	// to reach any of their limits (PostgreSQL answers "stack depth limit
 	// exceeded", SQLSTATE 54001, at a few thousand levels with default
 	// settings). No event's data needs more than a few dozen levels.
