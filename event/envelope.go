@@ -593,6 +593,9 @@ func (d *Decoder) resourceID(attrs map[string]attribute, key []byte) (string, er
 		if err := checkResourceIDLength("record key", string(key)); err != nil {
 			return "", err
 		}
+		if !utf8.Valid(key) {
+			return "", decodeErr(ReasonInvalidUTF8, "the record key, the event's resource ID, is not valid UTF-8 at byte %d", invalidUTF8Offset(key))
+		}
 		if err := checkChars("record key", string(key)); err != nil {
 			return "", err
 		}

@@ -401,6 +401,7 @@ func decodeCases() []decodeCase {
 		}},
 		{name: "subject too long, equal to the key", rec: Record{Topic: testTopic, Key: []byte(hugeSubject), Value: event(map[string]any{"subject": hugeSubject})}, reason: ReasonResourceIDTooLong},
 		{name: "partitionkey too long", rec: Record{Topic: testTopic, Key: []byte(hugeSubject), Value: event(map[string]any{"subject": nil, "partitionkey": hugeSubject})}, reason: ReasonResourceIDTooLong},
+		{name: "record key not UTF-8, no subject", rec: Record{Topic: testTopic, Key: []byte("acc-1\xc2\xd8"), Value: event(map[string]any{"subject": nil})}, reason: ReasonInvalidUTF8},
 		{name: "record key too long, no subject", rec: Record{Topic: testTopic, Key: []byte(hugeSubject), Value: event(map[string]any{"subject": nil})}, reason: ReasonResourceIDTooLong},
 		{name: "binary subject too long", rec: Record{Topic: testTopic, Key: []byte(hugeSubject), Value: []byte(openedData), Headers: binaryHeaders(map[string]string{"ce_subject": hugeSubject})}, reason: ReasonResourceIDTooLong},
 		{name: "json subject too long", cfg: webhookCfg, rec: Record{Key: []byte(hugeSubject), Value: []byte(strings.Replace(webhook, `"acc-1"`, `"`+hugeSubject+`"`, 1))}, reason: ReasonResourceIDTooLong},

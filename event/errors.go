@@ -18,8 +18,9 @@ const (
 	ReasonEmptyValue Reason = "empty_value"
 	// ReasonTooLarge: the value is longer than MaxPayloadBytes.
 	ReasonTooLarge Reason = "too_large"
-	// ReasonInvalidUTF8: the value, or a header the decoder reads
-	// (content-type, ce_*), is not valid UTF-8.
+	// ReasonInvalidUTF8: the value, a header the decoder reads
+	// (content-type, ce_*), or the record key where it stands for the
+	// resource ID, is not valid UTF-8.
 	ReasonInvalidUTF8 Reason = "invalid_utf8"
 	// ReasonMissingBinaryHeaders: the record carries ce_* headers but no
 	// ce_specversion, so it is neither a binary-mode event nor plainly a
