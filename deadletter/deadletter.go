@@ -23,7 +23,12 @@ type Letter struct {
 	// one; empty otherwise.
 	EventKey  string
 	RecordKey []byte
-	Value     []byte
+	// Value is the record value, or a prefix of it at least MaxValueBytes
+	// long (only that much is kept).
+	Value []byte
+	// ValueSize is the size of the whole value when Value is a prefix of
+	// it; 0 means len(Value).
+	ValueSize int
 	Headers   []Header
 	// Reason is the reason code (one per kind of bad input).
 	Reason string
@@ -76,7 +81,11 @@ func Queue(b *pgx.Batch, l Letter) {
 	if l.Headers == nil {
 		headers = []byte("[]")
 	}
-	b.Queue(insertSQL, l.Group, l.Topic, l.Partition, l.Offset, l.EventKey, l.RecordKey, value, len(l.Value),
+	size := l.ValueSize
+	if size == 0 {
+		size = len(l.Value)
+	}
+	b.Queue(insertSQL, l.Group, l.Topic, l.Partition, l.Offset, l.EventKey, l.RecordKey, value, size,
 		headers, l.Reason, truncate(cleanText(l.Error), MaxErrorBytes))
 }
 

@@ -18,7 +18,8 @@ import (
 // Input that RFC 8785 cannot canonicalise is refused: text that is not JSON
 // (RFC 8259) or not UTF-8, and JSON outside I-JSON (RFC 7493): an object that
 // repeats a member name, a string escape that leaves a lone surrogate, a
-// number beyond the range of an IEEE 754 double.
+// number beyond the range of an IEEE 754 double. So is JSON that nests
+// deeper than MaxNesting, as Decode refuses it.
 //
 // One extension: an integer written without fraction or exponent beyond
 // ±2^53 (say a 64-bit provider ID) keeps its digits instead of being rounded
@@ -31,7 +32,7 @@ import (
 // The canonical form is what the payload hash and the content-hash and
 // natural keys are computed from, so it must never change for stored data.
 func Canonicalize(data []byte) ([]byte, error) {
-	doc, err := parseJSON(data)
+	doc, err := parseJSON(data, MaxNesting)
 	if err != nil {
 		return nil, err
 	}
@@ -40,11 +41,6 @@ func Canonicalize(data []byte) ([]byte, error) {
 	}
 	return doc.root.appendCanonical(make([]byte, 0, len(data))), nil
 }
-
-// maxNesting bounds the depth of nested arrays and objects. It is the limit
-// encoding/json enforces, so a text is refused for depth here exactly when
-// json.Valid refuses it.
-const maxNesting = 10000
 
 type jsonKind uint8
 
@@ -145,10 +141,12 @@ func (d *jsonDoc) rootIssue() (string, bool) {
 
 const maxIssues = 32
 
-// syntaxError reports text that is not JSON.
+// syntaxError reports text that is not JSON, or (tooDeep) JSON that nests
+// deeper than the parse allows.
 type syntaxError struct {
-	off int
-	msg string
+	off     int
+	msg     string
+	tooDeep bool
 }
 
 func (e *syntaxError) Error() string {
@@ -159,20 +157,22 @@ type jsonParser struct {
 	data     []byte
 	pos      int
 	depth    int
+	maxDepth int
 	member   string
 	inMember bool
 	issues   []jsonIssue
 }
 
 // parseJSON parses data strictly by RFC 8259. Syntax errors (including
-// invalid UTF-8 and nesting beyond maxNesting) fail it; I-JSON violations are
-// collected in the document's issues and parsing goes on, so that a syntax
-// error later in the text still wins.
-func parseJSON(data []byte) (*jsonDoc, error) {
+// invalid UTF-8) fail it, and so does nesting deeper than maxDepth (a
+// syntaxError with tooDeep set, found as soon as the parser gets there);
+// I-JSON violations are collected in the document's issues and parsing goes
+// on, so that a syntax error later in the text still wins.
+func parseJSON(data []byte, maxDepth int) (*jsonDoc, error) {
 	if !utf8.Valid(data) {
 		return nil, &syntaxError{off: invalidUTF8Offset(data), msg: "invalid UTF-8"}
 	}
-	p := &jsonParser{data: data}
+	p := &jsonParser{data: data, maxDepth: maxDepth}
 	p.skipSpace()
 	root, err := p.value()
 	if err != nil {
@@ -268,8 +268,8 @@ func (p *jsonParser) literal(word string, kind jsonKind) (jsonValue, error) {
 
 func (p *jsonParser) enter() error {
 	p.depth++
-	if p.depth > maxNesting {
-		return p.syntax("nesting deeper than " + strconv.Itoa(maxNesting))
+	if p.depth > p.maxDepth {
+		return &syntaxError{off: p.pos, msg: "nesting deeper than " + strconv.Itoa(p.maxDepth), tooDeep: true}
 	}
 	return nil
 }
@@ -294,7 +294,7 @@ func (p *jsonParser) array() (jsonValue, error) {
 		if err != nil {
 			return jsonValue{}, err
 		}
-		v.elems = append(v.elems, elem)
+		v.elems = appendDoubling(v.elems, elem)
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return jsonValue{}, p.syntax("unexpected end of input in array")
@@ -363,7 +363,7 @@ func (p *jsonParser) object() (jsonValue, error) {
 		if top {
 			p.member, p.inMember = "", false
 		}
-		v.members = append(v.members, jsonMember{name: name, value: val})
+		v.members = appendDoubling(v.members, jsonMember{name: name, value: val})
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return jsonValue{}, p.syntax("unexpected end of input in object")
@@ -380,6 +380,19 @@ func (p *jsonParser) object() (jsonValue, error) {
 			return jsonValue{}, p.syntax("expected ',' or '}' in object")
 		}
 	}
+}
+
+// appendDoubling appends x to s, doubling the capacity when it is full.
+// append grows large slices by a quarter, which for a long array (a
+// 400 kB array of numbers is 200,000 elements) allocates and copies about
+// five times the final slice; doubling keeps it to two.
+func appendDoubling[T any](s []T, x T) []T {
+	if len(s) == cap(s) {
+		grown := make([]T, len(s), max(1, 2*cap(s)))
+		copy(grown, s)
+		s = grown
+	}
+	return append(s, x)
 }
 
 // str parses a string starting at the opening quote and returns it decoded.

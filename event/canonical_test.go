@@ -73,12 +73,12 @@ func TestCanonicalizeRefuses(t *testing.T) {
 		"\xff", `"` + "\xc3" + `"`,
 		// I-JSON.
 		`{"a":1,"a":2}`, `[{"a":1,"a":1}]`, `"\ud800"`, `"\udc00"`, `"\ud800\u0041"`, `"\ud800x"`, `1e400`, `-1e400`,
-		strings.Repeat("[", maxNesting+1) + strings.Repeat("]", maxNesting+1),
+		strings.Repeat("[", MaxNesting+1) + strings.Repeat("]", MaxNesting+1),
 	} {
 		_, err := Canonicalize([]byte(in))
 		require.Error(t, err, "%q", in)
 	}
-	_, err := Canonicalize([]byte(strings.Repeat("[", maxNesting) + strings.Repeat("]", maxNesting)))
+	_, err := Canonicalize([]byte(strings.Repeat("[", MaxNesting) + strings.Repeat("]", MaxNesting)))
 	require.NoError(t, err)
 }
 
@@ -144,7 +144,7 @@ func TestCompareUTF16(t *testing.T) {
 
 func TestParseJSONIssues(t *testing.T) {
 	t.Parallel()
-	doc, err := parseJSON([]byte(`{"a":{"x":1,"x":2,"y":"\ud800"},"a":0,"b":[1e999],"c":"ok"}`))
+	doc, err := parseJSON([]byte(`{"a":{"x":1,"x":2,"y":"\ud800"},"a":0,"b":[1e999],"c":"ok"}`), MaxNesting)
 	require.NoError(t, err)
 	// One issue for member a (the first), one for the repeated name a at
 	// the top, one for member b.
@@ -162,12 +162,12 @@ func TestParseJSONIssues(t *testing.T) {
 	require.False(t, ok)
 
 	// Issues are bounded.
-	doc, err = parseJSON([]byte("[" + strings.Repeat(`"\ud800",`, 100) + "0]"))
+	doc, err = parseJSON([]byte("["+strings.Repeat(`"\ud800",`, 100)+"0]"), MaxNesting)
 	require.NoError(t, err)
 	require.Len(t, doc.issues, maxIssues)
 
 	// A syntax error after an I-JSON issue still fails the parse.
-	_, err = parseJSON([]byte(`{"a":1,"a":2,}`))
+	_, err = parseJSON([]byte(`{"a":1,"a":2,}`), MaxNesting)
 	require.Error(t, err)
 }
 
@@ -179,6 +179,19 @@ func TestCompareUTF16MatchesDefinition(t *testing.T) {
 		for _, b := range words {
 			want := slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
 			require.Equal(t, want, compareUTF16(a, b), "%q vs %q", a, b)
+		}
+	}
+}
+
+// BenchmarkParseArrayOfNumbers reports the cost of the worst shape per
+// byte for the tree: a 400 kB array of one-digit numbers.
+func BenchmarkParseArrayOfNumbers(b *testing.B) {
+	data := []byte("[" + strings.Repeat("1,", 200_000) + "1]")
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := parseJSON(data, MaxNesting); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

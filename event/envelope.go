@@ -244,6 +244,16 @@ func (d *Decoder) decode(r Record) (Event, error) {
 	}
 }
 
+// notJSON is the DecodeError of a parse failure of what: ReasonNotJSON,
+// or ReasonNestingTooDeep for JSON that nests deeper than MaxNesting.
+func notJSON(what string, err error) error {
+	var se *syntaxError
+	if errors.As(err, &se) && se.tooDeep {
+		return decodeErr(ReasonNestingTooDeep, "%s nests arrays and objects deeper than %d levels (at byte %d)", what, MaxNesting, se.off)
+	}
+	return decodeErr(ReasonNotJSON, "%s is not JSON: %v", what, err)
+}
+
 // contentType returns the media type of the first content-type header
 // (lowercased, parameters dropped).
 func contentType(headers []Header) (string, bool, error) {
@@ -284,9 +294,10 @@ func head(b []byte) string {
 }
 
 func (d *Decoder) decodeStructured(r Record) (Event, error) {
-	doc, err := parseJSON(r.Value)
+	// The envelope is one level more than its data.
+	doc, err := parseJSON(r.Value, MaxNesting+1)
 	if err != nil {
-		return Event{}, decodeErr(ReasonNotJSON, "the value is not JSON: %v", err)
+		return Event{}, notJSON("the value", err)
 	}
 	root := &doc.root
 	if root.kind != kindObject {
@@ -382,9 +393,9 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	doc, err := parseJSON(r.Value)
+	doc, err := parseJSON(r.Value, MaxNesting)
 	if err != nil {
-		return Event{}, decodeErr(ReasonNotJSON, "the value (the event's data) is not JSON: %v", err)
+		return Event{}, notJSON("the value (the event's data)", err)
 	}
 	if len(doc.issues) > 0 {
 		return Event{}, decodeErr(ReasonInvalidData, "data is not I-JSON: %s", doc.issues[0].msg)
@@ -418,6 +429,9 @@ func (d *Decoder) envelope(r Record, attrs map[string]attribute, binary bool) (E
 	ev.Source = req("source", ReasonMissingSource)
 	ev.Type = req("type", ReasonMissingType)
 	if err != nil {
+		return Event{}, err
+	}
+	if err := checkAttributeLengths(ev.ID, ev.Source, ev.Type); err != nil {
 		return Event{}, err
 	}
 	if ev.Subject, err = d.resourceID(attrs, r.Key); err != nil {
@@ -463,9 +477,9 @@ func (d *Decoder) envelope(r Record, attrs map[string]attribute, binary bool) (E
 }
 
 func (d *Decoder) decodeJSON(r Record) (Event, error) {
-	doc, err := parseJSON(r.Value)
+	doc, err := parseJSON(r.Value, MaxNesting)
 	if err != nil {
-		return Event{}, decodeErr(ReasonNotJSON, "the value is not JSON: %v", err)
+		return Event{}, notJSON("the value", err)
 	}
 	if len(doc.issues) > 0 {
 		return Event{}, decodeErr(ReasonInvalidData, "the payload is not I-JSON: %s", doc.issues[0].msg)
@@ -481,6 +495,13 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 		return Event{}, err
 	}
 	if ev.Subject, err = field(root, d.subjectPtr, "subject", ReasonMissingSubject, true); err != nil {
+		return Event{}, err
+	}
+	// The ID defaults to the key (bounded by MaxKeyBytes) when unmapped.
+	if err := checkAttributeLengths(ev.ID, "", ev.Type); err != nil {
+		return Event{}, err
+	}
+	if err := checkResourceIDLength("subject", ev.Subject); err != nil {
 		return Event{}, err
 	}
 	if err := checkSubject(ev.Subject, r.Key); err != nil {
@@ -569,18 +590,44 @@ func (d *Decoder) resourceID(attrs map[string]attribute, key []byte) (string, er
 		if len(key) == 0 {
 			return "", decodeErr(ReasonMissingSubject, "the event has no subject and no partitionkey, and the record has no key; key records by resource ID")
 		}
+		if err := checkResourceIDLength("record key", string(key)); err != nil {
+			return "", err
+		}
 		if !utf8.Valid(key) {
-			return "", decodeErr(ReasonInvalidUTF8, "the event has no subject and its record key, the resource ID then, is not valid UTF-8")
+			return "", decodeErr(ReasonInvalidUTF8, "the record key, the event's resource ID, is not valid UTF-8 at byte %d", invalidUTF8Offset(key))
 		}
 		if err := checkChars("record key", string(key)); err != nil {
 			return "", err
 		}
 		return string(key), nil
 	}
+	if err := checkResourceIDLength(from, id); err != nil {
+		return "", err
+	}
 	if err := checkSubject(id, key); err != nil {
 		return "", err
 	}
 	return id, nil
+}
+
+// checkAttributeLengths applies MaxAttributeBytes to an event's id, source
+// and type.
+func checkAttributeLengths(id, source, typ string) error {
+	for _, a := range [...]struct{ name, value string }{{"id", id}, {"source", source}, {"type", typ}} {
+		if len(a.value) > MaxAttributeBytes {
+			return decodeErr(ReasonAttributeTooLong, "%s %s has %d bytes, more than the limit of %d", a.name, Excerpt(a.value), len(a.value), MaxAttributeBytes)
+		}
+	}
+	return nil
+}
+
+// checkResourceIDLength applies MaxResourceIDBytes to the resource ID, found
+// in the named attribute (or the record key).
+func checkResourceIDLength(name, id string) error {
+	if len(id) > MaxResourceIDBytes {
+		return decodeErr(ReasonResourceIDTooLong, "%s %s has %d bytes, more than the limit of %d for a resource ID", name, Excerpt(id), len(id), MaxResourceIDBytes)
+	}
+	return nil
 }
 
 // checkSubject requires the subject to equal the record key: records are

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +170,32 @@ var webhookCfg = DecoderConfig{
 
 const webhook = `{"event":{"id":"wh_1","type":"invoice.updated"},"invoice":{"id":"acc-1","version":7,"plan":"pro"}}`
 
+var (
+	longSource  = "https://invoices.example/" + strings.Repeat("s", MaxAttributeBytes-len("https://invoices.example/"))
+	longID      = strings.Repeat("i", MaxAttributeBytes)
+	longSubject = strings.Repeat("r", MaxResourceIDBytes)
+	hugeSubject = strings.Repeat("r", 3000)
+)
+
+// nested is depth levels of arrays around a number.
+func nested(depth int) string {
+	return strings.Repeat("[", depth) + "1" + strings.Repeat("]", depth)
+}
+
+// numbers is an array of n numbers.
+func numbers(n int) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(i * 7919 % 1000003))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
 // decodeCases holds one case per reason code and the happy paths. The fuzz
 // targets are seeded from it.
 func decodeCases() []decodeCase {
@@ -263,8 +290,8 @@ func decodeCases() []decodeCase {
 			require.Equal(t, "content:25:https://invoices.example/:"+hex.EncodeToString(ev.PayloadHash[:]), ev.Key)
 			require.Equal(t, StrategyContentHash, ev.Strategy)
 		}},
-		{name: "long key is hashed", rec: structured(event(map[string]any{"source": "https://invoices.example/" + strings.Repeat("s", 600)})), check: func(t *testing.T, ev Event) {
-			want := "ce:625:https://invoices.example/" + strings.Repeat("s", 600) + ":evt-1"
+		{name: "long key is hashed", rec: structured(event(map[string]any{"source": longSource, "id": longID})), check: func(t *testing.T, ev Event) {
+			want := "ce:256:" + longSource + ":" + longID
 			require.Equal(t, "sha256:"+sha256Hex(want), ev.Key)
 			require.Len(t, ev.Key, len("sha256:")+64)
 		}},
@@ -363,6 +390,34 @@ func decodeCases() []decodeCase {
 		{name: "binary data with lone surrogate", rec: binary(binaryHeaders(nil), `{"name":"\udc00"}`), reason: ReasonInvalidData},
 		{name: "data number out of range", rec: structured(event(map[string]any{"data": json.RawMessage(`{"x":1e400}`)})), reason: ReasonInvalidData},
 		{name: "json payload duplicate member", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(`{"event":{"id":"a","id":"b","type":"t"},"invoice":{"id":"acc-1"}}`)}, reason: ReasonInvalidData},
+		// Bounds (limits.go): each exactly at its limit passes, one byte more
+		// is refused.
+		{name: "id too long", rec: structured(event(map[string]any{"id": longID + "i"})), reason: ReasonAttributeTooLong},
+		{name: "source too long", rec: structured(event(map[string]any{"source": longSource + "s"})), reason: ReasonAttributeTooLong},
+		{name: "type too long", rec: structured(event(map[string]any{"type": strings.Repeat("t", MaxAttributeBytes+1)})), reason: ReasonAttributeTooLong},
+		{name: "binary type too long", rec: binary(binaryHeaders(map[string]string{"ce_type": strings.Repeat("t", MaxAttributeBytes+1)}), openedData), reason: ReasonAttributeTooLong},
+		{name: "json id too long", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(strings.Replace(webhook, `"wh_1"`, `"`+longID+`x"`, 1))}, reason: ReasonAttributeTooLong},
+		{name: "subject at the limit", rec: Record{Topic: testTopic, Key: []byte(longSubject), Value: event(map[string]any{"subject": longSubject})}, check: func(t *testing.T, ev Event) {
+			require.Equal(t, longSubject, ev.Subject)
+		}},
+		{name: "subject too long, equal to the key", rec: Record{Topic: testTopic, Key: []byte(hugeSubject), Value: event(map[string]any{"subject": hugeSubject})}, reason: ReasonResourceIDTooLong},
+		{name: "partitionkey too long", rec: Record{Topic: testTopic, Key: []byte(hugeSubject), Value: event(map[string]any{"subject": nil, "partitionkey": hugeSubject})}, reason: ReasonResourceIDTooLong},
+		{name: "record key not UTF-8, no subject", rec: Record{Topic: testTopic, Key: []byte("acc-1\xc2\xd8"), Value: event(map[string]any{"subject": nil})}, reason: ReasonInvalidUTF8},
+		{name: "record key too long, no subject", rec: Record{Topic: testTopic, Key: []byte(hugeSubject), Value: event(map[string]any{"subject": nil})}, reason: ReasonResourceIDTooLong},
+		{name: "binary subject too long", rec: Record{Topic: testTopic, Key: []byte(hugeSubject), Value: []byte(openedData), Headers: binaryHeaders(map[string]string{"ce_subject": hugeSubject})}, reason: ReasonResourceIDTooLong},
+		{name: "json subject too long", cfg: webhookCfg, rec: Record{Key: []byte(hugeSubject), Value: []byte(strings.Replace(webhook, `"acc-1"`, `"`+hugeSubject+`"`, 1))}, reason: ReasonResourceIDTooLong},
+		{name: "data nested to the limit", rec: structured(event(map[string]any{"data": json.RawMessage(nested(MaxNesting))})), check: func(t *testing.T, ev Event) {
+			require.Equal(t, nested(MaxNesting), string(ev.Data))
+		}},
+		{name: "binary data nested to the limit", rec: binary(binaryHeaders(nil), nested(MaxNesting))},
+		{name: "data nested too deep", rec: structured(event(map[string]any{"data": json.RawMessage(nested(MaxNesting + 1))})), reason: ReasonNestingTooDeep},
+		{name: "data nested 5000 deep", rec: structured(event(map[string]any{"data": json.RawMessage(nested(5000))})), reason: ReasonNestingTooDeep},
+		{name: "binary data nested too deep", rec: binary(binaryHeaders(nil), nested(MaxNesting+1)), reason: ReasonNestingTooDeep},
+		{name: "json payload nested too deep", cfg: webhookCfg, rec: Record{Key: []byte("acc-1"), Value: []byte(strings.Replace(webhook, `"plan":"pro"`, `"plan":`+nested(MaxNesting), 1))}, reason: ReasonNestingTooDeep},
+		{name: "unterminated deep nesting is too deep, not not_json", rec: binary(binaryHeaders(nil), strings.Repeat("[", 5000)), reason: ReasonNestingTooDeep},
+		{name: "large array of numbers", rec: binary(binaryHeaders(nil), numbers(20_000)), check: func(t *testing.T, ev Event) {
+			require.Len(t, ev.Data, len(numbers(20_000)))
+		}},
 		{name: "key field missing", cfg: DecoderConfig{KeyStrategy: StrategyField, KeyPointer: "/provider_id"}, rec: structured(event(nil)), reason: ReasonMissingKeyField},
 		{name: "key field boolean", cfg: DecoderConfig{KeyStrategy: StrategyField, KeyPointer: "/b"}, rec: structured(event(map[string]any{"data": json.RawMessage(`{"b":true}`)})), reason: ReasonMissingKeyField},
 		{name: "key field fraction", cfg: DecoderConfig{KeyStrategy: StrategyField, KeyPointer: "/b"}, rec: structured(event(map[string]any{"data": json.RawMessage(`{"b":1.5}`)})), reason: ReasonMissingKeyField},

@@ -18,8 +18,9 @@ const (
 	ReasonEmptyValue Reason = "empty_value"
 	// ReasonTooLarge: the value is longer than MaxPayloadBytes.
 	ReasonTooLarge Reason = "too_large"
-	// ReasonInvalidUTF8: the value, or a header the decoder reads
-	// (content-type, ce_*), is not valid UTF-8.
+	// ReasonInvalidUTF8: the value, a header the decoder reads
+	// (content-type, ce_*), or the record key where it stands for the
+	// resource ID, is not valid UTF-8.
 	ReasonInvalidUTF8 Reason = "invalid_utf8"
 	// ReasonMissingBinaryHeaders: the record carries ce_* headers but no
 	// ce_specversion, so it is neither a binary-mode event nor plainly a
@@ -68,6 +69,17 @@ const (
 	// ReasonMissingKeyField: a key pointer of strategy field or natural
 	// finds nothing, or a value that cannot be a key.
 	ReasonMissingKeyField Reason = "missing_key_field"
+	// ReasonAttributeTooLong: the id, source or type is longer than
+	// MaxAttributeBytes.
+	ReasonAttributeTooLong Reason = "attribute_too_long"
+	// ReasonResourceIDTooLong: the resource ID (the subject, the
+	// partitionkey extension or the record key that stands for them) is
+	// longer than MaxResourceIDBytes.
+	ReasonResourceIDTooLong Reason = "resource_id_too_long"
+	// ReasonNestingTooDeep: the JSON (the envelope's data, or the whole
+	// payload for format json) nests arrays and objects deeper than
+	// MaxNesting.
+	ReasonNestingTooDeep Reason = "nesting_too_deep"
 )
 
 // ReasonHandlerError: a handler failed permanently without a more specific
@@ -85,7 +97,8 @@ func DecodeReasons() []Reason {
 		ReasonMissingID, ReasonMissingSource, ReasonMissingType,
 		ReasonMissingSubject, ReasonSubjectMismatch, ReasonInvalidAttribute,
 		ReasonInvalidVersion, ReasonUnsupportedData, ReasonInvalidData,
-		ReasonMissingKeyField,
+		ReasonMissingKeyField, ReasonAttributeTooLong, ReasonResourceIDTooLong,
+		ReasonNestingTooDeep,
 	}
 }
 

@@ -2,6 +2,7 @@ package event
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"slices"
 	"strconv"
@@ -128,8 +129,14 @@ func FuzzCanonicalize(f *testing.F) {
 			return
 		}
 		if err != nil {
-			// Valid JSON is refused only for I-JSON violations.
-			doc, perr := parseJSON(data)
+			// Valid JSON is refused only for I-JSON violations, or for
+			// nesting deeper than MaxNesting.
+			doc, perr := parseJSON(data, MaxNesting)
+			var se *syntaxError
+			if errors.As(perr, &se) && se.tooDeep {
+				require.Greater(t, jsonDepth(data), MaxNesting, "refused as too deep")
+				return
+			}
 			require.NoError(t, perr, "valid JSON refused as a syntax error")
 			require.NotEmpty(t, doc.issues)
 			return
@@ -185,7 +192,7 @@ func FuzzKeyDerivation(f *testing.F) {
 		ev, err := d.Decode(rec)
 		if err != nil {
 			requireDecodeError(t, err, data, rec.Key)
-			require.Contains(t, []Reason{ReasonEmptyValue, ReasonInvalidUTF8, ReasonNotJSON, ReasonInvalidData, ReasonMissingKeyField}, ReasonOf(err))
+			require.Contains(t, []Reason{ReasonEmptyValue, ReasonInvalidUTF8, ReasonNotJSON, ReasonNestingTooDeep, ReasonInvalidData, ReasonMissingKeyField}, ReasonOf(err))
 			return
 		}
 		requireValidEvent(t, ev, rec.Key)
@@ -228,6 +235,27 @@ func FuzzKeyDerivation(f *testing.F) {
 			t.Fatalf("key from a %T", v)
 		}
 	})
+}
+
+// jsonDepth is the deepest nesting of arrays and objects in the JSON text
+// data, counted the simple way.
+func jsonDepth(data []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
 }
 
 func fuzzDecoders(tb testing.TB) []*Decoder {

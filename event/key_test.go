@@ -16,7 +16,7 @@ func sha256Hex(s string) string {
 
 func mustParse(t *testing.T, s string) *jsonValue {
 	t.Helper()
-	doc, err := parseJSON([]byte(s))
+	doc, err := parseJSON([]byte(s), MaxNesting)
 	require.NoError(t, err)
 	require.Empty(t, doc.issues)
 	return &doc.root

@@ -3,12 +3,10 @@ package pipeline
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
@@ -130,11 +128,11 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 		return Result{}, err
 	}
 	res, err := a.inTx(ctx, b, items, false)
-	if err != nil && isStatementFailure(err) {
-		// A statement failed for a reason that retrying cannot fix (a
-		// constraint or data error). The transaction is gone; redo the
-		// batch with each event's effects in a savepoint, so the culprit is
-		// dead-lettered and its batch-mates commit.
+	if _, fault := eventFault(err); fault {
+		// A statement failed for a reason that retrying cannot fix and that
+		// lies in one event's values (sqlstate.go). The transaction is gone;
+		// redo the batch with each event's effects in a savepoint, so the
+		// culprit is dead-lettered and its batch-mates commit.
 		a.log.Warn("a statement failed; redoing the batch one event at a time",
 			zap.String("topic", b.Topic), zap.Int32("partition", b.Partition),
 			zap.Int64("first_offset", b.Records[0].Offset), zap.Error(err))
@@ -456,10 +454,11 @@ func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated b
 		queued = append(queued, pending{j, out})
 		if isolated {
 			if err := sendIsolated(ctx, tx, effects); err != nil {
-				if !isStatementFailure(err) {
+				reason, fault := eventFault(err)
+				if !fault {
 					return err
 				}
-				j.settle("", event.Permanent(fmt.Errorf("applying %s: %w", j.ev.Type, err)))
+				j.settle("", event.PermanentWithReason(reason, fmt.Errorf("applying %s: %w", j.ev.Type, err)))
 				queued = queued[:len(queued)-1]
 				continue
 			}
@@ -498,19 +497,6 @@ func sendIsolated(ctx context.Context, tx pgx.Tx, effects *handlers.Effects) err
 		return err
 	}
 	return sp.Commit(ctx)
-}
-
-// isStatementFailure reports whether err is a statement's data or
-// constraint error (SQLSTATE class 22 or 23): one event's fault, which
-// retrying cannot fix. Everything else (connection loss, serialization
-// failure, deadlock, timeouts, a bug in a statement) is retried with
-// backoff and never dead-lettered.
-func isStatementFailure(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	return len(pgErr.Code) == 5 && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23")
 }
 
 func (a *Applier) letter(b consumer.Batch, it *item) deadletter.Letter {

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -154,9 +155,13 @@ func queuePark(e *handlers.Effects, j job) error {
 
 // released is a parked event that was released, with its outcome.
 type released struct {
-	ev          event.Event
-	origin      handlers.Origin
-	raw         []byte // the stored event, kept in a dead letter
+	ev     event.Event
+	origin handlers.Origin
+	// raw is the stored event, kept in a dead letter: whole while its
+	// handler runs, then cut to the prefix a dead letter keeps (rawSize is
+	// the whole size).
+	raw         []byte
+	rawSize     int
 	disposition dedupe.Disposition
 	reason      event.Reason
 	err         error
@@ -169,71 +174,165 @@ func (r *released) letter() deadletter.Letter {
 	}
 	return deadletter.Letter{
 		Group: r.origin.Group, Topic: r.origin.Topic, Partition: r.origin.Partition, Offset: r.origin.Offset,
-		EventKey: r.ev.Key, RecordKey: []byte(r.ev.Subject), Value: r.raw, Reason: string(r.reason), Error: msg,
+		EventKey: r.ev.Key, RecordKey: []byte(r.ev.Subject), Value: r.raw, ValueSize: r.rawSize, Reason: string(r.reason), Error: msg,
 	}
 }
 
-// releaseSQL takes the parked events of the given resources out of the
-// parking lot (in the caller's transaction: if it rolls back, they stay
-// parked). Marking them released first means the handlers, run in their
-// original order next, no longer see them as something to queue behind.
-const releaseSQL = `
+// trim drops what a released event no longer needs once its handler ran,
+// so that a release holds one page of payloads, not every page's: its data,
+// and its stored form beyond the prefix a dead letter keeps.
+func (r *released) trim() {
+	r.ev.Data = nil
+	r.rawSize = len(r.raw)
+	if r.disposition != dedupe.DeadLettered {
+		r.raw = nil
+	} else if len(r.raw) > deadletter.MaxValueBytes {
+		r.raw = bytes.Clone(r.raw[:deadletter.MaxValueBytes])
+	}
+}
+
+// Releasing is paged, so that a resource with many large parked events
+// (parking.max_per_resource × consumer.max_payload_bytes: a gigabyte at the
+// defaults) never sits in memory at once. A page holds at most
+// releasePageRows events and at most releasePageBytes of them as
+// PostgreSQL sends them (the text of the stored jsonb), except that a page
+// always holds at least one event, however large. So a release holds at
+// most:
+//
+//   - the order of one resource's parked events: their keys and sizes, a
+//     few hundred bytes each (≤ parking.max_per_resource of them);
+//   - one page of events: max(releasePageBytes, the largest one event);
+//   - the outcome of each released event of the batch: its key, and for a
+//     dead-lettered one the first deadletter.MaxValueBytes of it.
+//
+// One stored event can be larger than its record (≤ consumer.max_payload_
+// bytes): jsonb keeps numbers as numeric and prints them in full, so 1e308
+// comes back as 309 digits.
+const (
+	releasePageRows  = 100
+	releasePageBytes = 8 << 20
+)
+
+// releaseOrderSQL lists, and locks, the parked events of one resource in
+// their original order, with the size each will have when fetched. The
+// topic compares bytewise, so the order does not depend on the database's
+// collation. A concurrent release of the same resource (the sweeper, another
+// member's zombie) waits here and then finds nothing parked.
+const releaseOrderSQL = `
+SELECT event_key, octet_length(event::text)
+FROM parked_events
+WHERE state = 'parked' AND resource = $1
+ORDER BY topic COLLATE "C", "partition", "offset"
+FOR UPDATE`
+
+// releasePageSQL takes one page of parked events out of the parking lot
+// (in the caller's transaction: if it rolls back, they stay parked).
+// Marking them released first means the handlers, run in their original
+// order next, no longer see them as something to queue behind.
+const releasePageSQL = `
 UPDATE parked_events SET state = 'released', resolved_at = now()
-WHERE state = 'parked' AND resource = ANY($1)
-RETURNING event_key, consumer_group, topic, "partition", "offset", resource, event`
+WHERE state = 'parked' AND event_key = ANY($1)
+RETURNING event_key, consumer_group, topic, "partition", "offset", event`
 
 // releaseParked applies, in their original order, the parked events of the
-// resources whose prerequisite now exists, in the caller's transaction.
+// resources whose prerequisite now exists, in the caller's transaction, a
+// page at a time.
 func (a *Applier) releaseParked(ctx context.Context, tx pgx.Tx, resources []string, isolated bool) ([]*released, error) {
-	if len(resources) == 0 {
-		return nil, nil
+	var out []*released
+	for _, resource := range resources {
+		rels, err := a.releaseResource(ctx, tx, resource, isolated)
+		if err != nil {
+			return nil, fmt.Errorf("releasing the parked events of %s: %w", event.Excerpt(resource), err)
+		}
+		out = append(out, rels...)
 	}
-	rows, err := tx.Query(ctx, releaseSQL, resources)
+	return out, nil
+}
+
+type parkedRef struct {
+	key  string
+	size int64
+}
+
+func (a *Applier) releaseResource(ctx context.Context, tx pgx.Tx, resource string, isolated bool) ([]*released, error) {
+	rows, err := tx.Query(ctx, releaseOrderSQL, resource)
 	if err != nil {
-		return nil, fmt.Errorf("releasing parked events of %d resources: %w", len(resources), err)
+		return nil, err
 	}
-	type row struct {
-		key      string
-		origin   handlers.Origin
-		resource string
-		raw      []byte
+	var order []parkedRef
+	var ref parkedRef
+	if _, err := pgx.ForEachRow(rows, []any{&ref.key, &ref.size}, func() error {
+		order = append(order, ref)
+		return nil
+	}); err != nil {
+		return nil, err
 	}
-	var rs []row
-	var r row
-	_, err = pgx.ForEachRow(rows, []any{&r.key, &r.origin.Group, &r.origin.Topic, &r.origin.Partition, &r.origin.Offset, &r.resource, &r.raw}, func() error {
-		rs = append(rs, r)
+	var out []*released
+	for len(order) > 0 {
+		n := pageLen(order, releasePageRows, releasePageBytes)
+		page := order[:n]
+		order = order[n:]
+		rels, err := a.releasePage(ctx, tx, page, isolated)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rels...)
+	}
+	return out, nil
+}
+
+// pageLen is how many of order make the next page: at most rows of them
+// and at most bytes together, but at least one.
+func pageLen(order []parkedRef, rows int, bytes int64) int {
+	n, size := 0, int64(0)
+	for n < len(order) && n < rows && (n == 0 || size+order[n].size <= bytes) {
+		size += order[n].size
+		n++
+	}
+	return n
+}
+
+// releasePage releases the events of page, in page order, and returns their
+// outcomes trimmed of their payloads.
+func (a *Applier) releasePage(ctx context.Context, tx pgx.Tx, page []parkedRef, isolated bool) ([]*released, error) {
+	keys := make([]string, len(page))
+	pos := make(map[string]int, len(page))
+	for i, p := range page {
+		keys[i] = p.key
+		pos[p.key] = i
+	}
+	rows, err := tx.Query(ctx, releasePageSQL, keys)
+	if err != nil {
+		return nil, err
+	}
+	byPos := make([]*released, len(page))
+	var key string
+	var origin handlers.Origin
+	var raw []byte
+	_, err = pgx.ForEachRow(rows, []any{&key, &origin.Group, &origin.Topic, &origin.Partition, &origin.Offset, &raw}, func() error {
+		i, ok := pos[key]
+		if !ok {
+			return fmt.Errorf("released %s, which was not asked for", truncateKey(key))
+		}
+		byPos[i] = &released{origin: origin, raw: raw}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("releasing parked events of %d resources: %w", len(resources), err)
+		return nil, err
 	}
-	if len(rs) == 0 {
-		return nil, nil
-	}
-	sort.Slice(rs, func(i, j int) bool {
-		a, b := rs[i], rs[j]
-		if a.resource != b.resource {
-			return a.resource < b.resource
+	out := make([]*released, 0, len(page))
+	jobs := make([]job, 0, len(page))
+	for _, rel := range byPos {
+		if rel == nil {
+			continue // released meanwhile (the rows are locked: not expected)
 		}
-		if a.origin.Topic != b.origin.Topic {
-			return a.origin.Topic < b.origin.Topic
-		}
-		if a.origin.Partition != b.origin.Partition {
-			return a.origin.Partition < b.origin.Partition
-		}
-		return a.origin.Offset < b.origin.Offset
-	})
-	out := make([]*released, len(rs))
-	jobs := make([]job, 0, len(rs))
-	for i, r := range rs {
-		rel := &released{origin: r.origin, raw: r.raw}
-		out[i] = rel
-		ev, err := UnmarshalParked(r.raw)
+		ev, err := UnmarshalParked(rel.raw)
 		if err != nil {
 			return nil, err // our own encoding: a bug, not the event's fault
 		}
 		rel.ev = ev
-		jobs = append(jobs, job{ev: ev, origin: r.origin, settle: func(d dedupe.Disposition, err error) {
+		out = append(out, rel)
+		jobs = append(jobs, job{ev: ev, origin: rel.origin, settle: func(d dedupe.Disposition, err error) {
 			if err != nil {
 				rel.disposition = dedupe.DeadLettered
 				rel.reason = event.ReasonOf(err)
@@ -256,6 +355,7 @@ func (a *Applier) releaseParked(ctx context.Context, tx pgx.Tx, resources []stri
 		if rel.disposition == dedupe.DeadLettered {
 			dead = append(dead, rel.ev.Key)
 		}
+		rel.trim()
 	}
 	if len(dead) > 0 {
 		if _, err := tx.Exec(ctx, `UPDATE parked_events SET state = 'dead_lettered' WHERE event_key = ANY($1)`, dead); err != nil {

@@ -196,7 +196,7 @@ func TestPoisonIsDeadLetteredAndTheBatchMoves(t *testing.T) {
 	require.Equal(t, map[dedupe.Disposition]int{dedupe.Applied: 2, dedupe.DeadLettered: 5, dedupe.Parked: 1}, res.Counts)
 	require.Equal(t, map[event.Reason]int{
 		event.ReasonNotJSON: 1, accounts.ReasonInvalidAmount: 1, accounts.ReasonInvalidCurrency: 1,
-		handlers.ReasonUnknownType: 1, event.ReasonHandlerError: 1,
+		handlers.ReasonUnknownType: 1, pipeline.ReasonDataException: 1,
 	}, res.DeadLetters)
 	require.Equal(t, int64(250), b.count(t, `SELECT sum(amount_cents) FROM ledger_entries`))
 	require.Equal(t, int64(1), b.version(t, "a1"))
