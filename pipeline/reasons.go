@@ -10,7 +10,7 @@ import (
 // decoder for (a wiring bug: every topic in kafka.topics gets one).
 const ReasonUnconfiguredTopic event.Reason = "unconfigured_topic"
 
-//go:embed applier.go sweeper.go reasons.go
+//go:embed applier.go sweeper.go reasons.go sqlstate.go
 var reasonSources embed.FS
 
 // Reasons returns the dead-letter reasons the batch transaction and the
