@@ -102,6 +102,9 @@ type Postgres struct {
 	// MaxConns is the pool size; 0 sizes it from the owned partitions plus the
 	// dispatcher, relay and pruner.
 	MaxConns int32 `mapstructure:"max_conns"`
+	// PasswordFile is a file holding the password (a mounted secret), read
+	// at start-up, so that postgres.url carries none; set one or the other.
+	PasswordFile string `mapstructure:"password_file"`
 }
 
 // HTTP configures the health, readiness and metrics server.

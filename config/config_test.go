@@ -109,3 +109,35 @@ func TestTopicSettings(t *testing.T) {
 	*b.CheckPartitioner = false
 	require.True(t, *c.Topics[1].CheckPartitioner, "the result does not alias the config")
 }
+
+// The password can come from a file (a mounted secret): it reaches
+// postgres.url, and stays out of the printed configuration.
+func TestPostgresPasswordFile(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "pw")
+	require.NoError(t, os.WriteFile(pw, []byte("s3cr'et\n"), 0o600))
+	t.Setenv("EFFECTIVELY_POSTGRES_PASSWORD_FILE", pw)
+
+	t.Setenv("EFFECTIVELY_POSTGRES_URL", "postgres://app@db:5432/x?sslmode=verify-full")
+	c, err := Load("", nil, testExt)
+	require.NoError(t, err)
+	require.Equal(t, "postgres://app:s3cr%27et@db:5432/x?sslmode=verify-full", c.Postgres.URL)
+	out, err := c.Dump()
+	require.NoError(t, err)
+	require.NotContains(t, string(out), "s3cr")
+
+	t.Setenv("EFFECTIVELY_POSTGRES_URL", "host=db user=app dbname=x")
+	c, err = Load("", nil, testExt)
+	require.NoError(t, err)
+	require.Equal(t, `host=db user=app dbname=x password='s3cr\'et'`, c.Postgres.URL)
+
+	t.Setenv("EFFECTIVELY_POSTGRES_URL", "postgres://app:other@db/x")
+	_, err = Load("", nil, testExt)
+	require.ErrorContains(t, err, "postgres.url carries a password too")
+
+	t.Setenv("EFFECTIVELY_POSTGRES_URL", "postgres://app@db/x")
+	t.Setenv("EFFECTIVELY_POSTGRES_PASSWORD_FILE", filepath.Join(dir, "missing"))
+	_, err = Load("", nil, testExt)
+	require.ErrorContains(t, err, "postgres.password_file")
+	require.ErrorContains(t, err, "cannot be read")
+}

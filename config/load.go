@@ -166,6 +166,7 @@ func Load(path string, fs *pflag.FlagSet, exts ...Extension) (Config, error) {
 		if err := c.Validate(); err != nil {
 			return Config{}, err
 		}
+		c.applyPasswordFile()
 		return c, nil
 	}
 	// Report the rules too, so one run shows every problem, but not for keys

@@ -344,6 +344,13 @@ func (c Config) validatePostgres(v *validator) {
 	case !strings.Contains(s, "host="):
 		v.add(key, s, "is neither a postgres:// URL nor a keyword/value DSN with host=", setFix(key, ex))
 	}
+	if f := c.Postgres.PasswordFile; f != "" {
+		if _, err := readSecretFile(f); err != nil {
+			v.add("postgres.password_file", f, err.Error(), setFix("postgres.password_file", "/run/secrets/postgres-password"))
+		} else if hasPassword(s) {
+			v.add("postgres.password_file", f, "is set, and postgres.url carries a password too", "remove the password from postgres.url, or unset postgres.password_file")
+		}
+	}
 	if n := c.Postgres.MaxConns; n != 0 && (n < 1 || n > 1000) {
 		v.add("postgres.max_conns", strconv.Itoa(int(n)), "must be 0 (sized from the owned partitions) or between 1 and 1000",
 			setFix("postgres.max_conns", example("postgres.max_conns")))
