@@ -56,6 +56,13 @@ var ErrTargetOff = errors.New("the target has no URL configured")
 // URL.
 const ReasonTargetUnconfigured event.Reason = "target_unconfigured"
 
+// Configured reports whether target is declared and has a URL: a handler
+// whose side effect is optional asks before building its request.
+func (e *Effects) Configured(target string) bool {
+	t, ok := e.env.Targets[target]
+	return ok && t.URL != ""
+}
+
 // Send records r as an outbox intent of the current event. An event whose
 // record is older than outbox.retention (a replay of old history) records
 // it as suppressed: listed, never sent, unless outbox.resend_expired. A

@@ -219,10 +219,10 @@ const (
 // collation. A concurrent release of the same resource (the sweeper, another
 // member's zombie) waits here and then finds nothing parked.
 const releaseOrderSQL = `
-SELECT event_key, octet_length(event::text)
+SELECT resource, event_key, octet_length(event::text)
 FROM parked_events
-WHERE state = 'parked' AND resource = $1
-ORDER BY topic COLLATE "C", "partition", "offset"
+WHERE state = 'parked' AND resource = ANY($1)
+ORDER BY resource COLLATE "C", topic COLLATE "C", "partition", "offset"
 FOR UPDATE`
 
 // releasePageSQL takes one page of parked events out of the parking lot
@@ -238,11 +238,34 @@ RETURNING event_key, consumer_group, topic, "partition", "offset", event`
 // resources whose prerequisite now exists, in the caller's transaction, a
 // page at a time.
 func (a *Applier) releaseParked(ctx context.Context, tx pgx.Tx, resources []string, isolated bool) ([]*released, error) {
+	if len(resources) == 0 {
+		return nil, nil
+	}
+	// One round trip finds what the arrivals release (usually nothing);
+	// only resources with parked events go on, one at a time, in pages.
+	rows, err := tx.Query(ctx, releaseOrderSQL, resources)
+	if err != nil {
+		return nil, fmt.Errorf("finding the parked events of %d resources: %w", len(resources), err)
+	}
+	var orders [][]parkedRef
+	var names []string
+	var resource string
+	var ref parkedRef
+	if _, err := pgx.ForEachRow(rows, []any{&resource, &ref.key, &ref.size}, func() error {
+		if len(names) == 0 || names[len(names)-1] != resource {
+			names = append(names, resource)
+			orders = append(orders, nil)
+		}
+		orders[len(orders)-1] = append(orders[len(orders)-1], ref)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("finding the parked events of %d resources: %w", len(resources), err)
+	}
 	var out []*released
-	for _, resource := range resources {
-		rels, err := a.releaseResource(ctx, tx, resource, isolated)
+	for i, order := range orders {
+		rels, err := a.releaseResource(ctx, tx, order, isolated)
 		if err != nil {
-			return nil, fmt.Errorf("releasing the parked events of %s: %w", event.Excerpt(resource), err)
+			return nil, fmt.Errorf("releasing the parked events of %s: %w", event.Excerpt(names[i]), err)
 		}
 		out = append(out, rels...)
 	}
@@ -254,19 +277,9 @@ type parkedRef struct {
 	size int64
 }
 
-func (a *Applier) releaseResource(ctx context.Context, tx pgx.Tx, resource string, isolated bool) ([]*released, error) {
-	rows, err := tx.Query(ctx, releaseOrderSQL, resource)
-	if err != nil {
-		return nil, err
-	}
-	var order []parkedRef
-	var ref parkedRef
-	if _, err := pgx.ForEachRow(rows, []any{&ref.key, &ref.size}, func() error {
-		order = append(order, ref)
-		return nil
-	}); err != nil {
-		return nil, err
-	}
+// releaseResource releases one resource's parked events, in their order, a
+// page at a time.
+func (a *Applier) releaseResource(ctx context.Context, tx pgx.Tx, order []parkedRef, isolated bool) ([]*released, error) {
 	var out []*released
 	for len(order) > 0 {
 		n := pageLen(order, releasePageRows, releasePageBytes)

@@ -86,7 +86,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	}
 	for _, name := range a.Targets() {
 		if t := cfg.Targets[name]; t.URL == "" {
-			log.Warn("a target of this build has no URL: events whose handlers need it are dead-lettered (target_unconfigured) until it is set and they are redriven",
+			log.Info("a target of this build has no URL: side effects to it are off (a handler that requires it dead-letters its events as target_unconfigured)",
 				zap.String("target", name), zap.String("fix", "set targets."+name+".url / "+config.EnvName("targets."+name+".url")))
 		}
 	}

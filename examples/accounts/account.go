@@ -70,14 +70,21 @@ SET version = excluded.version, name = excluded.name, email = excluded.email,
 WHERE accounts.version < excluded.version`
 
 func handleAccount(_ context.Context, e *handlers.Effects, ev event.Event) error {
+	_, err := applyAccount(e, ev)
+	return err
+}
+
+// applyAccount validates an account event and queues its version-gated
+// upsert; it returns the state for the side effects.
+func applyAccount(e *handlers.Effects, ev event.Event) (AccountState, error) {
 	s, err := ParseAccount(ev)
 	if err != nil {
-		return err
+		return AccountState{}, err
 	}
 	status := "open"
 	if ev.Type == TypeAccountClosed {
 		status = "closed"
 	}
 	e.Exec(handlers.AppliedOrStale, upsertAccountSQL, ev.Subject, ev.Version, s.Name, s.Email, s.Plan, status)
-	return nil
+	return s, nil
 }

@@ -3,7 +3,6 @@ package accounts
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/url"
 
@@ -36,23 +35,23 @@ const (
 // and the welcome mail, each when its target is configured. They are
 // recorded even when the state arrives stale: the account was opened.
 
-func handleAccountWithSideEffects(ctx context.Context, e *handlers.Effects, ev event.Event) error {
-	if err := handleAccount(ctx, e, ev); err != nil {
+func handleAccountWithSideEffects(_ context.Context, e *handlers.Effects, ev event.Event) error {
+	s, err := applyAccount(e, ev)
+	if err != nil || ev.Type != TypeAccountOpened {
 		return err
 	}
-	if ev.Type != TypeAccountOpened {
-		return nil
+	// A target without a URL is off: nothing is recorded for it.
+	if e.Configured(TargetCRM) {
+		body, _ := json.Marshal(contact{ID: ev.Subject, Version: ev.Version, Name: s.Name, Email: s.Email, Plan: s.Plan}) // strings and an integer: cannot fail
+		if err := e.Send(handlers.Request{Target: TargetCRM, Operation: OpCRMUpsertContact, Resource: "crm:contact:" + ev.Subject,
+			Method: http.MethodPut, Path: "/contacts/" + url.PathEscape(ev.Subject), Body: body}); err != nil {
+			return err
+		}
 	}
-	s, _ := ParseAccount(ev)                                                                                         // handleAccount validated it
-	crm, _ := json.Marshal(contact{ID: ev.Subject, Version: ev.Version, Name: s.Name, Email: s.Email, Plan: s.Plan}) // strings and an integer: cannot fail
-	mail, _ := json.Marshal(welcomeMail{Template: "welcome", To: s.Email, Name: s.Name, AccountID: ev.Subject})
-	for _, r := range []handlers.Request{
-		{Target: TargetCRM, Operation: OpCRMUpsertContact, Resource: "crm:contact:" + ev.Subject,
-			Method: http.MethodPut, Path: "/contacts/" + url.PathEscape(ev.Subject), Body: crm},
-		{Target: TargetMail, Operation: OpMailWelcome, Resource: "mail:account:" + ev.Subject,
-			Method: http.MethodPost, Body: mail},
-	} {
-		if err := e.Send(r); err != nil && !errors.Is(err, handlers.ErrTargetOff) {
+	if e.Configured(TargetMail) {
+		body, _ := json.Marshal(welcomeMail{Template: "welcome", To: s.Email, Name: s.Name, AccountID: ev.Subject})
+		if err := e.Send(handlers.Request{Target: TargetMail, Operation: OpMailWelcome, Resource: "mail:account:" + ev.Subject,
+			Method: http.MethodPost, Body: body}); err != nil {
 			return err
 		}
 	}
