@@ -236,6 +236,13 @@ type Target struct {
 	// configured (the build decides what that means: no such side effect,
 	// or dead letters until it is set).
 	URL string `mapstructure:"url"`
+	// BearerTokenFile is a file holding a token sent as "Authorization:
+	// Bearer <token>"; read at each delivery, so a rotated secret applies
+	// to pending intents too.
+	BearerTokenFile string `mapstructure:"bearer_token_file"`
+	// HeaderFiles are headers whose values come from files, each
+	// "Name=/path/to/file" (an API key, say); read at each delivery.
+	HeaderFiles []string `mapstructure:"header_files"`
 }
 
 // Topic formats.

@@ -319,7 +319,23 @@ func (c Config) validate() []*FieldError {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		v.optionalHTTPURL("targets."+n+".url", c.Targets[n].URL)
+		t := c.Targets[n]
+		v.optionalHTTPURL("targets."+n+".url", t.URL)
+		if f := t.BearerTokenFile; f != "" {
+			if _, err := readSecretFile(f); err != nil {
+				v.add("targets."+n+".bearer_token_file", f, err.Error(), setFix("targets."+n+".bearer_token_file", "/run/secrets/"+n+"-token"))
+			}
+		}
+		for _, h := range t.HeaderFiles {
+			name, file, ok := strings.Cut(h, "=")
+			if !ok || strings.TrimSpace(name) == "" || file == "" {
+				v.add("targets."+n+".header_files", h, "must be Name=/path/to/file", setFix("targets."+n+".header_files", "X-Api-Key=/run/secrets/"+n+"-key"))
+				continue
+			}
+			if _, err := readSecretFile(file); err != nil {
+				v.add("targets."+n+".header_files", h, "the file of header "+name+" "+err.Error(), setFix("targets."+n+".header_files", "X-Api-Key=/run/secrets/"+n+"-key"))
+			}
+		}
 	}
 
 	c.validateTopics(&v)

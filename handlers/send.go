@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/outbox"
@@ -79,16 +78,16 @@ func (e *Effects) Send(r Request) error {
 	if r.Operation == "" || r.Method == "" {
 		return event.Permanent(fmt.Errorf("side effect to %s needs an Operation and a Method", r.Target))
 	}
-	target := t.URL
+	// The row keeps only the target's name and the path: its URL and
+	// credentials are resolved again at delivery.
 	if r.Path != "" {
-		target = strings.TrimSuffix(t.URL, "/") + "/" + strings.TrimPrefix(r.Path, "/")
-		if _, err := url.Parse(target); err != nil {
+		if _, err := url.Parse(r.Path); err != nil {
 			return event.Permanent(fmt.Errorf("side effect %s: %w", r.Operation, err))
 		}
 	}
 	sql, args := outbox.Record(outbox.Intent{
 		EventKey: e.ev.Key, Operation: r.Operation, Resource: r.Resource,
-		Method: r.Method, Target: target, Request: r.Body,
+		Method: r.Method, TargetName: r.Target, Target: r.Path, Request: r.Body,
 		Idempotent: t.Idempotent, Suppressed: e.env.Expiry.Suppress(e.ev.RecordTime),
 	})
 	e.Exec(nil, sql, args...) // nil: the event's other statements decide its disposition

@@ -20,6 +20,7 @@ type Stored struct {
 	Operation      string          `json:"operation"`
 	Resource       string          `json:"resource"`
 	Method         string          `json:"method"`
+	TargetName     string          `json:"target_name,omitempty"`
 	Target         string          `json:"target"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	Idempotent     bool            `json:"idempotent"`
@@ -82,11 +83,11 @@ func joinStates(ss []State) string {
 	return strings.Join(out, ", ")
 }
 
-const storedColumns = `id, event_key, operation, resource, method, target, idempotency_key, idempotent, state, attempts,
+const storedColumns = `id, event_key, operation, resource, method, coalesce(target_name, ''), target, idempotency_key, idempotent, state, attempts,
        last_status, coalesce(last_error, ''), created_at, updated_at, next_attempt_at, sent_at`
 
 func scanStored(row pgx.Row, s *Stored, extra ...any) error {
-	return row.Scan(append([]any{&s.ID, &s.EventKey, &s.Operation, &s.Resource, &s.Method, &s.Target, &s.IdempotencyKey,
+	return row.Scan(append([]any{&s.ID, &s.EventKey, &s.Operation, &s.Resource, &s.Method, &s.TargetName, &s.Target, &s.IdempotencyKey,
 		&s.Idempotent, &s.State, &s.Attempts, &s.LastStatus, &s.LastError, &s.CreatedAt, &s.UpdatedAt,
 		&s.NextAttemptAt, &s.SentAt}, extra...)...)
 }

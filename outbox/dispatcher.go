@@ -24,6 +24,10 @@ import (
 
 // Options configure a Dispatcher.
 type Options struct {
+	// Targets are the build's named targets as configured: an intent that
+	// names one is sent to its URL joined with the intent's path, with its
+	// credentials, resolved at each delivery.
+	Targets map[string]Endpoint
 	// HTTPClient makes the calls; nil uses one on a tuned clone of the
 	// default transport. Its own Timeout, if any, should not exceed Timeout.
 	HTTPClient *http.Client
@@ -285,7 +289,7 @@ UPDATE outbox o
 SET state = 'sending', attempts = o.attempts + 1, updated_at = now(),
     lease_until = now() + $2::bigint * interval '1 millisecond'
 FROM due WHERE o.id = due.id
-RETURNING o.id, o.event_key, o.operation, o.method, o.target, o.request::text, o.idempotency_key, o.idempotent, o.attempts,
+RETURNING o.id, o.event_key, o.operation, o.method, coalesce(o.target_name, ''), o.target, o.request::text, o.idempotency_key, o.idempotent, o.attempts,
           (extract(epoch FROM now() - o.created_at) * 1000)::bigint`
 
 // claimed is an intent this dispatcher holds.
@@ -294,6 +298,7 @@ type claimed struct {
 	eventKey       string
 	operation      string
 	method         string
+	targetName     string
 	target         string
 	request        string
 	idempotencyKey string
@@ -315,7 +320,7 @@ func (d *Dispatcher) claim(ctx context.Context) ([]claimed, error) {
 			c     claimed
 			ageMS int64
 		)
-		if err := rows.Scan(&c.id, &c.eventKey, &c.operation, &c.method, &c.target, &c.request, &c.idempotencyKey, &c.idempotent, &c.attempts, &ageMS); err != nil {
+		if err := rows.Scan(&c.id, &c.eventKey, &c.operation, &c.method, &c.targetName, &c.target, &c.request, &c.idempotencyKey, &c.idempotent, &c.attempts, &ageMS); err != nil {
 			return nil, fmt.Errorf("claiming outbox intents: %w", err)
 		}
 		c.age = time.Duration(ageMS) * time.Millisecond
@@ -346,11 +351,20 @@ const maxExcerpt = 512
 func (d *Dispatcher) call(ctx context.Context, c claimed) outcome {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, c.method, c.target, strings.NewReader(c.request))
+	target, headers, err := d.resolve(c)
+	if err != nil {
+		// The deployment, not the intent: retried (until outbox.max_age)
+		// once the target is configured again.
+		return outcome{state: Pending, wait: d.backoff(c.attempts, 0), err: err.Error()}
+	}
+	req, err := http.NewRequestWithContext(cctx, c.method, target, strings.NewReader(c.request))
 	if err != nil {
 		return outcome{state: DeadLettered, err: fmt.Sprintf("building the request: %v", err)}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	if c.idempotent {
 		// Only here: net/http itself replays a request carrying an
 		// Idempotency-Key on a reused connection that broke, which must

@@ -46,9 +46,13 @@ type Intent struct {
 	// Resource orders delivery: an intent waits while an earlier one of
 	// the same resource is pending or sending.
 	Resource string
-	// Method and Target are the HTTP method and URL.
-	Method string
-	Target string
+	// Method is the HTTP method. TargetName names the build's target; the
+	// dispatcher resolves its base URL and credentials at delivery, and
+	// Target is then the path below it. Without a TargetName, Target is
+	// the whole URL (intents recorded before named targets).
+	Method     string
+	TargetName string
+	Target     string
 	// Request is the JSON request body.
 	Request json.RawMessage
 	// Idempotent: the target honours Idempotency-Key, so the call may be
@@ -98,12 +102,12 @@ func IdempotencyKey(eventKey, operation string) string {
 // recordSQL inserts intents given as parallel arrays; an intent that exists
 // is never recorded again.
 const recordSQL = `
-INSERT INTO outbox (event_key, operation, resource, method, target, request, idempotency_key, idempotent, state, last_error)
-SELECT i.event_key, i.operation, i.resource, i.method, i.target, i.request::jsonb, i.idempotency_key, i.idempotent,
+INSERT INTO outbox (event_key, operation, resource, method, target_name, target, request, idempotency_key, idempotent, state, last_error)
+SELECT i.event_key, i.operation, i.resource, i.method, nullif(i.target_name, ''), i.target, i.request::jsonb, i.idempotency_key, i.idempotent,
        CASE WHEN i.suppressed THEN 'suppressed' ELSE 'pending' END,
        CASE WHEN i.suppressed THEN 'the event is older than outbox.retention (a replay): recorded, not sent; outbox.resend_expired sends such intents' END
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[], $9::boolean[])
-     AS i (event_key, operation, resource, method, target, request, idempotency_key, idempotent, suppressed)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[], $9::boolean[], $10::text[])
+     AS i (event_key, operation, resource, method, target, request, idempotency_key, idempotent, suppressed, target_name)
 ORDER BY i.event_key, i.operation
 ON CONFLICT (event_key, operation) DO NOTHING`
 
@@ -120,12 +124,12 @@ func Record(intents ...Intent) (sql string, args []any) {
 	})
 	n := len(sorted)
 	keys, ops, res, methods, targets, reqs, ids := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	idem, supp := make([]bool, n), make([]bool, n)
+	idem, supp, names := make([]bool, n), make([]bool, n), make([]string, n)
 	for i, in := range sorted {
-		keys[i], ops[i], res[i], methods[i], targets[i] = in.EventKey, in.Operation, in.Resource, in.Method, in.Target
+		keys[i], ops[i], res[i], methods[i], targets[i], names[i] = in.EventKey, in.Operation, in.Resource, in.Method, in.Target, in.TargetName
 		reqs[i] = string(in.Request)
 		ids[i] = IdempotencyKey(in.EventKey, in.Operation)
 		idem[i], supp[i] = in.Idempotent, in.Suppressed
 	}
-	return recordSQL, []any{keys, ops, res, methods, targets, reqs, ids, idem, supp}
+	return recordSQL, []any{keys, ops, res, methods, targets, reqs, ids, idem, supp, names}
 }

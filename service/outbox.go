@@ -103,7 +103,11 @@ it with a 4xx).`,
 				}
 				w := termsafe.NewWriter(c.stdout) // payloads, headers and errors are untrusted text
 				fmt.Fprintf(w, "id               %d\nstate            %s\noperation        %s\nevent key        %s\nresource         %s\n", s.ID, s.State, s.Operation, s.EventKey, s.Resource)
-				fmt.Fprintf(w, "call             %s %s\nidempotency key  %s (sent with the call: %s)\n", s.Method, s.Target, s.IdempotencyKey, yesNo(s.Idempotent))
+				target := s.Target
+				if s.TargetName != "" {
+					target = "target " + s.TargetName + ", path " + s.Target
+				}
+				fmt.Fprintf(w, "call             %s %s\nidempotency key  %s (sent with the call: %s)\n", s.Method, target, s.IdempotencyKey, yesNo(s.Idempotent))
 				fmt.Fprintf(w, "attempts         %d\nlast status      %s\nlast error       %s\n", s.Attempts, statusText(s.LastStatus), s.LastError)
 				fmt.Fprintf(w, "created          %s\nupdated          %s\nnext attempt     %s\n", s.CreatedAt.Format(time.RFC3339), s.UpdatedAt.Format(time.RFC3339), s.NextAttemptAt.Format(time.RFC3339))
 				if s.SentAt != nil {

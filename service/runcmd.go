@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -181,7 +182,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 		background = append(background, outbox.NewDispatcher(pool, outbox.Options{
 			RetryInitial: cfg.Retry.Initial, RetryMax: cfg.Retry.Max, Concurrency: cfg.Outbox.Concurrency,
 			Timeout: cfg.Outbox.CallTimeout, LeaseGrace: cfg.Outbox.LeaseGrace,
-			MaxAttempts: cfg.Outbox.MaxAttempts, MaxAge: cfg.Outbox.MaxAge,
+			MaxAttempts: cfg.Outbox.MaxAttempts, MaxAge: cfg.Outbox.MaxAge, Targets: endpoints(cfg),
 			Logger: log.Named("outbox"), Metrics: metrics.outbox,
 		}).Run)
 	}
@@ -206,6 +207,25 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	err = cons.Run(ctx)
 	log.Info("worker stopped")
 	return err
+}
+
+// endpoints are the configured targets as the dispatcher resolves them at
+// each delivery.
+func endpoints(cfg config.Config) map[string]outbox.Endpoint {
+	out := make(map[string]outbox.Endpoint, len(cfg.Targets))
+	for name, t := range cfg.Targets {
+		ep := outbox.Endpoint{URL: t.URL, BearerTokenFile: t.BearerTokenFile}
+		for _, h := range t.HeaderFiles {
+			if k, file, ok := strings.Cut(h, "="); ok {
+				if ep.HeaderFiles == nil {
+					ep.HeaderFiles = map[string]string{}
+				}
+				ep.HeaderFiles[strings.TrimSpace(k)] = file
+			}
+		}
+		out[name] = ep
+	}
+	return out
 }
 
 // anyTargetConfigured reports whether a declared target has a URL.

@@ -51,8 +51,8 @@ func TestAccountOpenedRecordsIntentsOnce(t *testing.T) {
 
 	require.Equal(t, int64(4), b.count(t, `SELECT count(*) FROM outbox`))
 	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN processed_events p ON p.event_key = o.event_key WHERE p.subject = 'a1' AND o.state = 'pending'`))
-	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM outbox WHERE operation = $1 AND target = 'http://crm.test/contacts/a2' AND method = 'PUT' AND idempotent`, accounts.OpCRMUpsertContact))
-	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM outbox WHERE operation = $1 AND target = 'http://mail.test/send' AND method = 'POST' AND NOT idempotent AND request->>'to' = 'ann@example.com'`, accounts.OpMailWelcome))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM outbox WHERE operation = $1 AND target_name = 'crm' AND target = '/contacts/a2' AND method = 'PUT' AND idempotent`, accounts.OpCRMUpsertContact))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM outbox WHERE operation = $1 AND target_name = 'mail' AND target = '' AND method = 'POST' AND NOT idempotent AND request->>'to' = 'ann@example.com'`, accounts.OpMailWelcome))
 	var key, eventKey string
 	require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT idempotency_key, event_key FROM outbox WHERE operation = $1 AND resource = 'crm:contact:a2'`, accounts.OpCRMUpsertContact).Scan(&key, &eventKey))
 	require.Equal(t, outbox.IdempotencyKey(eventKey, accounts.OpCRMUpsertContact), key)

@@ -1,0 +1,67 @@
+package outbox
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Endpoint is a named target as the deployment configures it. Nothing of
+// it is stored with an intent: the base URL and the credentials are read at
+// each delivery, so a rotated credential (a mounted secret's file changing)
+// applies to pending intents too.
+type Endpoint struct {
+	// URL is the base URL; an intent's path is appended to it.
+	URL string
+	// BearerTokenFile, when set, holds a token sent as
+	// "Authorization: Bearer <token>".
+	BearerTokenFile string
+	// HeaderFiles maps a header name to a file holding its value (an API
+	// key, say).
+	HeaderFiles map[string]string
+}
+
+// resolve is the URL of c's call and the headers its target adds.
+func (d *Dispatcher) resolve(c claimed) (string, map[string]string, error) {
+	if c.targetName == "" {
+		return c.target, nil, nil // recorded before named targets: the whole URL
+	}
+	ep, ok := d.opts.Targets[c.targetName]
+	if !ok || ep.URL == "" {
+		return "", nil, fmt.Errorf("target %s has no URL (targets.%s.url): the intent waits until it is configured", c.targetName, c.targetName)
+	}
+	u := ep.URL
+	if c.target != "" {
+		u = strings.TrimSuffix(u, "/") + "/" + strings.TrimPrefix(c.target, "/")
+	}
+	headers := map[string]string{}
+	if ep.BearerTokenFile != "" {
+		tok, err := readSecret(ep.BearerTokenFile)
+		if err != nil {
+			return "", nil, fmt.Errorf("target %s: the bearer token (targets.%s.bearer_token_file): %w", c.targetName, c.targetName, err)
+		}
+		headers["Authorization"] = "Bearer " + tok
+	}
+	for name, file := range ep.HeaderFiles {
+		v, err := readSecret(file)
+		if err != nil {
+			return "", nil, fmt.Errorf("target %s: header %s (targets.%s.header_files): %w", c.targetName, name, c.targetName, err)
+		}
+		headers[name] = v
+	}
+	return u, headers, nil
+}
+
+// readSecret reads a secret from a file, without a trailing newline. Its
+// error never holds the content.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("cannot read %s", path)
+	}
+	s := strings.TrimRight(string(b), "\r\n")
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
+}
