@@ -3,14 +3,14 @@ package config
 import (
 	"bytes"
 	"fmt"
-	"net/url"
 	"reflect"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/effectively-io/effectively/redact"
 )
 
 // Config is the whole effective configuration. Field tags are the key names
@@ -462,53 +462,8 @@ func (c Config) clone() Config {
 
 func isURLKey(key string) bool { return key == "url" || strings.HasSuffix(key, ".url") }
 
-var (
-	// dsnPassword matches password=... in a libpq keyword/value DSN, quoted
-	// or not.
-	dsnPassword = regexp.MustCompile(`(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)`)
-	// secretParam matches the names of query parameters that carry a
-	// credential: password, sslpassword, token, access_token, api_key,
-	// apikey, key, secret, signature, sig, auth, credential(s).
-	secretParam = regexp.MustCompile(`(?i)^(?:ssl)?(?:password|passwd|pwd)$|token$|^(?:api[-_]?)?key$|secret|^sig(?:nature)?$|^auth|credential`)
-	// urlUserinfo matches user:password@ in a URL net/url cannot parse.
-	urlUserinfo = regexp.MustCompile(`(://[^:/@?#]*:)[^/?#]*@`)
-)
-
-// redactURL replaces the password in a URL's userinfo and the value of
-// every credential-like query parameter (see secretParam), or password= and
-// sslpassword= of a keyword/value DSN. A value that does not
-// parse is redacted by pattern, so a malformed URL never leaks its password
-// into an error message.
-func redactURL(s string) string {
-	if s == "" {
-		return s
-	}
-	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.Opaque == "" {
-		changed := false
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), redactedPassword)
-			changed = true
-		}
-		if q, err := url.ParseQuery(u.RawQuery); err == nil {
-			for k := range q {
-				if secretParam.MatchString(k) {
-					q[k] = []string{redactedPassword}
-					u.RawQuery = q.Encode()
-					changed = true
-				}
-			}
-		} else if dsnPassword.MatchString(u.RawQuery) {
-			u.RawQuery = dsnPassword.ReplaceAllString(u.RawQuery, "${1}"+redactedPassword)
-			changed = true
-		}
-		if !changed {
-			return s
-		}
-		return u.String()
-	}
-	s = urlUserinfo.ReplaceAllString(s, "${1}"+redactedPassword+"@")
-	return dsnPassword.ReplaceAllString(s, "${1}"+redactedPassword)
-}
+// redactURL hides the credentials of a URL or DSN (see redact.URL).
+func redactURL(s string) string { return redact.URL(s) }
 
 // Dump renders the configuration as YAML with the key names [Load] reads, in
 // the order of the struct. Passwords are always redacted (see
@@ -610,7 +565,5 @@ func tagName(sf reflect.StructField) string {
 	return name
 }
 
-// RedactURL hides the credentials in a URL or DSN (userinfo password,
-// credential-like query parameters, password= and sslpassword=), for
-// printing one outside the configuration: outbox targets, log lines.
-func RedactURL(s string) string { return redactURL(s) }
+// RedactURL hides the credentials in a URL or DSN (see redact.URL).
+func RedactURL(s string) string { return redact.URL(s) }

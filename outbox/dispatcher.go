@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/crashpoint"
+	"github.com/effectively-io/effectively/redact"
 )
 
 // Options configure a Dispatcher.
@@ -373,7 +374,7 @@ func (d *Dispatcher) call(ctx context.Context, c claimed) outcome {
 	}
 	resp, err := d.client.Do(req)
 	if err != nil {
-		msg := fmt.Sprintf("%s %s: %v", c.method, req.URL.Redacted(), err)
+		msg := fmt.Sprintf("%s %s: %v", c.method, redact.URL(req.URL.String()), err)
 		if c.idempotent || notSent(err) {
 			return outcome{state: Pending, wait: d.backoff(c.attempts, 0), err: msg}
 		}
@@ -385,7 +386,7 @@ func (d *Dispatcher) call(ctx context.Context, c claimed) outcome {
 	// cut, and its connection closed.
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
 	s := resp.StatusCode
-	msg := fmt.Sprintf("%s %s: %s: %s", c.method, req.URL.Redacted(), resp.Status, excerpt(body))
+	msg := fmt.Sprintf("%s %s: %s: %s", c.method, redact.URL(req.URL.String()), resp.Status, excerpt(body))
 	switch {
 	case s >= 200 && s < 300:
 		return outcome{state: Sent, status: s}
@@ -395,7 +396,7 @@ func (d *Dispatcher) call(ctx context.Context, c claimed) outcome {
 		// business; an operator fixes the URL and retries or resolves it.
 		return outcome{state: DeadLettered, status: s, err: fmt.Sprintf(
 			"%s %s: %s: redirected to %s; redirects are not followed: point the target's URL at where it is served",
-			c.method, req.URL.Redacted(), resp.Status, location(resp))}
+			c.method, redact.URL(req.URL.String()), resp.Status, location(resp))}
 	case s == http.StatusTooManyRequests || (s == http.StatusServiceUnavailable && !c.idempotent):
 		// Refused before processing: safe to repeat even without a key.
 		return outcome{state: Pending, status: s, wait: d.backoff(c.attempts, retryAfter(resp.Header.Get("Retry-After"))), err: msg}
@@ -416,7 +417,7 @@ func location(resp *http.Response) string {
 	if err != nil {
 		return "(no valid Location)"
 	}
-	return excerpt([]byte(u.Redacted()))
+	return excerpt([]byte(redact.URL(u.String())))
 }
 
 // giveUp dead-letters an intent that failed transiently once more after its

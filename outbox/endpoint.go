@@ -1,7 +1,9 @@
 package outbox
 
 import (
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 )
@@ -30,9 +32,9 @@ func (d *Dispatcher) resolve(c claimed) (string, map[string]string, error) {
 	if !ok || ep.URL == "" {
 		return "", nil, fmt.Errorf("target %s has no URL (targets.%s.url): the intent waits until it is configured", c.targetName, c.targetName)
 	}
-	u := ep.URL
-	if c.target != "" {
-		u = strings.TrimSuffix(u, "/") + "/" + strings.TrimPrefix(c.target, "/")
+	u, err := joinURL(ep.URL, c.target)
+	if err != nil {
+		return "", nil, fmt.Errorf("target %s (targets.%s.url): %w", c.targetName, c.targetName, err)
 	}
 	headers := map[string]string{}
 	if ep.BearerTokenFile != "" {
@@ -64,4 +66,30 @@ func readSecret(path string) (string, error) {
 		return "", fmt.Errorf("%s is empty", path)
 	}
 	return s, nil
+}
+
+// joinURL appends path (which may carry a query of its own) to the base
+// URL's path, keeping the base's query parameters (an API token, say).
+func joinURL(base, path string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", errors.New("not a URL")
+	}
+	if path == "" {
+		return u.String(), nil
+	}
+	p, err := url.Parse(path)
+	if err != nil {
+		return "", fmt.Errorf("the path %q is not a URL path", path)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/" + strings.TrimPrefix(p.Path, "/")
+	u.RawPath = ""
+	if p.RawQuery != "" {
+		q := u.Query()
+		for k, vs := range p.Query() {
+			q[k] = vs
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String(), nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/redact"
 )
 
 // The doorbell's dead-letter reasons.
@@ -76,40 +77,40 @@ func (d *doorbell) Prefetch(ctx context.Context, env handlers.Env, ev event.Even
 	req.Header.Set("Accept", "application/json")
 	resp, err := env.HTTPClient.Do(req)
 	if err != nil {
-		return ev, fmt.Errorf("%w: GET %s: %v", ErrSourceUnavailable, req.URL.Redacted(), err)
+		return ev, fmt.Errorf("%w: GET %s: %v", ErrSourceUnavailable, redact.URL(req.URL.String()), err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, handlers.MaxPrefetchResponseBytes+1))
 	if errors.Is(err, handlers.ErrResponseTooLarge) || len(body) > handlers.MaxPrefetchResponseBytes {
-		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: %s: %v", req.URL.Redacted(), resp.Status, handlers.ErrResponseTooLarge))
+		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: %s: %v", redact.URL(req.URL.String()), resp.Status, handlers.ErrResponseTooLarge))
 	}
 	if err != nil {
-		return ev, fmt.Errorf("%w: reading %s: %v", ErrSourceUnavailable, req.URL.Redacted(), err)
+		return ev, fmt.Errorf("%w: reading %s: %v", ErrSourceUnavailable, redact.URL(req.URL.String()), err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
 	case resp.StatusCode >= 300 && resp.StatusCode < 400:
 		loc := "(no valid Location)"
 		if u, err := resp.Location(); err == nil {
-			loc = event.Excerpt(u.Redacted())
+			loc = event.Excerpt(redact.URL(u.String()))
 		}
 		return ev, event.PermanentWithReason(ReasonSourceRedirect, fmt.Errorf(
 			"GET %s: %s: redirected to %s; redirects are not followed: point targets.%s.url at where accounts are served, then redrive",
-			req.URL.Redacted(), resp.Status, loc, TargetSource))
+			redact.URL(req.URL.String()), resp.Status, loc, TargetSource))
 	case resp.StatusCode == http.StatusNotFound:
 		ev.Data = json.RawMessage(notFoundMarker)
 		return ev, nil
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		return ev, fmt.Errorf("%w: GET %s: %s", ErrSourceUnavailable, req.URL.Redacted(), resp.Status)
+		return ev, fmt.Errorf("%w: GET %s: %s", ErrSourceUnavailable, redact.URL(req.URL.String()), resp.Status)
 	default:
-		return ev, event.PermanentWithReason(ReasonSourceRejected, fmt.Errorf("GET %s: %s: %s", req.URL.Redacted(), resp.Status, event.Excerpt(string(body))))
+		return ev, event.PermanentWithReason(ReasonSourceRejected, fmt.Errorf("GET %s: %s: %s", redact.URL(req.URL.String()), resp.Status, event.Excerpt(string(body))))
 	}
 	var a sourceAccount
 	if err := json.Unmarshal(body, &a); err != nil {
-		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: not an account: %s", req.URL.Redacted(), event.Excerpt(string(body))))
+		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: not an account: %s", redact.URL(req.URL.String()), event.Excerpt(string(body))))
 	}
 	if a.ID != ev.Subject || a.Version < 1 || (a.Status != "open" && a.Status != "closed") {
-		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: an account needs the same id, a version ≥ 1 and status open or closed", req.URL.Redacted()))
+		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: an account needs the same id, a version ≥ 1 and status open or closed", redact.URL(req.URL.String())))
 	}
 	data, _ := json.Marshal(a) // plain strings and an integer: cannot fail
 	ev.Data = data
