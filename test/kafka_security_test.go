@@ -105,6 +105,18 @@ func TestKafkaSecurity(t *testing.T) {
 		require.Equal(t, int64(records), rep.Records)
 	})
 
+	t.Run("replay as the worker", func(t *testing.T) {
+		// The dry run reads the group's members, committed offsets and the
+		// log's offsets: the documented ACLs cover it.
+		code, stdout, stderr := runCmd(t, scramEnv, "replay", "--topic", topic, "--from-start", "--json")
+		require.Equal(t, 0, code, "stderr:\n%s", stderr)
+		var plan struct {
+			Records int64 `json:"records"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(stdout), &plan), stdout)
+		require.Equal(t, int64(records), plan.Records, "the plan covers every record applied")
+	})
+
 	t.Run("mutual TLS worker", func(t *testing.T) {
 		more := produce(t, "72")
 		env := append(append(k.tlsEnv(k.mTLS), common...),
