@@ -243,6 +243,14 @@ type Target struct {
 	// HeaderFiles are headers whose values come from files, each
 	// "Name=/path/to/file" (an API key, say); read at each delivery.
 	HeaderFiles []string `mapstructure:"header_files"`
+	// CAFile is a PEM bundle the target's certificate must chain to,
+	// instead of the system's roots.
+	CAFile string `mapstructure:"ca_file"`
+	// CertFile and KeyFile are a client certificate for mutual TLS with the
+	// target (PEM), reloaded at every handshake.
+	CertFile string `mapstructure:"cert_file"`
+	// KeyFile is the client certificate's private key (PEM).
+	KeyFile string `mapstructure:"key_file"`
 }
 
 // Topic formats.

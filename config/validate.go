@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -325,6 +326,17 @@ func (c Config) validate() []*FieldError {
 			if _, err := readSecretFile(f); err != nil {
 				v.add("targets."+n+".bearer_token_file", f, err.Error(), setFix("targets."+n+".bearer_token_file", "/run/secrets/"+n+"-token"))
 			}
+		}
+		for key, f := range map[string]string{"ca_file": t.CAFile, "cert_file": t.CertFile, "key_file": t.KeyFile} {
+			if f == "" {
+				continue
+			}
+			if _, err := os.Stat(f); err != nil {
+				v.add("targets."+n+"."+key, f, "cannot be read", setFix("targets."+n+"."+key, "/etc/effectively/"+n+"-"+strings.ReplaceAll(key, "_file", ".pem")))
+			}
+		}
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			v.add("targets."+n+".cert_file", t.CertFile, "a client certificate needs both cert_file and key_file", "set both targets."+n+".cert_file and targets."+n+".key_file, or neither")
 		}
 		for _, h := range t.HeaderFiles {
 			name, file, ok := strings.Cut(h, "=")

@@ -92,7 +92,10 @@ type Dispatcher struct {
 	pool   *pgxpool.Pool
 	opts   Options
 	client *http.Client
-	log    *zap.Logger
+	// clients are the targets' own, for a CA or client certificate.
+	clients   map[string]*http.Client
+	clientsMu sync.Mutex
+	log       *zap.Logger
 }
 
 // NewDispatcher returns a dispatcher on pool.
@@ -372,7 +375,11 @@ func (d *Dispatcher) call(ctx context.Context, c claimed) outcome {
 		// never happen to a call without idempotency.
 		req.Header.Set("Idempotency-Key", c.idempotencyKey)
 	}
-	resp, err := d.client.Do(req)
+	client, err := d.clientFor(c.targetName)
+	if err != nil {
+		return outcome{state: Pending, wait: d.backoff(c.attempts, 0), err: err.Error()}
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		msg := fmt.Sprintf("%s %s: %v", c.method, redact.URL(req.URL.String()), err)
 		if c.idempotent || notSent(err) {

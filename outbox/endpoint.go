@@ -1,8 +1,11 @@
 package outbox
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -21,6 +24,64 @@ type Endpoint struct {
 	// HeaderFiles maps a header name to a file holding its value (an API
 	// key, say).
 	HeaderFiles map[string]string
+	// CAFile, when set, is the PEM bundle the target's certificate must
+	// chain to (instead of the system's roots).
+	CAFile string
+	// CertFile and KeyFile are a client certificate for mutual TLS,
+	// reloaded at every handshake.
+	CertFile, KeyFile string
+}
+
+// tls reports whether the endpoint needs a client of its own.
+func (ep Endpoint) tls() bool { return ep.CAFile != "" || ep.CertFile != "" }
+
+// clientFor is the HTTP client of a target: the dispatcher's, or, for a
+// target with its own CA or client certificate, one made for it once.
+func (d *Dispatcher) clientFor(name string) (*http.Client, error) {
+	ep := d.opts.Targets[name]
+	if name == "" || !ep.tls() {
+		return d.client, nil
+	}
+	d.clientsMu.Lock()
+	defer d.clientsMu.Unlock()
+	if c, ok := d.clients[name]; ok {
+		return c, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ep.CAFile != "" {
+		pem, err := os.ReadFile(ep.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("target %s: cannot read targets.%s.ca_file %s", name, name, ep.CAFile)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("target %s: targets.%s.ca_file %s holds no PEM certificate", name, name, ep.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if ep.CertFile != "" {
+		certFile, keyFile := ep.CertFile, ep.KeyFile
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			c, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				return nil, fmt.Errorf("target %s: targets.%s.cert_file/key_file: %w", name, name, err)
+			}
+			return &c, nil
+		}
+	}
+	base, ok := d.client.Transport.(*http.Transport)
+	if !ok || base == nil {
+		base = http.DefaultTransport.(*http.Transport)
+	}
+	tr := base.Clone()
+	tr.TLSClientConfig = cfg
+	c := *d.client
+	c.Transport = tr
+	if d.clients == nil {
+		d.clients = map[string]*http.Client{}
+	}
+	d.clients[name] = &c
+	return &c, nil
 }
 
 // resolve is the URL of c's call and the headers its target adds.

@@ -2,11 +2,13 @@ package outbox
 
 import (
 	"encoding/json"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,4 +72,35 @@ func TestNamedTargetsAreResolvedAtDelivery(t *testing.T) {
 	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM outbox WHERE target LIKE '%tok%' OR target LIKE '%key%' OR target LIKE '%http%'`),
 		"rows hold no URL and no credential")
 	require.Equal(t, int64(2), db.Count(t, `SELECT count(*) FROM outbox WHERE target_name = 'warehouse' AND state = 'sent'`))
+}
+
+// A target with a CA of its own is reached over TLS verified against it;
+// without it, the same server is refused (the intent waits, nothing sent).
+func TestTargetCAFile(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+
+	db := pgtest.New(t)
+	targets := map[string]Endpoint{"secure": {URL: srv.URL}}
+	b := &bundle{db: db, ctx: t.Context(), d: NewDispatcher(db.Pool, Options{Timeout: 2 * time.Second,
+		RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond, Targets: targets})}
+	b.record(t, Intent{EventKey: "e1", Operation: "secure.call", Resource: "r", Method: http.MethodPost,
+		TargetName: "secure", Target: "/x", Request: json.RawMessage(`{}`), Idempotent: true})
+	_, err := b.d.DeliverOnce(b.ctx)
+	require.NoError(t, err)
+	state, _, _, lastErr := b.state(t, "e1", "secure.call")
+	require.Equal(t, "pending", state)
+	require.Contains(t, *lastErr, "certificate")
+	require.Zero(t, calls.Load())
+
+	b.d = NewDispatcher(db.Pool, Options{Timeout: 2 * time.Second, RetryInitial: time.Millisecond, RetryMax: 5 * time.Millisecond,
+		Targets: map[string]Endpoint{"secure": {URL: srv.URL, CAFile: ca}}})
+	_, err = db.Pool.Exec(b.ctx, `UPDATE outbox SET next_attempt_at = now()`)
+	require.NoError(t, err)
+	b.deliverUntil(t, 10*time.Second)
+	require.Equal(t, int64(1), calls.Load())
 }

@@ -214,7 +214,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 func endpoints(cfg config.Config) map[string]outbox.Endpoint {
 	out := make(map[string]outbox.Endpoint, len(cfg.Targets))
 	for name, t := range cfg.Targets {
-		ep := outbox.Endpoint{URL: t.URL, BearerTokenFile: t.BearerTokenFile}
+		ep := outbox.Endpoint{URL: t.URL, BearerTokenFile: t.BearerTokenFile, CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile}
 		for _, h := range t.HeaderFiles {
 			if k, file, ok := strings.Cut(h, "="); ok {
 				if ep.HeaderFiles == nil {
