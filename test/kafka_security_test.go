@@ -117,16 +117,32 @@ func TestKafkaSecurity(t *testing.T) {
 		require.Equal(t, int64(records), plan.Records, "the plan covers every record applied")
 	})
 
-	t.Run("mutual TLS worker", func(t *testing.T) {
+	t.Run("mutual TLS worker, relay, audit and replay", func(t *testing.T) {
 		more := produce(t, "72")
+		poison3 := filepath.Join(t.TempDir(), "poison3.jsonl")
+		require.NoError(t, os.WriteFile(poison3, []byte(`{"key":"poison-3","value":{"not":"an event"}}`+"\n"), 0o600))
+		code, stdout, stderr := runCmd(t, adminEnv, "produce", "--topic", topic, "--file", poison3)
+		require.Equal(t, 0, code, "produce --file: %s\n%s", stdout, stderr)
 		env := append(append(k.tlsEnv(k.mTLS), common...),
 			"EFFECTIVELY_KAFKA_TLS_CERT_FILE="+k.file("tls", "worker.pem"),
 			"EFFECTIVELY_KAFKA_TLS_KEY_FILE="+k.file("tls", "worker.key"))
 		w := start(t, env, "run")
-		r.waitApplied(t, records+more.Records, 3*time.Minute)
+		r.waitApplied(t, records+more.Records+1, 3*time.Minute)
+		waitUntil(t, "the relay published the third dead letter over mTLS", 2*time.Minute, func(ctx context.Context) bool {
+			var n int64
+			return db.Pool.QueryRow(ctx, `SELECT count(*) FROM dead_letters WHERE published_at IS NOT NULL`).Scan(&n) == nil && n == 3
+		})
 		w.signal(t, syscall.SIGTERM)
 		require.Equal(t, 0, w.wait(t, time.Minute))
 		require.Equal(t, int64(exp.Distinct+more.Distinct), db.Count(t, `SELECT count(*) FROM processed_events`))
+
+		code, stdout, stderr = runCmd(t, env, "audit", "--topic", topic, "--json")
+		require.Equal(t, 0, code, "audit over mTLS: %s", stderr)
+		var rep audit.Report
+		require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+		require.Equal(t, int64(records+more.Records+1), rep.Records)
+		code, _, stderr = runCmd(t, env, "replay", "--topic", topic, "--from-start", "--json")
+		require.Equal(t, 0, code, "replay dry run over mTLS: %s", stderr)
 	})
 
 	t.Run("oauthbearer token file", func(t *testing.T) {
