@@ -56,16 +56,17 @@ func TestKafkaSecurity(t *testing.T) {
 	r := &rig{db: db, topic: topic, group: group}
 
 	// produce: a generated workload, then two records that are not events.
-	produce := func(t *testing.T, seed string) workload.Expected {
+	produceAs := func(t *testing.T, env []string, seed string) workload.Expected {
 		t.Helper()
 		expect := filepath.Join(t.TempDir(), "expect.json")
-		code, stdout, stderr := runCmd(t, adminEnv, "produce", "--topic", topic, "--events", "1500", "--accounts", "100",
+		code, stdout, stderr := runCmd(t, env, "produce", "--topic", topic, "--events", "1500", "--accounts", "100",
 			"--seed", seed, "--expect", expect)
 		require.Equal(t, 0, code, "produce: %s\n%s", stdout, stderr)
 		exp, err := workload.ReadExpected(expect)
 		require.NoError(t, err)
 		return exp
 	}
+	produce := func(t *testing.T, seed string) workload.Expected { return produceAs(t, adminEnv, seed) }
 	exp := produce(t, "71")
 	poison := filepath.Join(t.TempDir(), "poison.jsonl")
 	require.NoError(t, os.WriteFile(poison, []byte(`{"key":"poison-1","value":{"hello":"world"}}`+"\n"+`{"key":"poison-2","value":[1,2,3]}`+"\n"), 0o600))
@@ -117,8 +118,16 @@ func TestKafkaSecurity(t *testing.T) {
 		require.Equal(t, int64(records), plan.Records, "the plan covers every record applied")
 	})
 
-	t.Run("mutual TLS worker, relay, audit and replay", func(t *testing.T) {
-		more := produce(t, "72")
+	t.Run("mutual TLS produce, worker, relay, audit and replay", func(t *testing.T) {
+		mtlsEnv := append(append(k.tlsEnv(k.mTLS), common...),
+			"EFFECTIVELY_KAFKA_TLS_CERT_FILE="+k.file("tls", "worker.pem"),
+			"EFFECTIVELY_KAFKA_TLS_KEY_FILE="+k.file("tls", "worker.key"))
+		// Producing is a producer's right, not the worker's: granted for the
+		// step, then revoked.
+		producer := workerACL{"topic", topic, kadm.OpWrite}
+		k.grant(t, worker, producer)
+		more := produceAs(t, mtlsEnv, "72")
+		k.revoke(t, worker, producer)
 		poison3 := filepath.Join(t.TempDir(), "poison3.jsonl")
 		require.NoError(t, os.WriteFile(poison3, []byte(`{"key":"poison-3","value":{"not":"an event"}}`+"\n"), 0o600))
 		code, stdout, stderr := runCmd(t, adminEnv, "produce", "--topic", topic, "--file", poison3)
