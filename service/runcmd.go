@@ -151,6 +151,9 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 
 	sweeper := pipeline.NewSweeper(pool, applier, pipeline.SweeperOptions{
 		MaxAge: cfg.Parking.MaxAge, MaxAttempts: cfg.Parking.MaxAttempts, Logger: log.Named("parking"),
+		// A sweep loads its due events whole: bound them to about
+		// sweepBytes of records (64 at the default 1 MiB max payload).
+		BatchSize: max(1, min(500, sweepBytes/max(1, cfg.Consumer.MaxPayloadBytes))),
 	})
 	dlqTopics := make(map[string]string, len(cfg.Kafka.Topics))
 	for _, t := range cfg.Kafka.Topics {
@@ -227,6 +230,10 @@ func endpoints(cfg config.Config) map[string]outbox.Endpoint {
 	}
 	return out
 }
+
+// sweepBytes bounds the parked events one sweep loads, by their records'
+// largest size (consumer.max_payload_bytes).
+const sweepBytes = 64 << 20
 
 // anyTargetConfigured reports whether a declared target has a URL.
 func (a *App) anyTargetConfigured(cfg config.Config) bool {
