@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/crashpoint"
+	"github.com/effectively-io/effectively/test/kafkatest"
 )
 
 // A worker SIGKILLed at each named crash point — before the PostgreSQL
@@ -66,15 +68,29 @@ func TestCrashAtEachPointLosesAndDoublesNothing(t *testing.T) {
 func TestThreeWorkersWithMembersJoiningAndLeaving(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 6, "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=50")
-	exp := r.produce(t, testWorkload(20000, 1000, 11))
+	// The records arrive in chunks while members come and go, so a fast
+	// worker cannot finish before the churn has happened.
+	recs, exp := r.records(t, testWorkload(20000, 1000, 11))
+	const chunks = 8
+	cl := kafkatest.Producer(t, kgo.DefaultProduceTopic(r.topic))
+	produceChunk := func(i int) {
+		lo, hi := i*len(recs)/chunks, (i+1)*len(recs)/chunks
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, cl.ProduceSync(ctx, recs[lo:hi]...).FirstErr())
+	}
+	produceChunk(0)
 	stopWatch := r.watchPositions(t)
 
 	workers := []*proc{r.startedWorker(t), r.startedWorker(t), r.startedWorker(t)}
 	rng := rand.New(rand.NewPCG(3, 4))
 	churn := 0
 	deadline := time.Now().Add(4 * time.Minute) // hang guard
-	for r.applied(t) < int64(exp.Records) && churn < 12 {
+	for churn < chunks || (r.applied(t) < int64(exp.Records) && churn < 12) {
 		require.True(t, time.Now().Before(deadline))
+		if churn+1 < chunks {
+			produceChunk(churn + 1)
+		}
 		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
 		i := rng.IntN(len(workers))
 		if rng.IntN(2) == 0 {
