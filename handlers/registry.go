@@ -16,11 +16,10 @@ import (
 // some of them wait for. The zero value is empty and ready to use; a
 // Registry is filled before the worker starts and only read afterwards.
 type Registry struct {
-	handlers      map[string]Handler
-	prerequisites []*Prerequisite
-	waits         map[string]*Prerequisite // event type → what it waits for
-	creates       map[string][]*Prerequisite
-	targets       map[string]bool // name → idempotent
+	handlers map[string]Handler
+	waits    map[string]*Prerequisite // event type → what it waits for
+	creates  map[string][]*Prerequisite
+	targets  map[string]bool // name → idempotent
 }
 
 // Delivery is how a target takes a call that may be repeated.
@@ -180,7 +179,6 @@ func (r *Registry) Require(p Prerequisite) {
 	for _, t := range p.CreatedBy {
 		r.creates[t] = append(r.creates[t], pp)
 	}
-	r.prerequisites = append(r.prerequisites, pp)
 }
 
 // WaitsFor returns the prerequisite ev waits for, or nil.
@@ -201,6 +199,3 @@ func (r *Registry) Creates(typ string) bool { return len(r.creates[typ]) > 0 }
 
 // CreatedBy are the prerequisites an applied event of type typ creates.
 func (r *Registry) CreatedBy(typ string) []*Prerequisite { return r.creates[typ] }
-
-// Prerequisites are the registered prerequisites.
-func (r *Registry) Prerequisites() []*Prerequisite { return r.prerequisites }
