@@ -49,6 +49,16 @@ type Outcome struct {
 	// Err is a permanent failure decided from a result (a missing
 	// prerequisite, say); the event is dead-lettered with its reason.
 	Err error
+
+	gated, gatedApplied int // the event's gated typed effects, and those that took effect
+}
+
+// settleGated makes an event whose gated effects all found a row or
+// tombstone as new or newer stale.
+func (o *Outcome) settleGated() {
+	if o.gated > 0 && o.gatedApplied == 0 && o.Err == nil && o.Disposition == dedupe.Applied {
+		o.Disposition = dedupe.Stale
+	}
 }
 
 // Effects collects the statements of a batch's events, in offset order, to
@@ -60,7 +70,10 @@ type Effects struct {
 	current *Outcome
 	origin  Origin
 	ev      event.Event
-	queued  int // statements queued for the current event
+	queued  int // statements and typed effects queued for the current event
+
+	typed       []typedEffect // in the order handlers emitted them
+	typedQueued int           // of which the current event's
 }
 
 // Env is what the engine tells handlers and prefetchers about the
@@ -79,6 +92,8 @@ type Env struct {
 	// source answers other events (prefetch.max_attempts); nil: unbounded,
 	// every transient failure retries the batch.
 	Prefetches *PrefetchFailures
+
+	tables *tableSet // the registry's typed-effect tables (Registry.Env)
 }
 
 // Target returns the named target, ErrTargetOff when it has no URL, or an
@@ -114,7 +129,7 @@ func (e *Effects) Begin(origin Origin, ev event.Event) *Outcome {
 	e.current = o
 	e.origin = origin
 	e.ev = ev
-	e.queued = 0
+	e.queued, e.typedQueued = 0, 0
 	return o
 }
 
@@ -128,10 +143,13 @@ func (e *Effects) Queued() int { return e.queued }
 // calls it when a handler fails after queueing, so a permanent failure
 // dead-letters the event with none of its effects.
 func (e *Effects) Discard() {
-	n := len(e.batch.QueuedQueries) - e.queued
+	n := len(e.batch.QueuedQueries) - (e.queued - e.typedQueued)
 	clear(e.batch.QueuedQueries[n:])
 	e.batch.QueuedQueries = e.batch.QueuedQueries[:n]
-	e.queued = 0
+	t := len(e.typed) - e.typedQueued
+	clear(e.typed[t:])
+	e.typed = e.typed[:t]
+	e.queued, e.typedQueued = 0, 0
 }
 
 // Exec queues a statement; decide (nil: always applied) maps its command
@@ -162,11 +180,8 @@ func (e *Effects) QueryRow(decide func(pgx.Row) (dedupe.Disposition, error), sql
 	})
 }
 
-// Len is the number of statements queued in all.
-func (e *Effects) Len() int { return e.batch.Len() }
-
-// Batch is the statements to send.
-func (e *Effects) Batch() *pgx.Batch { return e.batch }
+// Len is the number of statements and typed effects queued in all.
+func (e *Effects) Len() int { return e.batch.Len() + len(e.typed) }
 
 // Disposition is what became of an event (dedupe's type, here so that a
 // handler's decide function needs no engine package).

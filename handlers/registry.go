@@ -20,6 +20,7 @@ type Registry struct {
 	waits    map[string]*Prerequisite // event type → what it waits for
 	creates  map[string][]*Prerequisite
 	targets  map[string]bool // name → idempotent
+	tables   *tableSet       // typed effects' tables
 }
 
 // Delivery is how a target takes a call that may be repeated.
@@ -77,6 +78,7 @@ func (r *Registry) Env(urls map[string]string, expiry outbox.Expiry, client *htt
 	env := Env{
 		Targets: make(map[string]Target, len(r.targets)), Expiry: expiry,
 		HTTPClient: client, Prefetches: NewPrefetchFailures(PrefetchMaxAttemptsDefault),
+		tables: r.tables,
 	}
 	for n, idem := range r.targets {
 		env.Targets[n] = Target{URL: urls[n], Idempotent: idem}

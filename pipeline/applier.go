@@ -470,7 +470,7 @@ func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated b
 		}
 	}
 	if !isolated && effects.Len() > 0 {
-		if err := tx.SendBatch(ctx, effects.Batch()).Close(); err != nil {
+		if err := effects.Flush(ctx, tx); err != nil {
 			return fmt.Errorf("applying %d events: %w", len(queued), err)
 		}
 	}
@@ -490,7 +490,7 @@ func sendIsolated(ctx context.Context, tx pgx.Tx, effects *handlers.Effects) err
 	if err != nil {
 		return err
 	}
-	if err := sp.SendBatch(ctx, effects.Batch()).Close(); err != nil {
+	if err := effects.Flush(ctx, sp); err != nil {
 		if rerr := sp.Rollback(ctx); rerr != nil {
 			return rerr
 		}

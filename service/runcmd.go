@@ -347,6 +347,9 @@ func (a *App) newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.P
 	if err := dedupe.RecordStrategies(ctx, pool, strategies); err != nil {
 		return nil, err
 	}
+	if err := a.CheckTables(ctx, pool); err != nil {
+		return nil, fmt.Errorf("the tables this build writes do not fit the database (run migrate?):\n%w", err)
+	}
 	return pipeline.NewApplier(pool, pipeline.Options{
 		Decoders:             decoders,
 		Handlers:             &a.Registry,

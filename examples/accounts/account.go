@@ -58,16 +58,15 @@ func ParseAccount(ev event.Event) (AccountState, error) {
 	return s, nil
 }
 
-// upsertAccountSQL is the version gate: the row changes only when the
-// event's version is newer than the stored one. The WHERE is evaluated on
-// the latest locked row version, so it holds under concurrency.
-const upsertAccountSQL = `
-INSERT INTO accounts (id, version, name, email, plan, status, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, now())
-ON CONFLICT (id) DO UPDATE
-SET version = excluded.version, name = excluded.name, email = excluded.email,
-    plan = excluded.plan, status = excluded.status, updated_at = excluded.updated_at
-WHERE accounts.version < excluded.version`
+// Accounts is the accounts table, written with the version gate: a row
+// changes only when the event's version is newer than the stored one.
+var Accounts = &handlers.Table{
+	Name:    "accounts",
+	Key:     []string{"id"},
+	Version: "version",
+	Columns: []string{"name", "email", "plan", "status"},
+	Touch:   []string{"updated_at"},
+}
 
 func handleAccount(_ context.Context, e *handlers.Effects, ev event.Event) error {
 	_, err := applyAccount(e, ev)
@@ -85,6 +84,5 @@ func applyAccount(e *handlers.Effects, ev event.Event) (AccountState, error) {
 	if ev.Type == TypeAccountClosed {
 		status = "closed"
 	}
-	e.Exec(handlers.AppliedOrStale, upsertAccountSQL, ev.Subject, ev.Version, s.Name, s.Email, s.Plan, status)
-	return s, nil
+	return s, e.Upsert(Accounts, ev.Version, ev.Subject, s.Name, s.Email, s.Plan, status)
 }

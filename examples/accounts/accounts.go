@@ -40,6 +40,8 @@ func Register(r *handlers.Registry) {
 	r.HandleFunc(TypeLedgerCredited, handleLedger)
 	r.HandleFunc(TypeLedgerDebited, handleLedger)
 	r.Handle(TypeAccountRefreshed, &doorbell{})
+	r.Table(Accounts)
+	r.Table(LedgerEntries)
 	r.Require(Account)
 	r.Target(TargetCRM, handlers.Idempotent)
 	r.Target(TargetMail, handlers.RecordedIntent)

@@ -136,6 +136,5 @@ func (d *doorbell) Handle(_ context.Context, e *handlers.Effects, ev event.Event
 	if err := json.Unmarshal(ev.Data, &a); err != nil {
 		return event.PermanentWithReason(ReasonSourceInvalid, err)
 	}
-	e.Exec(handlers.AppliedOrStale, upsertAccountSQL, ev.Subject, ev.Version, a.Name, a.Email, a.Plan, a.Status)
-	return nil
+	return e.Upsert(Accounts, ev.Version, ev.Subject, a.Name, a.Email, a.Plan, a.Status)
 }

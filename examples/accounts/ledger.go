@@ -78,19 +78,20 @@ func invalidAmount(format string, args ...any) error {
 	return event.PermanentWithReason(ReasonInvalidAmount, fmt.Errorf(format, args...))
 }
 
-// insertEntrySQL is the ledger pattern: one row per event key, so nothing
-// is ever written twice (a replay after the claim expired inserts nothing).
-// The account exists: the engine parks ledger events until it does.
-const insertEntrySQL = `
-INSERT INTO ledger_entries (event_key, account_id, currency, amount_cents, event_type)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (event_key) DO NOTHING`
+// LedgerEntries is the ledger pattern: one row per event key, so nothing is
+// ever written twice (a replay after the claim expired inserts nothing).
+// The account exists: the engine parks ledger events until it does, and
+// writes accounts before ledger entries (the foreign key orders them).
+var LedgerEntries = &handlers.Table{
+	Name:    "ledger_entries",
+	Key:     []string{"event_key"},
+	Columns: []string{"account_id", "currency", "amount_cents", "event_type"},
+}
 
 func handleLedger(_ context.Context, e *handlers.Effects, ev event.Event) error {
 	entry, err := ParseLedger(ev)
 	if err != nil {
 		return err
 	}
-	e.Exec(nil, insertEntrySQL, ev.Key, ev.Subject, entry.Currency, entry.AmountCents, ev.Type)
-	return nil
+	return e.InsertOnce(LedgerEntries, ev.Key, ev.Subject, entry.Currency, entry.AmountCents, ev.Type)
 }

@@ -1,0 +1,270 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Table is a table that typed effects write (Effects.Upsert, InsertOnce,
+// Delete). The engine gathers a batch's rows per table and shape and writes
+// each shape with one statement; a Table says which columns the rows carry.
+// Declare it once, register it with Registry.Table, and pass the same
+// pointer to the Effects methods. At start-up the engine checks it against
+// the live table (service.App checks before the worker consumes).
+type Table struct {
+	// Name is the table, optionally schema-qualified ("billing.invoices").
+	Name string
+	// Key are the columns that identify a row. A primary key or a unique
+	// constraint must cover exactly these columns.
+	Key []string
+	// Version is the integer column the version gate compares (Upsert and
+	// Delete). Empty for a table only written with InsertOnce.
+	Version string
+	// Columns are the other columns a row sets, in the order the Effects
+	// methods take their values after the key's.
+	Columns []string
+	// Touch are columns set to now() whenever a row is written
+	// (updated_at).
+	Touch []string
+	// Deletes: the table takes gated deletes. A gated delete leaves a
+	// tombstone (the key and the deleting version, in
+	// effectively_tombstones), so an older upsert that arrives after the
+	// delete is stale instead of bringing the row back; Upsert checks the
+	// tombstones of such a table.
+	Deletes bool
+}
+
+// Table registers t for typed effects (it panics on a malformed
+// declaration: a programming error) and returns it.
+func (r *Registry) Table(t *Table) *Table {
+	if err := t.validate(); err != nil {
+		panic("handlers: " + err.Error())
+	}
+	if r.tables == nil {
+		r.tables = &tableSet{index: map[*Table]int{}}
+	}
+	for _, o := range r.tables.tables {
+		if o == t || o.Name == t.Name {
+			panic(fmt.Sprintf("handlers: table %s is registered twice", t.Name))
+		}
+	}
+	r.tables.index[t] = len(r.tables.tables)
+	r.tables.tables = append(r.tables.tables, t)
+	return t
+}
+
+// Tables are the registered tables, in registration order.
+func (r *Registry) Tables() []*Table {
+	if r.tables == nil {
+		return nil
+	}
+	return slices.Clone(r.tables.tables)
+}
+
+func (t *Table) validate() error {
+	if t.Name == "" || len(t.Key) == 0 {
+		return errors.New("a Table needs a Name and Key columns")
+	}
+	if t.Deletes && t.Version == "" {
+		return fmt.Errorf("table %s takes deletes but names no Version column", t.Name)
+	}
+	seen := map[string]bool{}
+	all := append(append(slices.Clone(t.Key), t.Columns...), t.Touch...)
+	if t.Version != "" {
+		all = append(all, t.Version)
+	}
+	for _, c := range all {
+		if c == "" || seen[c] {
+			return fmt.Errorf("table %s: column %q is empty or named twice", t.Name, c)
+		}
+		seen[c] = true
+	}
+	return nil
+}
+
+// width is the number of values a row of t carries: key, then columns.
+func (t *Table) width() int { return len(t.Key) + len(t.Columns) }
+
+// tableSet is a registry's tables and, once checked against the database,
+// their column types, the order foreign keys impose and their statements.
+type tableSet struct {
+	tables []*Table
+	index  map[*Table]int // position in tables
+
+	mu       sync.Mutex
+	resolved []*resolvedTable // by position in tables; nil until resolved
+}
+
+// resolvedTable is a Table checked against the catalog.
+type resolvedTable struct {
+	t     *Table
+	ident string   // the table as a quoted, search-path-relative name
+	types []string // SQL types of Key, then Columns
+	vtype string   // SQL type of Version
+	rank  int      // tables with a lower rank are written first
+	sql   statements
+}
+
+// TableError is a declared table that does not fit the live database: it
+// names the table, the column and the fix.
+type TableError struct {
+	Table  string
+	Column string
+	Reason string
+	Fix    string
+}
+
+func (e *TableError) Error() string {
+	col := ""
+	if e.Column != "" {
+		col = " column " + e.Column
+	}
+	return fmt.Sprintf("table %s%s: %s (%s)", e.Table, col, e.Reason, e.Fix)
+}
+
+// CheckTables checks every registered table against the live database —
+// the table and its columns exist, a primary key or unique constraint
+// covers the key, the version column is an integer — and orders them by
+// their foreign keys. The worker calls it before consuming; it returns a
+// *TableError (joined, one per problem) naming the table, column and fix.
+func (r *Registry) CheckTables(ctx context.Context, q Querier) error {
+	if r.tables == nil {
+		return nil
+	}
+	_, err := r.tables.resolve(ctx, q)
+	return err
+}
+
+// Querier runs catalog queries: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *tableSet) has(t *Table) bool {
+	_, ok := s.index[t]
+	return ok
+}
+
+func (s *tableSet) resolve(ctx context.Context, q Querier) ([]*resolvedTable, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.resolved != nil {
+		return s.resolved, nil
+	}
+	out := make([]*resolvedTable, len(s.tables))
+	oids := make([]uint32, len(s.tables))
+	var errs []error
+	for i, t := range s.tables {
+		rt, oid, err := resolveTable(ctx, q, t)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out[i], oids[i] = rt, oid
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if err := rankByForeignKeys(ctx, q, out, oids); err != nil {
+		return nil, err
+	}
+	for _, rt := range out {
+		rt.sql = buildStatements(rt)
+	}
+	s.resolved = out
+	return out, nil
+}
+
+const tableColumnsSQL = `
+SELECT c.oid::regclass::text, c.oid::int8, a.attname, format_type(a.atttypid, a.atttypmod),
+       a.attidentity <> '' OR a.attgenerated <> '', a.atttypid::regtype::text
+FROM pg_class c
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.oid = to_regclass($1) AND c.relkind IN ('r', 'p')`
+
+const uniqueKeySQL = `
+SELECT EXISTS (
+    SELECT 1 FROM pg_index i
+    WHERE i.indrelid = $1::oid AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+      AND (SELECT array_agg(a.attname::text ORDER BY a.attname)
+           FROM unnest(i.indkey) k JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k)
+          = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) x))`
+
+type column struct {
+	sqlType   string
+	baseType  string
+	generated bool
+}
+
+func resolveTable(ctx context.Context, q Querier, t *Table) (*resolvedTable, uint32, error) {
+	rows, err := q.Query(ctx, tableColumnsSQL, t.Name)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the columns of table %s: %w", t.Name, err)
+	}
+	cols := map[string]column{}
+	var ident, name, typ, base string
+	var oid int64
+	var generated bool
+	if _, err := pgx.ForEachRow(rows, []any{&ident, &oid, &name, &typ, &generated, &base}, func() error {
+		cols[name] = column{sqlType: typ, baseType: base, generated: generated}
+		return nil
+	}); err != nil {
+		return nil, 0, fmt.Errorf("reading the columns of table %s: %w", t.Name, err)
+	}
+	if len(cols) == 0 {
+		return nil, 0, &TableError{Table: t.Name, Reason: "does not exist (or the worker's role cannot see it)",
+			Fix: "create it in a migration, or correct the table name"}
+	}
+	rt := &resolvedTable{t: t, ident: ident}
+	var errs []error
+	for _, c := range append(slices.Clone(t.Key), t.Columns...) {
+		col, ok := cols[c]
+		switch {
+		case !ok:
+			errs = append(errs, &TableError{Table: t.Name, Column: c, Reason: "does not exist",
+				Fix: "add the column in a migration, or remove it from the declaration"})
+		case col.generated:
+			errs = append(errs, &TableError{Table: t.Name, Column: c, Reason: "is an identity or generated column, which cannot be written",
+				Fix: "leave it out of the declaration; the database fills it"})
+		}
+		rt.types = append(rt.types, col.sqlType)
+	}
+	for _, c := range t.Touch {
+		if _, ok := cols[c]; !ok {
+			errs = append(errs, &TableError{Table: t.Name, Column: c, Reason: "does not exist",
+				Fix: "add the column in a migration, or remove it from Touch"})
+		}
+	}
+	if t.Version != "" {
+		col, ok := cols[t.Version]
+		switch {
+		case !ok:
+			errs = append(errs, &TableError{Table: t.Name, Column: t.Version, Reason: "does not exist",
+				Fix: "add a bigint version column in a migration"})
+		case col.baseType != "bigint" && col.baseType != "integer" && col.baseType != "smallint" && col.baseType != "numeric":
+			errs = append(errs, &TableError{Table: t.Name, Column: t.Version, Reason: "is " + col.sqlType + ", not an integer",
+				Fix: "make the version column bigint"})
+		}
+		rt.vtype = col.sqlType
+	}
+	if len(errs) > 0 {
+		return nil, 0, errors.Join(errs...)
+	}
+	var unique bool
+	if err := q.QueryRow(ctx, uniqueKeySQL, oid, t.Key).Scan(&unique); err != nil {
+		return nil, 0, fmt.Errorf("reading the unique keys of table %s: %w", t.Name, err)
+	}
+	if !unique {
+		return nil, 0, &TableError{Table: t.Name, Column: strings.Join(t.Key, ", "),
+			Reason: "no primary key or unique constraint covers exactly the key",
+			Fix:    fmt.Sprintf("add one in a migration: ALTER TABLE %s ADD UNIQUE (%s)", t.Name, strings.Join(t.Key, ", "))}
+	}
+	return rt, uint32(oid), nil
+}

@@ -1,0 +1,233 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// statements are a resolved table's set-based statements. Each takes one
+// array per column and writes every row of a batch at once.
+type statements struct {
+	// upsert: key arrays, versions, column arrays, multi flags[, table
+	// name]; returns (ordinal, written, prior row version, prior tombstone
+	// version), the priors only for rows with several effects in the batch.
+	upsert string
+	// delete: key arrays, versions, multi flags, table name; returns the
+	// same as upsert.
+	delete string
+	// insert: key arrays, column arrays.
+	insert string
+}
+
+func quote(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+func buildStatements(rt *resolvedTable) statements {
+	t := rt.t
+	nk := len(t.Key)
+	var s statements
+
+	// unnest(...) WITH ORDINALITY AS x(k0…, [v,] c0…, [multi,] ord)
+	unnest := func(version, cols, multi bool) string {
+		var args, names []string
+		p := 0
+		param := func(typ, name string) {
+			p++
+			args = append(args, fmt.Sprintf("$%d::%s[]", p, typ))
+			names = append(names, name)
+		}
+		for i := range nk {
+			param(rt.types[i], fmt.Sprintf("k%d", i))
+		}
+		if version {
+			param(rt.vtype, "v")
+		}
+		if cols {
+			for i := range t.Columns {
+				param(rt.types[nk+i], fmt.Sprintf("c%d", i))
+			}
+		}
+		if multi {
+			param("bool", "multi")
+		}
+		return fmt.Sprintf("unnest(%s) WITH ORDINALITY AS x(%s, ord)", strings.Join(args, ", "), strings.Join(names, ", "))
+	}
+	var keyCols, xKeys, keyMatch, xKeyMatch []string
+	for i, k := range t.Key {
+		keyCols = append(keyCols, quote(k))
+		xKeys = append(xKeys, fmt.Sprintf("x.k%d", i))
+		keyMatch = append(keyMatch, fmt.Sprintf("t.%s = x.k%d", quote(k), i))
+		xKeyMatch = append(xKeyMatch, fmt.Sprintf("w.k%d = x.k%d", i, i))
+	}
+	var insCols, insVals []string
+	insCols = append(insCols, keyCols...)
+	insVals = append(insVals, xKeys...)
+	if t.Version != "" {
+		insCols = append(insCols, quote(t.Version))
+		insVals = append(insVals, "x.v")
+	}
+	var set []string
+	for i, c := range t.Columns {
+		insCols = append(insCols, quote(c))
+		insVals = append(insVals, fmt.Sprintf("x.c%d", i))
+		set = append(set, fmt.Sprintf("%s = excluded.%s", quote(c), quote(c)))
+	}
+	for _, c := range t.Touch {
+		insCols = append(insCols, quote(c))
+		insVals = append(insVals, "now()")
+		set = append(set, fmt.Sprintf("%s = excluded.%s", quote(c), quote(c)))
+	}
+	conflict := strings.Join(keyCols, ", ")
+	tombKey := fmt.Sprintf("jsonb_build_array(%s)", strings.Join(xKeys, ", "))
+	priorRow := "NULL::int8"
+	priorTomb := "NULL::int8"
+	if t.Version != "" {
+		priorRow = fmt.Sprintf("CASE WHEN x.multi THEN (SELECT t.%s::int8 FROM %s t WHERE %s) END",
+			quote(t.Version), rt.ident, strings.Join(keyMatch, " AND "))
+	}
+
+	if t.Version != "" {
+		v := quote(t.Version)
+		set = append([]string{fmt.Sprintf("%s = excluded.%s", v, v)}, set...)
+		notTombstoned := ""
+		if t.Deletes {
+			tableParam := nk + len(t.Columns) + 3 // after keys, version, columns, multi: see queueGated
+			notTombstoned = fmt.Sprintf(`
+    WHERE NOT EXISTS (SELECT FROM effectively_tombstones ts
+                      WHERE ts.table_name = $%d AND ts.key = %s AND ts.version >= x.v)`, tableParam, tombKey)
+			priorTomb = fmt.Sprintf(`CASE WHEN x.multi THEN (SELECT ts.version FROM effectively_tombstones ts
+                                 WHERE ts.table_name = $%d AND ts.key = %s) END`, tableParam, tombKey)
+		}
+		var returning []string
+		for i, k := range t.Key {
+			returning = append(returning, fmt.Sprintf("t.%s AS k%d", quote(k), i))
+		}
+		s.upsert = fmt.Sprintf(`
+WITH x AS (SELECT * FROM %s),
+w AS (
+    INSERT INTO %s AS t (%s)
+    SELECT %s FROM x%s
+    ORDER BY %s
+    ON CONFLICT (%s) DO UPDATE SET %s
+    WHERE t.%s < excluded.%s
+    RETURNING %s)
+SELECT x.ord, w.k0 IS NOT NULL, %s, %s
+FROM x LEFT JOIN w ON %s`,
+			unnest(true, true, true),
+			rt.ident, strings.Join(insCols, ", "),
+			strings.Join(insVals, ", "), notTombstoned,
+			strings.Join(xKeys, ", "),
+			conflict, strings.Join(set, ", "),
+			v, v,
+			strings.Join(returning, ", "),
+			priorRow, priorTomb,
+			strings.Join(xKeyMatch, " AND "))
+	}
+	if t.Deletes {
+		v := quote(t.Version)
+		tp := nk + 3 // keys, version, multi, then the table name
+		tk := tombKey
+		s.delete = fmt.Sprintf(`
+WITH x AS (SELECT * FROM %s),
+d AS (DELETE FROM %s t USING x WHERE %s AND t.%s < x.v),
+w AS (
+    INSERT INTO effectively_tombstones AS ts (table_name, key, version)
+    SELECT $%d, %s, x.v FROM x
+    WHERE NOT EXISTS (SELECT FROM %s t WHERE %s AND t.%s >= x.v)
+    ORDER BY 2
+    ON CONFLICT (table_name, key) DO UPDATE SET version = excluded.version, deleted_at = now()
+    WHERE ts.version < excluded.version
+    RETURNING ts.key AS k0)
+SELECT x.ord, w.k0 IS NOT NULL, %s,
+       CASE WHEN x.multi THEN (SELECT ts.version FROM effectively_tombstones ts WHERE ts.table_name = $%d AND ts.key = %s) END
+FROM x LEFT JOIN w ON w.k0 = %s`,
+			unnest(true, false, true),
+			rt.ident, strings.Join(keyMatch, " AND "), v,
+			tp, tk,
+			rt.ident, strings.Join(keyMatch, " AND "), v,
+			priorRow, tp, tk, tk)
+	}
+	var insVals2 []string
+	for _, v := range insVals {
+		if v != "x.v" {
+			insVals2 = append(insVals2, v)
+		}
+	}
+	var insCols2 []string
+	for _, c := range insCols {
+		if t.Version == "" || c != quote(t.Version) {
+			insCols2 = append(insCols2, c)
+		}
+	}
+	s.insert = fmt.Sprintf(`
+INSERT INTO %s (%s)
+SELECT %s FROM %s
+ORDER BY x.ord
+ON CONFLICT (%s) DO NOTHING`,
+		rt.ident, strings.Join(insCols2, ", "), strings.Join(insVals2, ", "), unnest(false, true, false), conflict)
+	return s
+}
+
+const foreignKeysSQL = `
+SELECT conrelid::int8, confrelid::int8 FROM pg_constraint
+WHERE contype = 'f' AND conrelid = ANY($1::int8[]) AND confrelid = ANY($1::int8[]) AND conrelid <> confrelid`
+
+// rankByForeignKeys ranks the tables so that a table is written after the
+// tables it references: an insert-once that references a row upserted in
+// the same batch finds it.
+func rankByForeignKeys(ctx context.Context, q Querier, tables []*resolvedTable, oids []uint32) error {
+	ids := make([]int64, len(oids))
+	at := map[int64]int{}
+	for i, o := range oids {
+		ids[i] = int64(o)
+		at[int64(o)] = i
+	}
+	rows, err := q.Query(ctx, foreignKeysSQL, ids)
+	if err != nil {
+		return fmt.Errorf("reading the foreign keys between typed-effect tables: %w", err)
+	}
+	refs := make([][]int, len(tables)) // table → tables it references
+	var from, to int64
+	if _, err := pgx.ForEachRow(rows, []any{&from, &to}, func() error {
+		refs[at[from]] = append(refs[at[from]], at[to])
+		return nil
+	}); err != nil {
+		return fmt.Errorf("reading the foreign keys between typed-effect tables: %w", err)
+	}
+	// rank = the longest chain of references below a table; a cycle has
+	// no order.
+	const visiting = -1
+	rank := make([]int, len(tables))
+	done := make([]bool, len(tables))
+	var visit func(i int) error
+	visit = func(i int) error {
+		if done[i] {
+			return nil
+		}
+		if rank[i] == visiting {
+			return &TableError{Table: tables[i].t.Name, Reason: "is part of a cycle of foreign keys between typed-effect tables",
+				Fix: "write one of them with raw statements (Effects.Exec)"}
+		}
+		rank[i] = visiting
+		r := 0
+		for _, j := range refs[i] {
+			if err := visit(j); err != nil {
+				return err
+			}
+			r = max(r, rank[j]+1)
+		}
+		rank[i], done[i] = r, true
+		return nil
+	}
+	for i := range tables {
+		if err := visit(i); err != nil {
+			return err
+		}
+	}
+	for i, rt := range tables {
+		rt.rank = rank[i]
+	}
+	return nil
+}

@@ -1,0 +1,329 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The shapes of typed effects.
+type shape uint8
+
+const (
+	shapeUpsert shape = iota + 1
+	shapeDelete
+	shapeInsert
+)
+
+// typedEffect is one row an event's handler emitted.
+type typedEffect struct {
+	t       *Table
+	shape   shape
+	version int64
+	values  []any // the key's values, then (not for deletes) the columns'
+	row     string
+	out     *Outcome
+	applied bool // gated shapes: the write took effect
+}
+
+// Upsert writes a row of t if version is newer than the stored row's (the
+// version gate for absolute state), and makes the event stale otherwise.
+// values are the key's values, then the columns', in t's order. Within a
+// batch the newest version of a row is the one written; each event's
+// disposition is what it would be had the batch been applied one event at
+// a time in offset order.
+func (e *Effects) Upsert(t *Table, version int64, values ...any) error {
+	if err := e.checkTyped(t, len(values), t.width(), "Upsert"); err != nil {
+		return err
+	}
+	if t.Version == "" {
+		return fmt.Errorf("Upsert into table %s, which names no Version column", t.Name)
+	}
+	return e.addTyped(t, shapeUpsert, version, values)
+}
+
+// InsertOnce inserts a row of t unless one with the same key exists: one
+// row per event key, the pattern for relative facts (ledger entries). It
+// never changes the event's disposition. values are the key's values, then
+// the columns'.
+func (e *Effects) InsertOnce(t *Table, values ...any) error {
+	if err := e.checkTyped(t, len(values), t.width(), "InsertOnce"); err != nil {
+		return err
+	}
+	return e.addTyped(t, shapeInsert, 0, values)
+}
+
+// Delete deletes the row of t with the given key if version is newer than
+// the stored row's, and leaves a tombstone so that an older upsert arriving
+// later is stale; the event is stale when the row or a tombstone is as new
+// or newer. t must be declared with Deletes.
+func (e *Effects) Delete(t *Table, version int64, key ...any) error {
+	if err := e.checkTyped(t, len(key), len(t.Key), "Delete"); err != nil {
+		return err
+	}
+	if !t.Deletes {
+		return fmt.Errorf("Delete from table %s, which is not declared with Deletes", t.Name)
+	}
+	return e.addTyped(t, shapeDelete, version, key)
+}
+
+func (e *Effects) checkTyped(t *Table, got, want int, method string) error {
+	switch {
+	case t == nil:
+		return fmt.Errorf("%s into a nil table", method)
+	case e.env.tables == nil || !e.env.tables.has(t):
+		return fmt.Errorf("%s into table %s, which is not registered (Registry.Table)", method, t.Name)
+	case e.current == nil:
+		return fmt.Errorf("%s outside a handler", method)
+	case got != want:
+		return fmt.Errorf("%s into table %s with %d values, want %d (key %s, then columns %s)",
+			method, t.Name, got, want, strings.Join(t.Key, ", "), strings.Join(t.Columns, ", "))
+	}
+	return nil
+}
+
+func (e *Effects) addTyped(t *Table, s shape, version int64, values []any) error {
+	e.typed = append(e.typed, typedEffect{
+		t: t, shape: s, version: version, values: values, row: rowID(values[:len(t.Key)]), out: e.current,
+	})
+	e.queued++
+	e.typedQueued++
+	return nil
+}
+
+// rowID identifies a row by its key's values within a batch.
+func rowID(key []any) string {
+	if len(key) == 1 {
+		switch v := key[0].(type) {
+		case string:
+			return v
+		case int64:
+			return strconv.FormatInt(v, 10)
+		}
+	}
+	var b strings.Builder
+	for _, v := range key {
+		fmt.Fprintf(&b, "%T\x00%v\x00", v, v)
+	}
+	return b.String()
+}
+
+// Flush sends the batch's effects in one round trip: each table's typed
+// effects one statement per shape (tables in an order that satisfies their
+// foreign keys), then the raw statements in the order they were queued;
+// then it settles every event's outcome.
+func (e *Effects) Flush(ctx context.Context, tx pgx.Tx) error {
+	if e.Len() == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	var gated [][]int // groups of typed effects on one row, in offset order
+	if len(e.typed) > 0 {
+		tables, err := e.env.tables.resolve(ctx, tx)
+		if err != nil {
+			return err
+		}
+		gated = e.queueTyped(b, tables)
+	}
+	b.QueuedQueries = append(b.QueuedQueries, e.batch.QueuedQueries...)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	for _, g := range gated {
+		for _, i := range g {
+			o := e.typed[i].out
+			o.gated++
+			if e.typed[i].applied {
+				o.gatedApplied++
+			}
+		}
+	}
+	for i := range e.typed {
+		e.typed[i].out.settleGated()
+	}
+	return nil
+}
+
+// prior is what a row's gate compared against before the batch: the
+// stored row's version or its tombstone's, whichever is newer.
+type prior struct {
+	written bool
+	row     *int64
+	tomb    *int64
+}
+
+// queueTyped queues the typed effects' statements on b and returns the
+// groups of gated effects per row; their applied flags are set once the
+// batch has run.
+func (e *Effects) queueTyped(b *pgx.Batch, tables []*resolvedTable) [][]int {
+	type perTable struct {
+		rows    map[string]int // row → index in groups
+		groups  [][]int
+		inserts []int
+	}
+	by := make([]*perTable, len(tables))
+	for i := range e.typed {
+		te := &e.typed[i]
+		ti := e.env.tables.index[te.t]
+		pt := by[ti]
+		if pt == nil {
+			pt = &perTable{rows: map[string]int{}}
+			by[ti] = pt
+		}
+		if te.shape == shapeInsert {
+			pt.inserts = append(pt.inserts, i)
+			continue
+		}
+		g, ok := pt.rows[te.row]
+		if !ok {
+			g = len(pt.groups)
+			pt.rows[te.row] = g
+			pt.groups = append(pt.groups, nil)
+		}
+		pt.groups[g] = append(pt.groups[g], i)
+	}
+	order := make([]int, 0, len(tables))
+	for i, pt := range by {
+		if pt != nil {
+			order = append(order, i)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return tables[a].rank - tables[b].rank })
+
+	var all [][]int
+	for _, ti := range order {
+		rt, pt := tables[ti], by[ti]
+		var ups, dels [][]int // groups whose newest effect is an upsert, a delete
+		for _, g := range pt.groups {
+			if e.typed[e.newest(g)].shape == shapeDelete {
+				dels = append(dels, g)
+			} else {
+				ups = append(ups, g)
+			}
+		}
+		if len(ups) > 0 {
+			e.queueGated(b, rt, rt.sql.upsert, ups, true)
+		}
+		if len(dels) > 0 {
+			e.queueGated(b, rt, rt.sql.delete, dels, false)
+		}
+		if len(pt.inserts) > 0 {
+			cols := columns(len(rt.types), len(pt.inserts))
+			for r, i := range pt.inserts {
+				for c, v := range e.typed[i].values {
+					cols[c][r] = v
+				}
+			}
+			args := make([]any, len(cols))
+			for c := range cols {
+				args[c] = cols[c]
+			}
+			b.Queue(rt.sql.insert, args...)
+		}
+		all = append(all, pt.groups...)
+	}
+	return all
+}
+
+// newest is the group's effect with the highest version, the first of
+// equals (the one a one-at-a-time application would keep).
+func (e *Effects) newest(g []int) int {
+	best := g[0]
+	for _, i := range g[1:] {
+		if e.typed[i].version > e.typed[best].version {
+			best = i
+		}
+	}
+	return best
+}
+
+// queueGated queues one gated statement for groups: the newest effect of
+// each is written (withColumns: the key, version and columns; otherwise
+// the key and version), and the result settles every effect of the group.
+func (e *Effects) queueGated(b *pgx.Batch, rt *resolvedTable, sql string, groups [][]int, withColumns bool) {
+	nk := len(rt.t.Key)
+	width := nk
+	if withColumns {
+		width = len(rt.types)
+	}
+	n := len(groups)
+	cols := columns(width, n)
+	versions, multi := make([]int64, n), make([]bool, n)
+	for r, g := range groups {
+		w := &e.typed[e.newest(g)]
+		for c := range width {
+			cols[c][r] = w.values[c]
+		}
+		versions[r], multi[r] = w.version, len(g) > 1
+	}
+	args := make([]any, 0, width+3)
+	for _, c := range cols[:nk] {
+		args = append(args, c)
+	}
+	args = append(args, versions)
+	for _, c := range cols[nk:] {
+		args = append(args, c)
+	}
+	args = append(args, multi)
+	if rt.t.Deletes {
+		args = append(args, rt.ident)
+	}
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+		priors := make([]prior, n)
+		var ord int64
+		var p prior
+		if _, err := pgx.ForEachRow(rows, []any{&ord, &p.written, &p.row, &p.tomb}, func() error {
+			if ord < 1 || int(ord) > n {
+				return fmt.Errorf("table %s: the statement returned row %d of %d", rt.t.Name, ord, n)
+			}
+			priors[ord-1] = p
+			return nil
+		}); err != nil {
+			return err
+		}
+		for r, g := range groups {
+			e.settleGroup(g, priors[r])
+		}
+		return nil
+	})
+}
+
+// settleGroup decides which effects of one row's group took effect: as if
+// applied one at a time in offset order, each is applied when its version
+// is newer than every version before it (the stored one included).
+func (e *Effects) settleGroup(g []int, p prior) {
+	if !p.written {
+		return // the newest was not newer than the stored row: all stale
+	}
+	if len(g) == 1 {
+		e.typed[g[0]].applied = true
+		return
+	}
+	var cur int64
+	known := false
+	for _, v := range []*int64{p.row, p.tomb} {
+		if v != nil && (!known || *v > cur) {
+			cur, known = *v, true
+		}
+	}
+	newest := e.newest(g)
+	for _, i := range g {
+		te := &e.typed[i]
+		if !known || te.version > cur || i == newest {
+			te.applied = true
+			cur, known = te.version, true
+		}
+	}
+}
+
+func columns(width, n int) [][]any {
+	cols := make([][]any, width)
+	for c := range cols {
+		cols[c] = make([]any, n)
+	}
+	return cols
+}
