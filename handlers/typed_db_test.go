@@ -1,0 +1,255 @@
+package handlers_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/test/pgtest"
+)
+
+// The tables of the property test: owners (gated upsert), items (gated
+// upsert and delete, a composite key) and notes (insert-once, referencing
+// owners: an insert that depends on an upsert of the same batch).
+const typedSchema = `
+CREATE TABLE owners (id text PRIMARY KEY, version bigint NOT NULL, name text NOT NULL, updated_at timestamptz);
+CREATE TABLE items (tenant text, id bigint, version int NOT NULL, label text NOT NULL, qty numeric NOT NULL,
+                    PRIMARY KEY (tenant, id));
+CREATE TABLE notes (event_key text PRIMARY KEY, owner_id text NOT NULL REFERENCES owners (id), body text NOT NULL,
+                    seq bigint GENERATED ALWAYS AS IDENTITY);`
+
+var (
+	notes  = &handlers.Table{Name: "notes", Key: []string{"event_key"}, Columns: []string{"owner_id", "body"}}
+	items  = &handlers.Table{Name: "items", Key: []string{"tenant", "id"}, Version: "version", Columns: []string{"label", "qty"}, Deletes: true}
+	owners = &handlers.Table{Name: "owners", Key: []string{"id"}, Version: "version", Columns: []string{"name"}, Touch: []string{"updated_at"}}
+)
+
+// op is one event of the property test.
+type op struct {
+	kind    string // owner, item, delete, note
+	key     string // owner id, or item id within tenant "t"
+	version int64
+	value   string
+}
+
+func (o op) apply(e *handlers.Effects, i int) error {
+	switch o.kind {
+	case "owner":
+		return e.Upsert(owners, o.version, o.key, o.value)
+	case "item":
+		id := int64(len(o.key))
+		return e.Upsert(items, o.version, "t", id, o.value, fmt.Sprintf("%d.5", o.version))
+	case "delete":
+		return e.Delete(items, o.version, "t", int64(len(o.key)))
+	default:
+		return e.InsertOnce(notes, fmt.Sprintf("n-%d", i%7), o.key, o.value)
+	}
+}
+
+func newTypedDB(t *testing.T) (pgtest.DB, handlers.Env) {
+	db := pgtest.New(t)
+	_, err := db.Pool.Exec(context.Background(), typedSchema)
+	require.NoError(t, err)
+	var reg handlers.Registry
+	// Registered in an order that the foreign key must correct.
+	reg.Table(notes)
+	reg.Table(items)
+	reg.Table(owners)
+	require.NoError(t, reg.CheckTables(context.Background(), db.Pool))
+	return db, reg.Env(nil, outbox.Expiry{}, nil)
+}
+
+// apply runs ops as one batch (one Flush) and returns each op's disposition.
+func apply(t *testing.T, db pgtest.DB, env handlers.Env, ops []op, base int) []dedupe.Disposition {
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit: a no-op
+	e := handlers.NewEffects(env)
+	outs := make([]*handlers.Outcome, len(ops))
+	for i, o := range ops {
+		outs[i] = e.Begin(handlers.Origin{Offset: int64(base + i)}, event.Event{})
+		require.NoError(t, o.apply(e, base+i))
+	}
+	require.NoError(t, e.Flush(ctx, tx))
+	require.NoError(t, tx.Commit(ctx))
+	ds := make([]dedupe.Disposition, len(ops))
+	for i, o := range outs {
+		require.NoError(t, o.Err)
+		ds[i] = o.Disposition
+	}
+	return ds
+}
+
+// state is every row of the three tables, and the tombstones, as text.
+func state(t *testing.T, db pgtest.DB) string {
+	var b strings.Builder
+	for _, q := range []string{
+		`SELECT id, version, name, updated_at IS NOT NULL FROM owners ORDER BY id`,
+		`SELECT tenant, id, version, label, qty FROM items ORDER BY tenant, id`,
+		`SELECT event_key, owner_id, body FROM notes ORDER BY seq`,
+		// The tombstones that matter: of rows that do not exist (one of a
+		// re-created row is never read again).
+		`SELECT ts.key::text, ts.version FROM effectively_tombstones ts
+		 WHERE NOT EXISTS (SELECT FROM items i WHERE ts.key = jsonb_build_array(i.tenant, i.id)) ORDER BY key`,
+	} {
+		rows, err := db.Pool.Query(context.Background(), q)
+		require.NoError(t, err)
+		for rows.Next() {
+			vals, err := rows.Values()
+			require.NoError(t, err)
+			fmt.Fprintln(&b, vals...)
+		}
+		require.NoError(t, rows.Err())
+		b.WriteString("--\n")
+	}
+	return b.String()
+}
+
+// Typed effects applied set-based, one statement per table and shape,
+// give the state and the dispositions of applying the same events one at
+// a time in offset order (the oracle), on the real database: many
+// versions of a key in one batch, deletes and re-creations, and inserts
+// that reference a row upserted earlier in the batch.
+func TestTypedEffectsMatchOneAtATime(t *testing.T) {
+	batchDB, env := newTypedDB(t)
+	oracleDB, oracleEnv := newTypedDB(t)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+	rounds := 60
+	if testing.Short() {
+		rounds = 15
+	}
+	stale, applied, multi := 0, 0, 0
+	for round := range rounds {
+		// A few keys and versions, so that keys repeat within a batch.
+		var ops []op
+		created := map[string]bool{}
+		var existing []string
+		require.NoError(t, oracleDB.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(id), '{}') FROM owners`).Scan(&existing))
+		for _, id := range existing {
+			created[id] = true
+		}
+		n := 5 + rng.IntN(60)
+		for range n {
+			key := []string{"a", "bb", "ccc", "dddd"}[rng.IntN(4)]
+			v := int64(1 + rng.IntN(12))
+			val := fmt.Sprintf("r%d-%d", round, rng.IntN(1000))
+			switch k := rng.IntN(10); {
+			case k < 4:
+				ops = append(ops, op{kind: "owner", key: key, version: v, value: val})
+				created[key] = true
+			case k < 6:
+				ops = append(ops, op{kind: "item", key: key, version: v, value: val})
+			case k < 8:
+				ops = append(ops, op{kind: "delete", key: key, version: v})
+			default:
+				if created[key] {
+					ops = append(ops, op{kind: "note", key: key, value: val})
+				}
+			}
+		}
+		base := round * 1000
+		got := apply(t, batchDB, env, ops, base)
+		want := make([]dedupe.Disposition, len(ops))
+		for i, o := range ops {
+			want[i] = apply(t, oracleDB, oracleEnv, []op{o}, base+i)[0]
+		}
+		require.Equal(t, want, got, "round %d: dispositions differ from one-at-a-time; ops %+v", round, ops)
+		require.Equal(t, state(t, oracleDB), state(t, batchDB), "round %d: state differs from one-at-a-time", round)
+		seen := map[string]int{}
+		for i, o := range ops {
+			seen[o.kind+o.key]++
+			switch got[i] {
+			case dedupe.Stale:
+				stale++
+			case dedupe.Applied:
+				applied++
+			}
+		}
+		for _, c := range seen {
+			if c > 1 {
+				multi++
+			}
+		}
+	}
+	// The generator exercised what the test is about.
+	require.Greater(t, stale, 50)
+	require.Greater(t, applied, 50)
+	require.Greater(t, multi, 50)
+	var tombs int64
+	require.NoError(t, batchDB.Pool.QueryRow(ctx, `SELECT count(*) FROM effectively_tombstones`).Scan(&tombs))
+	require.Positive(t, tombs)
+	t.Logf("%d rounds: %d applied, %d stale, %d keys written several times in one batch", rounds, applied, stale, multi)
+}
+
+// A start-up check names the table, the column and the fix.
+func TestCheckTablesNamesTheColumnAndTheFix(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `
+CREATE TABLE nokey (id text, version bigint, name text);
+CREATE TABLE textversion (id text PRIMARY KEY, version text, name text);
+CREATE TABLE ok (id text PRIMARY KEY, version bigint, name text, seq bigint GENERATED ALWAYS AS IDENTITY);`)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		table *handlers.Table
+		want  []string
+	}{
+		{&handlers.Table{Name: "missing", Key: []string{"id"}}, []string{"table missing", "does not exist", "create it in a migration"}},
+		{&handlers.Table{Name: "ok", Key: []string{"id"}, Version: "version", Columns: []string{"nme"}}, []string{"table ok column nme", "does not exist", "add the column"}},
+		{&handlers.Table{Name: "nokey", Key: []string{"id"}, Version: "version", Columns: []string{"name"}}, []string{"table nokey column id", "no primary key or unique constraint", "ALTER TABLE nokey ADD UNIQUE (id)"}},
+		{&handlers.Table{Name: "textversion", Key: []string{"id"}, Version: "version"}, []string{"table textversion column version", "is text, not an integer", "bigint"}},
+		{&handlers.Table{Name: "ok", Key: []string{"id"}, Columns: []string{"seq"}}, []string{"table ok column seq", "identity or generated", "leave it out"}},
+	} {
+		var reg handlers.Registry
+		reg.Table(c.table)
+		err := reg.CheckTables(ctx, db.Pool)
+		require.Error(t, err)
+		for _, w := range c.want {
+			require.Contains(t, err.Error(), w)
+		}
+	}
+	var reg handlers.Registry
+	reg.Table(&handlers.Table{Name: "ok", Key: []string{"id"}, Version: "version", Columns: []string{"name"}})
+	require.NoError(t, reg.CheckTables(ctx, db.Pool))
+}
+
+// A handler's typed effects are dropped with it when it fails after
+// emitting them; an unregistered table or a wrong value count is an error.
+func TestTypedEffectsDiscardAndMisuse(t *testing.T) {
+	db, env := newTypedDB(t)
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // test cleanup
+	e := handlers.NewEffects(env)
+	e.Begin(handlers.Origin{}, event.Event{})
+	require.NoError(t, e.Upsert(owners, 1, "kept", "k"))
+	e.Begin(handlers.Origin{}, event.Event{})
+	require.NoError(t, e.Upsert(owners, 1, "dropped", "d"))
+	require.NoError(t, e.InsertOnce(notes, "n", "kept", "b"))
+	e.Discard()
+	require.Equal(t, 1, e.Len())
+	require.ErrorContains(t, e.Upsert(&handlers.Table{Name: "owners", Key: []string{"id"}, Version: "version"}, 1, "x"), "not registered")
+	require.ErrorContains(t, e.Upsert(owners, 1, "x"), "with 1 values, want 2")
+	require.ErrorContains(t, e.Delete(owners, 1, "x"), "not declared with Deletes")
+	require.NoError(t, e.Flush(ctx, tx))
+	var ids []string
+	rows, err := tx.Query(ctx, `SELECT id FROM owners ORDER BY id`)
+	require.NoError(t, err)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"kept"}, ids)
+	require.False(t, slices.Contains(ids, "dropped"))
+}
