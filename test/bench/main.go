@@ -51,10 +51,12 @@ type options struct {
 	bin             string
 	skip            map[string]bool
 	pruneClaims     int // -prune-claims: the pruning measurement (prune.go), off when 0
+	sinkEvents      int // E-sink's records (0: -events)
+	sinkProducts    int // E-sink's products (0: a tenth of its records)
 }
 
 // kinds are the measurements, in the order a round runs them.
-var kinds = []string{"B1", "B2", "B3", "E"}
+var kinds = []string{"B1", "B2", "B0", "B3", "E", "E-sink"}
 
 func parseFlags(args []string) (options, error) {
 	var o options
@@ -63,7 +65,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.events, "events", 1_000_000, "records in the pre-produced topic (re-sends included)")
 	fs.IntVar(&o.accounts, "accounts", 100_000, "accounts the workload opens")
 	fs.IntVar(&o.partitions, "partitions", 8, "partitions of the benchmark topics")
-	fs.IntVar(&o.runs, "runs", 3, "runs of each of B1, B2, B3 and E (alternating); medians are reported")
+	fs.IntVar(&o.runs, "runs", 3, "runs of each of B1, B2, B0, B3, E and E-sink (alternating); medians are reported")
 	fs.IntVar(&o.naiveEvents, "naive-events", 100_000, "B3 stops once this many records of the topic are applied (a prefix)")
 	fs.IntVar(&o.latencyRate, "latency-rate", 5000, "offered rate of the latency run, events/s")
 	fs.DurationVar(&o.latencyDuration, "latency-duration", 30*time.Second, "length of the paced latency run")
@@ -71,7 +73,9 @@ func parseFlags(args []string) (options, error) {
 	fs.Uint64Var(&o.seed, "seed", 20260101, "workload seed")
 	fs.StringVar(&o.bin, "bin", "bin/effectively", "the worker binary (make bench builds it)")
 	fs.IntVar(&o.pruneClaims, "prune-claims", 0, "also measure the worker's throughput while the pruner deletes this many expired claims, in -runs pairs of runs without and with it (e.g. 5000000; 0: off)")
-	fs.StringVar(&skip, "skip", "", "comma-separated measurements to skip: B1,B2,B3,E,latency,replay")
+	fs.IntVar(&o.sinkEvents, "sink-events", 0, "records in E-sink's upsert-only topic (re-sends included; 0: -events)")
+	fs.IntVar(&o.sinkProducts, "sink-products", 0, "products E-sink's topic updates (0: a tenth of -sink-events)")
+	fs.StringVar(&skip, "skip", "", "comma-separated measurements to skip: B1,B2,B0,B3,E,E-sink,latency,replay")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -84,12 +88,14 @@ func parseFlags(args []string) (options, error) {
 		if s == "" {
 			continue
 		}
-		k := strings.ToUpper(s)
-		if k == "LATENCY" || k == "REPLAY" {
-			k = strings.ToLower(k)
+		k := ""
+		for _, name := range append(slices.Clone(kinds), "latency", "replay") {
+			if strings.EqualFold(s, name) {
+				k = name
+			}
 		}
-		if !slices.Contains(kinds, k) && k != "latency" && k != "replay" {
-			return o, fmt.Errorf("-skip %q: want a comma list of B1, B2, B3, E, latency, replay", s)
+		if k == "" {
+			return o, fmt.Errorf("-skip %q: want a comma list of %s, latency, replay", s, strings.Join(kinds, ", "))
 		}
 		o.skip[k] = true
 	}
@@ -106,8 +112,16 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-naive-events: want at least 1")
 	case o.latencyRate < 1 || o.latencyDuration <= 0:
 		return o, errors.New("-latency-rate and -latency-duration: want positive values")
+	case o.sinkEvents < 0 || o.sinkProducts < 0:
+		return o, errors.New("-sink-events and -sink-products: want 0 (the default) or more")
 	}
 	o.naiveEvents = min(o.naiveEvents, o.events)
+	if o.sinkEvents == 0 {
+		o.sinkEvents = o.events
+	}
+	if o.sinkProducts == 0 {
+		o.sinkProducts = max(1, o.sinkEvents/10)
+	}
 	return o, nil
 }
 

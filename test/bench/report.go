@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"runtime"
 	"slices"
@@ -21,6 +22,11 @@ type measurement struct {
 	cpu           cpuUse
 	rss           int64
 	diag          string // what the run's own metrics say
+	// client is the CPU seconds of the process that drove the database:
+	// the worker (B3, E, E-sink) or this program (B0, B2); pg is this
+	// stack's PostgreSQL's (its postmaster and children).
+	client, pg float64
+	sink       *sinkCheck // E-sink's verification
 }
 
 // rate is the run's throughput: records over the time from the first
@@ -45,6 +51,10 @@ type report struct {
 	warnings       []string
 	latencySkipped string
 	replay         *replayResult
+	sinkExpected   string
+	sinkTopic      string
+	pending        map[string]string // kinds this build cannot run, and why
+	pgScope        string            // what the PostgreSQL CPU figures count
 }
 
 func (r *report) warn(format string, args ...any) {
@@ -55,19 +65,35 @@ func (r *report) warn(format string, args ...any) {
 
 // run produces the topic, runs the rounds and the latency run.
 func (b *bench) run(ctx context.Context) (*report, error) {
-	rep := &report{opts: b.opts, started: time.Now(), loadStart: loadAvg(), runs: map[string][]measurement{}}
+	rep := &report{opts: b.opts, started: time.Now(), loadStart: loadAvg(), runs: map[string][]measurement{}, pending: map[string]string{}}
+	rep.pgScope = "this stack's postmaster and its children"
+	if b.pgPid == 0 {
+		rep.pgScope = "every process named postgres on the machine"
+	}
 	if out, err := exec.CommandContext(ctx, b.bin, "version").Output(); err == nil {
 		rep.worker = strings.TrimSpace(string(out))
 	}
 	progress("bench %s: nproc %d, load average %s", b.id, runtime.NumCPU(), rep.loadStart)
 
+	if !b.opts.skip["E-sink"] {
+		if _, err := sinkConfigYAML("t"); err != nil {
+			rep.pending["E-sink"] = err.Error()
+			progress("E-sink: %v", err)
+		}
+	}
 	var todo []string
 	for _, k := range kinds {
-		if !b.opts.skip[k] {
+		if !b.opts.skip[k] && rep.pending[k] == "" {
 			todo = append(todo, k)
 		}
 	}
-	if len(todo) > 0 || !b.opts.skip["replay"] {
+	if slices.Contains(todo, "E-sink") {
+		if err := b.produceSink(ctx); err != nil {
+			return nil, err
+		}
+		rep.sinkTopic, rep.sinkExpected = b.sinkTopic, b.sinkExp.summary()
+	}
+	if slices.ContainsFunc(todo, func(k string) bool { return k != "E-sink" }) || !b.opts.skip["replay"] {
 		if err := b.produceMain(ctx); err != nil {
 			return nil, err
 		}
@@ -75,11 +101,11 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 		rep.valueAvg, rep.produceTook = b.valueAvg, b.produceTook
 	}
 
-	var data *b2Data
+	data := &memData{}
 	for i := range b.opts.runs {
 		for _, k := range todo {
 			progress("round %d/%d: %s", i+1, b.opts.runs, k)
-			m, err := b.measure(ctx, k, &data, rep)
+			m, err := b.measure(ctx, k, data, rep)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -132,36 +158,68 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 	return rep, nil
 }
 
+// memData is the workload in memory, built on first use: B2's records,
+// B0's precomputed batches.
+type memData struct {
+	b2 *b2Data
+	b0 *b0Data
+}
+
+// pgCPU is the CPU seconds of this stack's PostgreSQL in u.
+func (b *bench) pgCPU(u cpuUse) float64 {
+	if b.pgPid == 0 {
+		return u.byName["postgres"]
+	}
+	return u.tree(b.pgPid)
+}
+
 // measure runs one kind once.
-func (b *bench) measure(ctx context.Context, kind string, data **b2Data, rep *report) (measurement, error) {
+func (b *bench) measure(ctx context.Context, kind string, data *memData, rep *report) (measurement, error) {
+	if (kind == "B2" || kind == "B0") && data.b2 == nil {
+		progress("generating the workload in memory for B2 and B0")
+		d, err := b.b2Records()
+		if err != nil {
+			return measurement{}, err
+		}
+		data.b2 = d
+	}
+	baseline := func(r baselineRun, err error) (measurement, error) {
+		for _, p := range r.problems {
+			rep.warn("%s run %d: %s", kind, len(rep.runs[kind])+1, p)
+		}
+		return measurement{records: r.records, total: r.total, steady: r.steady, cpu: r.cpu,
+			client: r.cpu.pid(os.Getpid()), pg: b.pgCPU(r.cpu)}, err
+	}
+	worker := func(r workerRun, err error) (measurement, error) {
+		for _, p := range r.problems {
+			rep.warn("%s run %d: %s", kind, len(rep.runs[kind])+1, p)
+		}
+		return measurement{records: r.records, total: r.total, steady: r.steady, cpu: r.cpu, rss: r.rss,
+			diag: workerDiag(r, b.opts.partitions), client: r.cpu.pid(r.pid), pg: b.pgCPU(r.cpu), sink: r.sink}, err
+	}
 	switch kind {
 	case "B1":
 		r, err := b.runB1(ctx)
-		return measurement{records: r.records, total: r.total, steady: r.steady, cpu: r.cpu}, err
+		return measurement{records: r.records, total: r.total, steady: r.steady, cpu: r.cpu, client: r.cpu.pid(os.Getpid())}, err
 	case "B2":
-		if *data == nil {
-			progress("generating the workload in memory for B2")
-			d, err := b.b2Records()
+		return baseline(b.runB2(ctx, data.b2))
+	case "B0":
+		if data.b0 == nil {
+			progress("precomputing B0's batches")
+			d, err := b.b0Precompute(data.b2)
 			if err != nil {
 				return measurement{}, err
 			}
-			*data = d
+			data.b0 = d
 		}
-		r, err := b.runB2(ctx, *data)
-		for _, p := range r.problems {
-			rep.warn("B2 run %d: %s", len(rep.runs["B2"])+1, p)
-		}
-		return measurement{records: r.records, total: r.total, steady: r.steady, cpu: r.cpu}, err
+		return baseline(b.runB0(ctx, data.b0))
 	case "B3":
-		r, err := b.runWorker(ctx, "b3", int64(b.opts.naiveEvents), false,
-			"EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=1", "EFFECTIVELY_CONSUMER_BATCH_LINGER=0s")
-		return measurement{records: r.records, total: r.total, steady: r.steady, cpu: r.cpu, rss: r.rss, diag: workerDiag(r, b.opts.partitions)}, err
+		return worker(b.runWorker(ctx, "b3", int64(b.opts.naiveEvents), false,
+			"EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=1", "EFFECTIVELY_CONSUMER_BATCH_LINGER=0s"))
 	case "E":
-		r, err := b.runWorker(ctx, "e", int64(b.opts.events), true)
-		for _, p := range r.problems {
-			rep.warn("E run %d: %s", len(rep.runs["E"])+1, p)
-		}
-		return measurement{records: r.records, total: r.total, steady: r.steady, cpu: r.cpu, rss: r.rss, diag: workerDiag(r, b.opts.partitions)}, err
+		return worker(b.runWorker(ctx, "e", int64(b.opts.events), true))
+	case "E-sink":
+		return worker(b.runSink(ctx))
 	}
 	return measurement{}, fmt.Errorf("unknown kind %s", kind)
 }
@@ -249,7 +307,15 @@ func (r *report) print(out io.Writer) {
 		fmt.Fprintf(w, "expected\t%s\n", r.expected)
 		fmt.Fprintf(w, "topic\t%s, produced in %s; records per partition %v\n", r.topic, r.produceTook.Round(time.Millisecond), r.counts)
 	}
-	fmt.Fprintf(w, "method\t%d runs of each, alternating B1 B2 B3 E; events/s = records / steady time: B1 group assigned → all read, B2 whole run, B3 and E first record applied → done (stored positions polled every 100 ms)\n", o.runs)
+	if r.sinkTopic != "" {
+		fmt.Fprintf(w, "E-sink\tthe stock binary, config only (a sinks section: %s → table %s, gated upsert), on its own topic %s: %s; seed %d, 10%% re-sends, 20%% of updates after the product's next\n",
+			sinkEventType, sinkTable, r.sinkTopic, r.sinkExpected, o.seed)
+	}
+	fmt.Fprintf(w, "method\t%d runs of each, alternating %s; events/s = records / steady time: B1 group assigned → all read, B2 and B0 whole run, B3, E and E-sink first record applied → done (stored positions polled every 100 ms)\n", o.runs, strings.Join(kinds, " "))
+	if !o.skip["B0"] {
+		fmt.Fprintf(w, "B0\tE's statements from memory: per batch of %d (partitioned as Kafka did, one goroutine per partition, the worker's pool of 8), BEGIN, lock position, claim (unnest … ON CONFLICT DO NOTHING RETURNING), read earlier claims' hashes, gated upsert accounts + insert-once ledger_entries (handlers.Effects with precomputed rows), stale dispositions + advance, COMMIT\n",
+			def.Consumer.BatchMaxRecords)
+	}
 	if !o.skip["B3"] {
 		fmt.Fprintf(w, "B3\tthe first %d records of the same topic (stops once the stored positions sum to %d), one goroutine per partition, batch_max_records 1, batch_linger 0s\n", o.naiveEvents, o.naiveEvents)
 	}
@@ -262,11 +328,19 @@ func (r *report) print(out io.Writer) {
 	}
 	hdr += "\tmedian start→done\tmedian steady"
 	fmt.Fprintln(w, hdr)
-	names := map[string]string{"B1": "B1 consume-only", "B2": "B2 database ceiling", "B3": "B3 naive worker", "E": "E effectively"}
+	names := map[string]string{"B1": "B1 consume-only", "B2": "B2 database ceiling (pipeline, no Kafka)", "B0": "B0 database limit (E's SQL only)",
+		"B3": "B3 naive worker", "E": "E effectively", "E-sink": "E-sink config-only sink"}
 	for _, k := range kinds {
 		ms := r.runs[k]
 		if len(ms) == 0 {
-			fmt.Fprintf(w, "%s\t%s\n", names[k], map[bool]string{true: "skipped", false: "no successful run"}[o.skip[k]])
+			switch {
+			case o.skip[k]:
+				fmt.Fprintf(w, "%s\tskipped\n", names[k])
+			case r.pending[k] != "":
+				fmt.Fprintf(w, "%s\tnot run: %s\n", names[k], r.pending[k])
+			default:
+				fmt.Fprintf(w, "%s\tno successful run\n", names[k])
+			}
 			continue
 		}
 		var totals, steadies []float64
@@ -288,12 +362,27 @@ func (r *report) print(out io.Writer) {
 	w.Flush()
 
 	fmt.Fprintln(out)
-	fmt.Fprintln(w, "ratio (medians)\tvalue\ttarget")
+	fmt.Fprintln(w, "target (medians)\tvalue\ttarget")
 	e := r.medianRate("E")
+	for _, k := range []string{"E", "E-sink"} {
+		if v := r.medianRate(k); v > 0 {
+			fmt.Fprintf(w, "%s\t%.0f ev/s\t≥ 40000\t%s\n", k, v, verdict(v >= 40000))
+		}
+	}
+	if ms := r.runs["E-sink"]; len(ms) > 0 {
+		bad, checked := 0, 0
+		for _, m := range ms {
+			if m.sink != nil {
+				checked++
+				bad += m.sink.Regressions
+			}
+		}
+		fmt.Fprintf(w, "E-sink version regressions\t%d (%d runs checked)\t0\t%s\n", bad, checked, verdict(bad == 0 && checked == len(ms)))
+	}
 	for _, x := range []struct {
 		base   string
 		target float64
-	}{{"B3", 10}, {"B2", 0.6}, {"B1", 0}} {
+	}{{"B0", 0.5}, {"B3", 25}, {"B2", 0.6}, {"B1", 0}} {
 		bv := r.medianRate(x.base)
 		if e == 0 || bv == 0 {
 			fmt.Fprintf(w, "E/%s\t-\n", x.base)
@@ -306,6 +395,10 @@ func (r *report) print(out io.Writer) {
 			fmt.Fprintf(w, "E/%s\t%.2f\t(none)\n", x.base, ratio)
 		}
 	}
+	w.Flush()
+
+	fmt.Fprintln(out)
+	r.printCPU(w)
 	w.Flush()
 
 	fmt.Fprintln(out)
@@ -357,6 +450,9 @@ func (r *report) print(out io.Writer) {
 			if m.diag != "" {
 				fmt.Fprintf(out, "     worker metrics: %s\n", m.diag)
 			}
+			if m.sink != nil {
+				fmt.Fprintf(out, "     table %s against the newest produced versions: %s\n", sinkTable, m.sink)
+			}
 		}
 	}
 	if l := r.latency; l != nil {
@@ -365,11 +461,40 @@ func (r *report) print(out io.Writer) {
 
 	fmt.Fprintln(out)
 	if len(r.warnings) == 0 {
-		fmt.Fprintln(out, "warnings: none (each E and B2 run checked: claims = expected distinct events, ledger totals = expected)")
+		fmt.Fprintln(out, "warnings: none (each E, B2 and B0 run checked: claims = expected distinct events, ledger totals = expected; each E-sink run: every product at its newest produced version and columns)")
 	} else {
 		fmt.Fprintln(out, "warnings:")
 		for _, msg := range r.warnings {
 			fmt.Fprintf(out, "  WARNING: %s\n", msg)
 		}
 	}
+}
+
+// printCPU prints the CPU per event of the runs that drive the database:
+// the driving process (the worker, or this program for B2 and B0) and this
+// stack's PostgreSQL, medians over the runs.
+func (r *report) printCPU(w io.Writer) {
+	fmt.Fprintf(w, "CPU per event (medians)\tdriver µs\tPostgreSQL µs\tdriver\n")
+	for _, k := range []string{"B0", "B2", "E", "E-sink"} {
+		ms := r.runs[k]
+		if len(ms) == 0 {
+			continue
+		}
+		var client, pg []float64
+		for _, m := range ms {
+			if m.records > 0 {
+				client = append(client, 1e6*m.client/float64(m.records))
+				pg = append(pg, 1e6*m.pg/float64(m.records))
+			}
+		}
+		c, p := median(client), median(pg)
+		switch k {
+		case "E", "E-sink":
+			fmt.Fprintf(w, "%s\t%.1f\t%.1f\tthe worker process; targets worker ≤ 12 µs %s, PostgreSQL ≤ 20 µs %s\n",
+				k, c, p, verdict(c <= 12), verdict(p <= 20))
+		default:
+			fmt.Fprintf(w, "%s\t%.1f\t%.1f\tthis program\n", k, c, p)
+		}
+	}
+	fmt.Fprintf(w, "\tPostgreSQL: %s; per event = CPU seconds of the run / records (re-sends included)\n", r.pgScope)
 }

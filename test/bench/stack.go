@@ -58,6 +58,16 @@ type bench struct {
 	valueAvg    float64
 	produceTook time.Duration
 
+	// sinkTopic is E-sink's upsert-only topic, sinkExp the newest version
+	// of every product produced to it.
+	sinkTopic string
+	sinkCfg   sinkWorkload
+	sinkExp   sinkExpected
+
+	// pgPid is the postmaster of the benchmark's PostgreSQL (0 when it is
+	// not on this machine): its process tree's CPU is PostgreSQL's share.
+	pgPid int
+
 	// bin is a private copy of the worker binary, so that a rebuild of
 	// opts.bin during the benchmark cannot change the worker between runs.
 	bin string
@@ -102,6 +112,7 @@ func newBench(ctx context.Context, opts options) (*bench, error) {
 		b.cleanup()
 		return nil, fmt.Errorf("cannot reach PostgreSQL (%s): %w", postgresURLEnv, err)
 	}
+	b.pgPid = postmaster(pctx, conn)
 	_ = conn.Close(pctx)
 	return b, nil
 }
@@ -459,3 +470,19 @@ func (b *bench) produceMain(ctx context.Context) error {
 // errStalled is a run that stopped making progress (a hang guard, not a
 // performance bound).
 var errStalled = errors.New("no progress")
+
+// postmaster returns the pid of the PostgreSQL server conn is connected to,
+// when it runs on this machine (the parent of the connection's backend, a
+// process named postgres), else 0.
+func postmaster(ctx context.Context, conn *pgx.Conn) int {
+	var backend int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		return 0
+	}
+	ppid, comm, err := parentOf(backend)
+	if err != nil || comm != "postgres" {
+		progress("PostgreSQL's backend %d is not a local postgres process: PostgreSQL CPU is counted machine-wide by process name", backend)
+		return 0
+	}
+	return ppid
+}

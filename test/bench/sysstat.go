@@ -64,6 +64,7 @@ type cpuSnapshot struct {
 
 type procCPU struct {
 	comm  string
+	ppid  int
 	ticks uint64
 }
 
@@ -91,40 +92,64 @@ func takeCPUSnapshot() cpuSnapshot {
 		if err != nil {
 			continue // exited
 		}
-		pid, comm, ticks, start, ok := parseStat(b)
+		pid, ppid, comm, ticks, start, ok := parseStat(b)
 		if !ok {
 			continue
 		}
 		if pid == s.selfPid {
 			comm = "bench (this process)"
 		}
-		s.procs[procKey{pid, start}] = procCPU{comm: comm, ticks: ticks}
+		s.procs[procKey{pid, start}] = procCPU{comm: comm, ppid: ppid, ticks: ticks}
 	}
 	return s
 }
 
-// parseStat reads pid, comm, utime+stime and starttime from /proc/<pid>/stat.
-// comm may contain spaces and parentheses: it ends at the last ')'.
-func parseStat(b []byte) (pid int, comm string, ticks, start uint64, ok bool) {
+// parseStat reads pid, ppid, comm, utime+stime and starttime from
+// /proc/<pid>/stat. comm may contain spaces and parentheses: it ends at the
+// last ')'.
+func parseStat(b []byte) (pid, ppid int, comm string, ticks, start uint64, ok bool) {
 	open := bytes.IndexByte(b, '(')
 	closing := bytes.LastIndexByte(b, ')')
 	if open < 0 || closing < open {
-		return 0, "", 0, 0, false
+		return 0, 0, "", 0, 0, false
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:open])))
 	if err != nil {
-		return 0, "", 0, 0, false
+		return 0, 0, "", 0, 0, false
 	}
 	comm = string(b[open+1 : closing])
 	f := strings.Fields(string(b[closing+1:]))
-	// f[0] is field 3 (state): utime is field 14, stime 15, starttime 22.
+	// f[0] is field 3 (state): ppid is field 4, utime 14, stime 15,
+	// starttime 22.
 	if len(f) < 20 {
-		return 0, "", 0, 0, false
+		return 0, 0, "", 0, 0, false
 	}
+	ppid, _ = strconv.Atoi(f[1])
 	ut, _ := strconv.ParseUint(f[11], 10, 64)
 	st, _ := strconv.ParseUint(f[12], 10, 64)
 	start, _ = strconv.ParseUint(f[19], 10, 64)
-	return pid, comm, ut + st, start, true
+	return pid, ppid, comm, ut + st, start, true
+}
+
+// parentOf returns the parent pid and comm of pid.
+func parentOf(pid int) (int, string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, "", err
+	}
+	_, ppid, _, _, _, ok := parseStat(b)
+	if !ok {
+		return 0, "", fmt.Errorf("cannot parse /proc/%d/stat", pid)
+	}
+	b, err = os.ReadFile(fmt.Sprintf("/proc/%d/stat", ppid))
+	if err != nil {
+		return 0, "", err
+	}
+	_, _, comm, _, _, ok := parseStat(b)
+	if !ok {
+		return 0, "", fmt.Errorf("cannot parse /proc/%d/stat", ppid)
+	}
+	return ppid, comm, nil
 }
 
 // cpuUse is the CPU spent between two snapshots.
@@ -135,10 +160,32 @@ type cpuUse struct {
 	byName map[string]float64
 	// busy and capacity are machine-wide CPU seconds.
 	busy, capacity float64
+	// procs is CPU seconds per process (alive at the second snapshot).
+	procs map[int]procDelta
+}
+
+type procDelta struct {
+	ppid int
+	secs float64
+}
+
+// pid is the CPU seconds of one process.
+func (u cpuUse) pid(pid int) float64 { return u.procs[pid].secs }
+
+// tree is the CPU seconds of root and its children: a postmaster and its
+// backends and auxiliary processes.
+func (u cpuUse) tree(root int) float64 {
+	var s float64
+	for pid, p := range u.procs {
+		if pid == root || p.ppid == root {
+			s += p.secs
+		}
+	}
+	return s
 }
 
 func cpuBetween(a, b cpuSnapshot) cpuUse {
-	u := cpuUse{wall: b.at.Sub(a.at), byName: map[string]float64{}}
+	u := cpuUse{wall: b.at.Sub(a.at), byName: map[string]float64{}, procs: map[int]procDelta{}}
 	for k, p := range b.procs {
 		d := p.ticks
 		if prev, ok := a.procs[k]; ok {
@@ -146,6 +193,7 @@ func cpuBetween(a, b cpuSnapshot) cpuUse {
 		}
 		if d > 0 {
 			u.byName[p.comm] += float64(d) / clockTicks
+			u.procs[k.pid] = procDelta{ppid: p.ppid, secs: float64(d) / clockTicks}
 		}
 	}
 	u.busy = float64(b.busy-min(a.busy, b.busy)) / clockTicks

@@ -37,6 +37,11 @@ func freeAddr() (string, error) {
 // the defaults except for extraEnv. Its environment is clean (PATH and HOME
 // only), so the developer's EFFECTIVELY_* variables never leak in.
 func (b *bench) startWorker(d *db, group, topic string, extraEnv ...string) (*worker, error) {
+	return b.startWorkerArgs(d, group, topic, nil, extraEnv...)
+}
+
+// startWorkerArgs is startWorker with extra arguments to `run` (--config).
+func (b *bench) startWorkerArgs(d *db, group, topic string, args []string, extraEnv ...string) (*worker, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -45,7 +50,7 @@ func (b *bench) startWorker(d *db, group, topic string, extraEnv ...string) (*wo
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(b.bin, "run")
+	cmd := exec.Command(b.bin, append([]string{"run"}, args...)...)
 	cmd.Env = append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
@@ -199,7 +204,9 @@ type workerRun struct {
 	rss           int64 // VmHWM, bytes
 	cpu           cpuUse
 	metrics       []sample
-	problems      []string // correctness check (E only)
+	problems      []string // correctness check (E and E-sink)
+	pid           int      // the worker's process
+	sink          *sinkCheck
 }
 
 // runWorker runs the binary on the main topic (fresh schema and group) until
@@ -223,7 +230,7 @@ func (b *bench) runWorker(ctx context.Context, kind string, target int64, check 
 	if err != nil {
 		return r, err
 	}
-	r.total, r.steady, r.records = done.Sub(w.start), done.Sub(first), n
+	r.total, r.steady, r.records, r.pid = done.Sub(w.start), done.Sub(first), n, w.cmd.Process.Pid
 	if r.rss, err = peakRSS(w.cmd.Process.Pid); err != nil {
 		progress("warning: reading the worker's peak RSS: %v", err)
 	}

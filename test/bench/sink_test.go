@@ -1,0 +1,108 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+
+	"github.com/effectively-io/effectively/examples/accounts/workload"
+)
+
+// applied is a product.updated event as a sink would read it.
+type appliedEvent struct {
+	ID              string `json:"id"`
+	Type            string `json:"type"`
+	Subject         string `json:"subject"`
+	ResourceVersion int64  `json:"resourceversion"`
+	Data            struct {
+		Name       string `json:"name"`
+		PriceCents int64  `json:"price_cents"`
+		InStock    bool   `json:"in_stock"`
+	} `json:"data"`
+}
+
+// TestSinkWorkloadAndVerifier: the stream has the duplicates and disorder
+// asked for; applying it last-writer-wins leaves version regressions that
+// the verifier finds, applying it through a version gate leaves none; the
+// verifier also finds missing, altered and unexpected rows.
+func TestSinkWorkloadAndVerifier(t *testing.T) {
+	cfg := sinkWorkload{Products: 500, Events: 40_000, Duplicates: 0.1, OutOfOrder: 0.2, Seed: 7}
+	var recs []workload.Record
+	exp, err := generateSink(cfg, func(r workload.Record) error {
+		recs = append(recs, r)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != cfg.Events || exp.Records != cfg.Events {
+		t.Fatalf("%d records emitted, expectation counts %d, want %d", len(recs), exp.Records, cfg.Events)
+	}
+	near := func(name string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 0.02 {
+			t.Errorf("%s %.3f, want %.2f ± 0.02", name, got, want)
+		}
+	}
+	near("re-send share", float64(exp.Records-exp.Originals)/float64(exp.Records), cfg.Duplicates)
+	near("late share of updates", float64(exp.Late)/float64(exp.Originals), cfg.OutOfOrder)
+
+	lww, gated := map[string]product{}, map[string]product{}
+	ids, resends, late := map[string]bool{}, 0, 0
+	newestSeen := map[string]int64{}
+	for _, r := range recs {
+		var ev appliedEvent
+		if err := json.Unmarshal(r.Value, &ev); err != nil {
+			t.Fatalf("record %s is not JSON: %v", r.Value, err)
+		}
+		if ev.Type != sinkEventType || ev.Subject != string(r.Key) || ev.ResourceVersion < 1 {
+			t.Fatalf("record %s: type, subject or version wrong (key %s)", r.Value, r.Key)
+		}
+		if ids[ev.ID] != r.Resend {
+			t.Fatalf("record %s: resend %v, but id seen before: %v", ev.ID, r.Resend, ids[ev.ID])
+		}
+		ids[ev.ID] = true
+		p := product{Version: ev.ResourceVersion, Name: ev.Data.Name, PriceCents: ev.Data.PriceCents, InStock: ev.Data.InStock}
+		lww[ev.Subject] = p
+		if cur, ok := gated[ev.Subject]; !ok || p.Version > cur.Version {
+			gated[ev.Subject] = p
+		}
+		if r.Resend {
+			resends++
+			continue
+		}
+		if p.Version < newestSeen[ev.Subject] {
+			late++
+		}
+		newestSeen[ev.Subject] = max(newestSeen[ev.Subject], p.Version)
+	}
+	if resends != exp.Records-exp.Originals || late != exp.Late {
+		t.Errorf("the stream has %d re-sends and %d late originals; the expectation says %d and %d", resends, late, exp.Records-exp.Originals, exp.Late)
+	}
+
+	if c := verifySink(gated, exp); !c.ok() || c.Rows != len(exp.Newest) {
+		t.Errorf("version-gated application: %s; want every product at its newest version", c)
+	}
+	c := verifySink(lww, exp)
+	if c.Regressions == 0 {
+		t.Errorf("last-writer-wins application: %s; want version regressions", c)
+	}
+	t.Logf("last-writer-wins: %s", c)
+
+	var some string
+	for id := range gated {
+		some = id
+		break
+	}
+	altered := gated[some]
+	altered.Name += "!"
+	gated[some] = altered
+	gated["prod-never"] = product{Version: 1}
+	if c := verifySink(gated, exp); c.Mismatched != 1 || c.Unexpected != 1 || c.Regressions != 0 || c.Missing != 0 {
+		t.Errorf("one altered and one unexpected row: %s", c)
+	}
+	delete(gated, some)
+	if c := verifySink(gated, exp); c.Missing != 1 {
+		t.Errorf("one missing row: %s", c)
+	}
+}
