@@ -36,7 +36,7 @@ type appliedEvent struct {
 // the verifier finds, applying it through a version gate leaves none; the
 // verifier also finds missing, altered and unexpected rows.
 func TestSinkWorkloadAndVerifier(t *testing.T) {
-	cfg := sinkWorkload{Products: 500, Events: 40_000, Duplicates: 0.1, OutOfOrder: 0.2, Seed: 7}
+	cfg := sinkWorkload{Products: 4_000, Events: 40_000, Duplicates: 0.1, OutOfOrder: 0.2, Seed: 7} // the default shape: a tenth as many products as records
 	var recs []workload.Record
 	exp, err := generateSink(cfg, func(r workload.Record) error {
 		recs = append(recs, r)
