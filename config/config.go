@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -48,6 +49,9 @@ type Config struct {
 	// Topics are per-topic settings (file only, the topics: list). A topic in
 	// kafka.topics without an entry gets the defaults; see [Config.TopicSettings].
 	Topics []Topic `mapstructure:"topics"`
+	// Sinks map event types to tables with no code (file only, the sinks:
+	// list); see [Sink].
+	Sinks []Sink `mapstructure:"sinks"`
 }
 
 // Kafka configures the consumer group member.
@@ -105,6 +109,11 @@ type Postgres struct {
 	// PasswordFile is a file holding the password (a mounted secret), read
 	// at start-up, so that postgres.url carries none; set one or the other.
 	PasswordFile string `mapstructure:"password_file"`
+	// Migrations are directories of SQL migrations (goose's format) that
+	// migrate applies after the engine's and the build's, each with its own
+	// version table (<directory name>_schema_version): the tables of
+	// config-only sinks, with no code.
+	Migrations []string `mapstructure:"migrations"`
 }
 
 // HTTP configures the health, readiness and metrics server.
@@ -364,7 +373,8 @@ func Default() Config {
 			SASL:                   KafkaSASL{Mechanism: SASLMechanismNone},
 		},
 		Postgres: Postgres{
-			URL: "postgres://effectively:effectively@127.0.0.1:15432/effectively?sslmode=disable",
+			URL:        "postgres://effectively:effectively@127.0.0.1:15432/effectively?sslmode=disable",
+			Migrations: []string{},
 		},
 		HTTP: HTTP{Addr: "127.0.0.1:9410", Pprof: HTTPPprofDefault},
 		Log:  Log{Level: "info", Format: "json"},
@@ -463,6 +473,16 @@ func (c Config) clone() Config {
 				t.CheckPartitioner = &b
 			}
 			r.Topics[i] = t
+		}
+	}
+	if c.Sinks != nil {
+		r.Sinks = make([]Sink, len(c.Sinks))
+		for i, s := range c.Sinks {
+			s.Types = slices.Clone(s.Types)
+			s.Key = slices.Clone(s.Key)
+			s.Touch = slices.Clone(s.Touch)
+			s.Columns = slices.Clone(s.Columns)
+			r.Sinks[i] = s
 		}
 	}
 	return r

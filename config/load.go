@@ -159,6 +159,9 @@ func Load(path string, fs *pflag.FlagSet, exts ...Extension) (Config, error) {
 	topics, topicErrs := parseTopics(v.Get("topics"))
 	c.Topics = topics
 	errs = append(errs, topicErrs...)
+	sinks, sinkErrs := parseSinks(v.Get("sinks"))
+	c.Sinks = sinks
+	errs = append(errs, sinkErrs...)
 	targets, targetErrs := loadTargets(path, file, exts)
 	c.Targets = targets
 	errs = append(errs, targetErrs...)
@@ -309,7 +312,7 @@ func unknownKeys(path string, m map[string]any, exts []Extension) []error {
 		for _, k := range keys {
 			key := joinKey(prefix, k)
 			val := m[k]
-			if _, ok := leafByKey[key]; ok || key == "topics" || isTargetKey(key, exts) {
+			if _, ok := leafByKey[key]; ok || key == "topics" || key == "sinks" || isTargetKey(key, exts) {
 				continue // a wrong type is reported when the value is parsed
 			}
 			if key == "targets" || isTargetSection(key, exts) {
@@ -375,7 +378,7 @@ func sectionExample(section string) string {
 // is close: first a key with the same last segment in another section, then
 // the closest by edit distance.
 func suggest(key string) string {
-	known := []string{"topics"}
+	known := []string{"topics", "sinks"}
 	seen := map[string]bool{}
 	for _, l := range leaves {
 		known = append(known, l.key)
@@ -663,74 +666,102 @@ func parseBool(raw any) (bool, error) {
 
 // parseTopics decodes the topics: list of the file.
 func parseTopics(raw any) ([]Topic, []error) {
+	return parseList[Topic](raw, recordList{
+		key: "topics", noun: "topic", fields: topicFields, what: "topic settings", one: "the settings of one topic",
+		example: "{name: orders, format: cloudevents}", fieldExample: topicExample,
+	})
+}
+
+// recordList describes a list of records in the file (topics:, sinks:, a
+// sink's columns:) for parseList.
+type recordList struct {
+	key          string // topics, sinks[0].columns
+	noun         string // topic, sink, column
+	fields       []leaf // the leaf keys of one record
+	what, one    string // "topic settings", "the settings of one topic"
+	example      string // one record in flow YAML
+	fieldExample func(field string) string
+	// nested decodes the fields that are lists of records themselves.
+	nested map[string]func(key string, raw any, rv reflect.Value) []error
+}
+
+// parseList decodes a list of records of type T, reporting every problem
+// with the record's key (topics[2].format) and a fix.
+func parseList[T any](raw any, l recordList) ([]T, []error) {
 	if raw == nil {
 		return nil, nil
 	}
 	list, ok := raw.([]any)
 	if !ok {
 		return nil, []error{&FieldError{
-			Key:     "topics",
-			Value:   displayValue("topics", raw),
-			Problem: fmt.Sprintf("is a %s; expected a list of topic settings", yamlKind(raw)),
-			Fix:     "in the config file, write topics: as a list, e.g. topics: [{name: orders, format: cloudevents}]",
+			Key:     l.key,
+			Value:   displayValue(l.key, raw),
+			Problem: fmt.Sprintf("is a %s; expected a list of %s", yamlKind(raw), l.what),
+			Fix:     fmt.Sprintf("in the config file, write %s: as a list, e.g. %s: [%s]", l.key, l.key, l.example),
 		}}
 	}
+	if len(list) == 0 {
+		return nil, nil
+	}
 	var errs []error
-	topics := make([]Topic, 0, len(list))
+	out := make([]T, 0, len(list))
 	for i, e := range list {
-		prefix := fmt.Sprintf("topics[%d]", i)
+		prefix := fmt.Sprintf("%s[%d]", l.key, i)
 		m, ok := e.(map[string]any)
 		if !ok {
 			errs = append(errs, &FieldError{
 				Key:     prefix,
 				Value:   displayValue(prefix, e),
-				Problem: fmt.Sprintf("is a %s; expected the settings of one topic", yamlKind(e)),
-				Fix:     fmt.Sprintf("in the config file, write %s as a mapping, e.g. {name: orders, format: cloudevents}", prefix),
+				Problem: fmt.Sprintf("is a %s; expected %s", yamlKind(e), l.one),
+				Fix:     fmt.Sprintf("in the config file, write %s as a mapping, e.g. %s", prefix, l.example),
 			})
 			continue
 		}
-		var t Topic
+		var t T
 		tv := reflect.ValueOf(&t).Elem()
 		keys := make([]string, 0, len(m))
 		for k := range m {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
+		names := make([]string, 0, len(l.fields)+len(l.nested))
+		for _, f := range l.fields {
+			names = append(names, f.key)
+		}
+		for n := range l.nested {
+			names = append(names, n)
+		}
 		for _, k := range keys {
 			key := prefix + "." + k
-			i := slices.IndexFunc(topicFields, func(l leaf) bool { return l.key == k })
-			if i < 0 {
-				fix := "remove it"
-				if s := suggestTopicField(k); s != "" {
-					fix = fmt.Sprintf("did you mean %s.%s? rename it, or remove it", prefix, s)
-				}
-				errs = append(errs, &FieldError{Key: key, Value: displayValue(k, m[k]), Problem: "unknown topic setting", Fix: fix})
+			if parse, ok := l.nested[k]; ok {
+				errs = append(errs, parse(key, m[k], tv)...)
 				continue
 			}
-			l := topicFields[i]
-			val, err := parseValue(m[k], l.typ)
+			i := slices.IndexFunc(l.fields, func(f leaf) bool { return f.key == k })
+			if i < 0 {
+				fix := "remove it"
+				if s := closest(k, names); s != "" {
+					fix = fmt.Sprintf("did you mean %s.%s? rename it, or remove it", prefix, s)
+				}
+				errs = append(errs, &FieldError{Key: key, Value: displayValue(k, m[k]), Problem: "unknown " + l.noun + " setting", Fix: fix})
+				continue
+			}
+			f := l.fields[i]
+			val, err := parseValue(m[k], f.typ)
 			if err != nil {
 				errs = append(errs, &FieldError{
 					Key:     key,
 					Value:   displayValue(k, m[k]),
 					Problem: err.Error(),
-					Fix:     fmt.Sprintf("in the config file, set %s to e.g. %s", key, topicExample(k)),
+					Fix:     fmt.Sprintf("in the config file, set %s to e.g. %s", key, l.fieldExample(k)),
 				})
 				continue
 			}
-			tv.FieldByIndex(l.index).Set(val)
+			tv.FieldByIndex(f.index).Set(val)
 		}
-		topics = append(topics, t)
+		out = append(out, t)
 	}
-	return topics, errs
-}
-
-func suggestTopicField(k string) string {
-	names := make([]string, len(topicFields))
-	for i, l := range topicFields {
-		names[i] = l.key
-	}
-	return closest(k, names)
+	return out, errs
 }
 
 // examples are example values for keys whose default is empty.

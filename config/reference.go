@@ -18,7 +18,7 @@ import (
 // descriptions in the generated reference, so a build's binary can document
 // its configuration without the source tree.
 //
-//go:embed config.go kafka_security.go targets.go
+//go:embed config.go kafka_security.go targets.go sinks.go
 var configSources embed.FS
 
 // KeyDoc describes one configuration key for the generated reference
@@ -117,6 +117,23 @@ func Reference(exts ...Extension) []KeyDoc {
 			Default: d,
 			Doc:     docs[fieldDocKey(top, f.index)],
 		})
+	}
+	for _, list := range []struct {
+		prefix string
+		typ    reflect.Type
+		fields []leaf
+	}{
+		{"sinks[].", reflect.TypeFor[Sink](), sinkFields},
+		{"sinks[].columns[].", reflect.TypeFor[SinkColumn](), columnFields},
+	} {
+		for _, f := range list.fields {
+			out = append(out, KeyDoc{
+				Key:     list.prefix + f.key,
+				Section: "sinks",
+				Type:    typeWords(f.typ),
+				Doc:     docs[fieldDocKey(list.typ, f.index)],
+			})
+		}
 	}
 	return out
 }

@@ -351,6 +351,7 @@ func (c Config) validate() []*FieldError {
 	}
 
 	c.validateTopics(&v)
+	c.validateSinks(&v)
 	return v.errs
 }
 

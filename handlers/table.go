@@ -197,26 +197,49 @@ SELECT EXISTS (
            FROM unnest(i.indkey) k JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k)
           = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) x))`
 
-type column struct {
-	sqlType   string
-	baseType  string
-	generated bool
+// Column is a column of a live table, as the catalog describes it.
+type Column struct {
+	// Type is the column's type with its modifiers: character varying(20).
+	Type string
+	// Base is the type without modifiers: character varying.
+	Base string
+	// Generated: an identity or generated column, which cannot be written.
+	Generated bool
+}
+
+// TableColumns returns the columns of the named table (optionally
+// schema-qualified), and the table as the engine quotes it; nil when there
+// is no such table or the role cannot see it.
+func TableColumns(ctx context.Context, q Querier, table string) (map[string]Column, error) {
+	cols, _, _, err := tableColumns(ctx, q, table)
+	return cols, err
+}
+
+func tableColumns(ctx context.Context, q Querier, table string) (map[string]Column, string, uint32, error) {
+	rows, err := q.Query(ctx, tableColumnsSQL, table)
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("reading the columns of table %s: %w", table, err)
+	}
+	var cols map[string]Column
+	var ident, name string
+	var oid int64
+	var c Column
+	if _, err := pgx.ForEachRow(rows, []any{&ident, &oid, &name, &c.Type, &c.Generated, &c.Base}, func() error {
+		if cols == nil {
+			cols = map[string]Column{}
+		}
+		cols[name] = c
+		return nil
+	}); err != nil {
+		return nil, "", 0, fmt.Errorf("reading the columns of table %s: %w", table, err)
+	}
+	return cols, ident, uint32(oid), nil
 }
 
 func resolveTable(ctx context.Context, q Querier, t *Table) (*resolvedTable, uint32, error) {
-	rows, err := q.Query(ctx, tableColumnsSQL, t.Name)
+	cols, ident, oid, err := tableColumns(ctx, q, t.Name)
 	if err != nil {
-		return nil, 0, fmt.Errorf("reading the columns of table %s: %w", t.Name, err)
-	}
-	cols := map[string]column{}
-	var ident, name, typ, base string
-	var oid int64
-	var generated bool
-	if _, err := pgx.ForEachRow(rows, []any{&ident, &oid, &name, &typ, &generated, &base}, func() error {
-		cols[name] = column{sqlType: typ, baseType: base, generated: generated}
-		return nil
-	}); err != nil {
-		return nil, 0, fmt.Errorf("reading the columns of table %s: %w", t.Name, err)
+		return nil, 0, err
 	}
 	if len(cols) == 0 {
 		return nil, 0, &TableError{Table: t.Name, Reason: "does not exist (or the worker's role cannot see it)",
@@ -230,11 +253,11 @@ func resolveTable(ctx context.Context, q Querier, t *Table) (*resolvedTable, uin
 		case !ok:
 			errs = append(errs, &TableError{Table: t.Name, Column: c, Reason: "does not exist",
 				Fix: "add the column in a migration, or remove it from the declaration"})
-		case col.generated:
+		case col.Generated:
 			errs = append(errs, &TableError{Table: t.Name, Column: c, Reason: "is an identity or generated column, which cannot be written",
 				Fix: "leave it out of the declaration; the database fills it"})
 		}
-		rt.types = append(rt.types, col.sqlType)
+		rt.types = append(rt.types, col.Type)
 	}
 	for _, c := range t.Touch {
 		if _, ok := cols[c]; !ok {
@@ -248,17 +271,17 @@ func resolveTable(ctx context.Context, q Querier, t *Table) (*resolvedTable, uin
 		case !ok:
 			errs = append(errs, &TableError{Table: t.Name, Column: t.Version, Reason: "does not exist",
 				Fix: "add a bigint version column in a migration"})
-		case col.baseType != "bigint" && col.baseType != "integer" && col.baseType != "smallint" && col.baseType != "numeric":
-			errs = append(errs, &TableError{Table: t.Name, Column: t.Version, Reason: "is " + col.sqlType + ", not an integer",
+		case col.Base != "bigint" && col.Base != "integer" && col.Base != "smallint" && col.Base != "numeric":
+			errs = append(errs, &TableError{Table: t.Name, Column: t.Version, Reason: "is " + col.Type + ", not an integer",
 				Fix: "make the version column bigint"})
 		}
-		rt.vtype = col.sqlType
+		rt.vtype = col.Type
 	}
 	if len(errs) > 0 {
 		return nil, 0, errors.Join(errs...)
 	}
 	var unique bool
-	if err := q.QueryRow(ctx, uniqueKeySQL, oid, t.Key).Scan(&unique); err != nil {
+	if err := q.QueryRow(ctx, uniqueKeySQL, int64(oid), t.Key).Scan(&unique); err != nil {
 		return nil, 0, fmt.Errorf("reading the unique keys of table %s: %w", t.Name, err)
 	}
 	if !unique {
@@ -266,5 +289,5 @@ func resolveTable(ctx context.Context, q Querier, t *Table) (*resolvedTable, uin
 			Reason: "no primary key or unique constraint covers exactly the key",
 			Fix:    fmt.Sprintf("add one in a migration: ALTER TABLE %s ADD UNIQUE (%s)", t.Name, strings.Join(t.Key, ", "))}
 	}
-	return rt, uint32(oid), nil
+	return rt, oid, nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -16,6 +17,7 @@ import (
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/schema"
+	"github.com/effectively-io/effectively/sink"
 )
 
 // App is one build of effectively: the engine, plus a team's event
@@ -44,6 +46,10 @@ type App struct {
 	commands []func(*CLI) *cobra.Command
 	workload Workload
 	reasons  []event.ReasonDoc // the build's own dead-letter reasons, for gen-docs
+
+	sinksOnce sync.Once // the configured sinks are registered once
+	sinks     *sink.Set
+	sinksErr  error
 }
 
 // New returns an empty App called name.

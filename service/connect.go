@@ -53,7 +53,8 @@ func checkPostgres(ctx context.Context, url string) error {
 
 // checkSchema connects once and checks that the engine's and the build's
 // migrations are applied, naming the fix with the build's name.
-func (a *App) checkSchema(ctx context.Context, url string) error {
+func (a *App) checkSchema(ctx context.Context, cfg config.Config) error {
+	url := cfg.Postgres.URL
 	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
@@ -61,7 +62,7 @@ func (a *App) checkSchema(ctx context.Context, url string) error {
 		return postgresUnreachable(url, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	err = schema.Check(ctx, conn, a.sets...)
+	err = schema.Check(ctx, conn, a.schemaSets(cfg)...)
 	if privilegeDenied(err) {
 		return workerPrivilegeDenied(url, err)
 	}

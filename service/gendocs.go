@@ -23,6 +23,7 @@ import (
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/sink"
 )
 
 // Reasons documents the build's own dead-letter reasons (those its handlers
@@ -343,6 +344,7 @@ func (a *App) reasonsPage() []byte {
 	section("Decoding (package event)", "The record never became an event (it has no dedupe key, so it has only a `dead_letters` row), or a handler failed permanently without a reason of its own.", event.ReasonDocs())
 	section("The handler API (package handlers)", "The event decoded, but no handler takes it or its prerequisite never arrived.", handlers.Reasons())
 	section("The batch and parking (package pipeline)", "Decided by the batch transaction or by an operator.", pipeline.Reasons())
+	section("Config-only sinks (package sink)", "A sink of the sinks: section could not turn the event into a row.", sink.Reasons())
 	if len(a.reasons) > 0 {
 		section(fmt.Sprintf("This build's handlers (%s)", a.name()), "Given by the build's own handlers with `event.PermanentWithReason`.", a.reasons)
 	}
@@ -354,5 +356,6 @@ func (a *App) reasonsPage() []byte {
 func (a *App) AllReasons() []event.ReasonDoc {
 	out := append(event.ReasonDocs(), handlers.Reasons()...)
 	out = append(out, pipeline.Reasons()...)
+	out = append(out, sink.Reasons()...)
 	return append(out, a.reasons...)
 }

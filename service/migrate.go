@@ -23,7 +23,7 @@ func newMigrateCmd(c *CLI) *cobra.Command {
 			if err := checkPostgres(ctx, c.cfg.Postgres.URL); err != nil {
 				return err
 			}
-			res, err := schema.Migrate(ctx, c.cfg.Postgres.URL, c.log.Named("migrate"), c.app.sets...)
+			res, err := schema.Migrate(ctx, c.cfg.Postgres.URL, c.log.Named("migrate"), c.app.schemaSets(c.cfg)...)
 			if err != nil {
 				return explainMigratePrivilege(c.cfg.Postgres.URL, err)
 			}

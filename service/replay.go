@@ -155,7 +155,7 @@ type replayer struct {
 }
 
 func newReplayer(ctx context.Context, c *CLI, topic string) (*replayer, error) {
-	if err := c.app.checkSchema(ctx, c.cfg.Postgres.URL); err != nil {
+	if err := c.app.checkSchema(ctx, c.cfg); err != nil {
 		return nil, err
 	}
 	kopts, err := broker.ClientOpts(c.cfg.Kafka, c.log.Named("kafka"))

@@ -31,7 +31,7 @@ type CLI struct {
 // commands, after checking that the schema is migrated.
 func (c *CLI) WithPool(cmd *cobra.Command, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	ctx := cmd.Context()
-	if err := c.app.checkSchema(ctx, c.cfg.Postgres.URL); err != nil {
+	if err := c.app.checkSchema(ctx, c.cfg); err != nil {
 		return err
 	}
 	pool, err := openPool(ctx, c.cfg.Postgres, 1)

@@ -52,7 +52,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 		if err := checkPostgres(ctx, cfg.Postgres.URL); err != nil {
 			return err
 		}
-		if _, err := schema.Migrate(ctx, cfg.Postgres.URL, log.Named("migrate"), a.sets...); err != nil {
+		if _, err := schema.Migrate(ctx, cfg.Postgres.URL, log.Named("migrate"), a.schemaSets(cfg)...); err != nil {
 			return explainMigratePrivilege(cfg.Postgres.URL, err)
 		}
 	}
@@ -64,7 +64,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 
 	// The database, then the broker and the topics: their partition counts
 	// size the pool (one connection per partition this member may own).
-	if err := a.checkSchema(ctx, cfg.Postgres.URL); err != nil {
+	if err := a.checkSchema(ctx, cfg); err != nil {
 		return err
 	}
 	counts, err := probeKafka(ctx, cfg, log)
@@ -347,8 +347,8 @@ func (a *App) newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.P
 	if err := dedupe.RecordStrategies(ctx, pool, strategies); err != nil {
 		return nil, err
 	}
-	if err := a.CheckTables(ctx, pool); err != nil {
-		return nil, fmt.Errorf("the tables this build writes do not fit the database (run migrate?):\n%w", err)
+	if err := a.checkTables(ctx, cfg, pool); err != nil {
+		return nil, err
 	}
 	return pipeline.NewApplier(pool, pipeline.Options{
 		Decoders:             decoders,

@@ -1,0 +1,73 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/schema"
+	"github.com/effectively-io/effectively/sink"
+)
+
+// schemaSets are the build's migration sets, then one per directory of
+// postgres.migrations (a config-only sink's tables).
+func (a *App) schemaSets(cfg config.Config) []schema.Set {
+	sets := append([]schema.Set(nil), a.sets...)
+	for _, dir := range cfg.Postgres.Migrations {
+		sets = append(sets, schema.Set{Name: setName(dir), FS: os.DirFS(dir)})
+	}
+	return sets
+}
+
+var notTableChar = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// setName names a directory's migration set (and so its version table)
+// after the directory: examples/orders/migrations → orders_migrations.
+func setName(dir string) string {
+	clean := filepath.Clean(dir)
+	name := filepath.Base(clean)
+	if parent := filepath.Base(filepath.Dir(clean)); parent != "." && parent != "/" {
+		name = parent + "_" + name
+	}
+	name = strings.Trim(notTableChar.ReplaceAllString(strings.ToLower(name), "_"), "_")
+	if name == "" || (name[0] >= '0' && name[0] <= '9') {
+		name = "m_" + name
+	}
+	return name
+}
+
+// registerSinks adds cfg's sinks to the build's registry, once per process
+// (the registry is filled before the worker starts and only read after).
+func (a *App) registerSinks(cfg config.Config) (*sink.Set, error) {
+	a.sinksOnce.Do(func() {
+		if len(cfg.Sinks) > 0 {
+			a.sinks, a.sinksErr = sink.Register(&a.Registry, cfg.Sinks)
+		}
+	})
+	return a.sinks, a.sinksErr
+}
+
+// checkTables registers the sinks and checks every table the build and its
+// sinks write against the live database; the worker refuses to start when
+// one does not fit, naming the sink or table, the column and the fix.
+func (a *App) checkTables(ctx context.Context, cfg config.Config, pool *pgxpool.Pool) error {
+	sinks, err := a.registerSinks(cfg)
+	if err != nil {
+		return fmt.Errorf("sinks: %w", err)
+	}
+	if sinks != nil {
+		err = sinks.Check(ctx, pool, &a.Registry)
+	} else {
+		err = a.CheckTables(ctx, pool)
+	}
+	if err != nil {
+		return fmt.Errorf("the tables this build writes do not fit the database:\n%w\n(run `%s migrate` if the tables are missing)", err, a.name())
+	}
+	return nil
+}

@@ -1,0 +1,307 @@
+package sink
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/handlers"
+)
+
+// column reads one value of a row from an event.
+type column struct {
+	name     string
+	typ      string   // text, bigint, numeric, boolean, timestamptz, jsonb
+	from     string   // an attribute, or "" for a pointer or a constant
+	pointer  []string // the JSON pointer's reference tokens
+	raw      string   // the pointer as configured
+	constant any      // the value's constant, already typed
+	optional bool
+
+	// Limits of the live column, set by fit.
+	maxLen  int   // characters (varchar(n), char(n)); 0: none
+	min     int64 // integer range
+	max     int64
+	float   bool // a double precision or real column takes a float64
+	uuid    bool // a uuid column: text must be a UUID
+	integer bool // integer range checked
+}
+
+func newColumn(sinkName string, c config.SinkColumn) (*column, error) {
+	col := &column{name: c.Name, typ: c.TypeOf(), optional: c.Optional}
+	switch {
+	case c.Value != "":
+		v, err := convertString(col.typ, c.Value)
+		if err != nil {
+			return nil, fmt.Errorf("sink %s: column %s: the constant %q %v", sinkName, c.Name, c.Value, err)
+		}
+		col.constant = v
+	case strings.HasPrefix(c.From, "/"):
+		col.raw = c.From
+		for _, tok := range strings.Split(c.From[1:], "/") {
+			col.pointer = append(col.pointer, strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~"))
+		}
+	default:
+		col.from = c.From
+	}
+	return col, nil
+}
+
+func (c *column) source() string {
+	switch {
+	case c.raw != "":
+		return c.raw
+	case c.from != "":
+		return c.from
+	}
+	return "a constant"
+}
+
+// read returns the column's value for ev: nil (NULL) for a missing
+// optional value.
+func (c *column) read(ev event.Event, doc *document) (any, error) {
+	if c.constant != nil {
+		return c.constant, nil
+	}
+	var v any
+	var err error
+	if c.pointer != nil {
+		v, err = c.readJSON(doc.get(c.pointer))
+	} else {
+		v, err = c.readAttribute(ev)
+	}
+	switch {
+	case err != nil:
+		return nil, err
+	case v == nil && !c.optional:
+		return nil, errors.New("is missing or null")
+	case v == nil:
+		return nil, nil
+	}
+	return c.limit(v)
+}
+
+func (c *column) readAttribute(ev event.Event) (any, error) {
+	var s string
+	switch c.from {
+	case "subject":
+		s = ev.Subject
+	case "id":
+		s = ev.ID
+	case "type":
+		s = ev.Type
+	case "source":
+		s = ev.Source
+	case "key":
+		s = ev.Key
+	case "resourceversion":
+		if ev.Version == 0 {
+			return nil, nil
+		}
+		if c.typ == "bigint" {
+			return ev.Version, nil
+		}
+		s = strconv.FormatInt(ev.Version, 10)
+	case "time":
+		if ev.Time.IsZero() {
+			return nil, nil
+		}
+		if c.typ == "timestamptz" {
+			return ev.Time, nil
+		}
+		s = ev.Time.Format(time.RFC3339Nano)
+	}
+	if s == "" {
+		return nil, nil
+	}
+	return convertString(c.typ, s)
+}
+
+func (c *column) readJSON(v *fastjson.Value) (any, error) {
+	if v == nil || v.Type() == fastjson.TypeNull {
+		return nil, nil
+	}
+	switch v.Type() {
+	case fastjson.TypeString:
+		if c.typ == "jsonb" {
+			return string(v.MarshalTo(nil)), nil
+		}
+		return convertString(c.typ, string(v.GetStringBytes()))
+	case fastjson.TypeNumber:
+		lit := string(v.MarshalTo(nil))
+		switch c.typ {
+		case "text", "numeric":
+			return lit, nil
+		case "bigint":
+			n, err := strconv.ParseInt(lit, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s is not an integer that fits 64 bits", event.Excerpt(lit))
+			}
+			return n, nil
+		case "timestamptz": // seconds since the Unix epoch
+			f, err := strconv.ParseFloat(lit, 64)
+			if err != nil || math.IsInf(f, 0) || math.Abs(f) > 1e11 {
+				return nil, fmt.Errorf("%s is not a time in seconds since 1970", event.Excerpt(lit))
+			}
+			sec, frac := math.Modf(f)
+			return time.Unix(int64(sec), int64(frac*1e9)).UTC(), nil
+		case "jsonb":
+			return lit, nil
+		}
+		return nil, fmt.Errorf("is the number %s, not a %s", event.Excerpt(lit), c.typ)
+	case fastjson.TypeTrue, fastjson.TypeFalse:
+		b := v.Type() == fastjson.TypeTrue
+		switch c.typ {
+		case "boolean":
+			return b, nil
+		case "text":
+			return strconv.FormatBool(b), nil
+		case "jsonb":
+			return strconv.FormatBool(b), nil
+		}
+		return nil, fmt.Errorf("is a boolean, not a %s", c.typ)
+	default: // object, array
+		if c.typ == "jsonb" {
+			return string(v.MarshalTo(nil)), nil
+		}
+		return nil, fmt.Errorf("is a JSON %s, not a %s (read it as jsonb)", v.Type(), c.typ)
+	}
+}
+
+var numericSyntax = regexp.MustCompile(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$`)
+
+// convertString reads s as a value of typ.
+func convertString(typ, s string) (any, error) {
+	switch typ {
+	case "text":
+		return s, nil
+	case "bigint":
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an integer that fits 64 bits", event.Excerpt(s))
+		}
+		return n, nil
+	case "numeric":
+		if !numericSyntax.MatchString(s) {
+			return nil, fmt.Errorf("%q is not a number", event.Excerpt(s))
+		}
+		return s, nil
+	case "boolean":
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not true or false", event.Excerpt(s))
+		}
+		return b, nil
+	case "timestamptz":
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an RFC 3339 time", event.Excerpt(s))
+		}
+		return t, nil
+	case "jsonb":
+		if fastjson.Validate(s) != nil {
+			return nil, fmt.Errorf("%q is not JSON", event.Excerpt(s))
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("has the unknown type %s", typ)
+}
+
+// limit checks v against the live column's limits (fit set them): a value
+// the database would refuse is the event's fault, caught here with the
+// column's name rather than as a failed statement.
+func (c *column) limit(v any) (any, error) {
+	switch v := v.(type) {
+	case string:
+		if c.maxLen > 0 && utf8.RuneCountInString(v) > c.maxLen {
+			return nil, fmt.Errorf("is %d characters long; the column takes at most %d", utf8.RuneCountInString(v), c.maxLen)
+		}
+		if strings.IndexByte(v, 0) >= 0 && c.typ == "text" {
+			return nil, errors.New("contains a NUL character, which PostgreSQL text cannot hold")
+		}
+		if c.uuid && !uuidSyntax.MatchString(v) {
+			return nil, fmt.Errorf("%q is not a UUID", event.Excerpt(v))
+		}
+		if c.float && c.typ == "numeric" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%q does not fit a floating-point column", event.Excerpt(v))
+			}
+			return f, nil
+		}
+	case int64:
+		if c.integer && (v < c.min || v > c.max) {
+			return nil, fmt.Errorf("%d is out of the column's range [%d, %d]", v, c.min, c.max)
+		}
+	}
+	return v, nil
+}
+
+var uuidSyntax = regexp.MustCompile(`^\{?[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}\}?$`)
+
+// compatible are the column types each sink type can write.
+var compatible = map[string][]string{
+	"text":        {"text", "character varying", "character", "citext", "uuid"},
+	"bigint":      {"bigint", "integer", "smallint", "numeric"},
+	"numeric":     {"numeric", "double precision", "real"},
+	"boolean":     {"boolean"},
+	"timestamptz": {"timestamp with time zone", "timestamp without time zone", "date"},
+	"jsonb":       {"jsonb", "json"},
+}
+
+var typmod = regexp.MustCompile(`\((\d+)\)`)
+
+// fit checks that the live column takes the sink's values and records its
+// limits; the error completes "column x of table t is <type>, which …".
+func (c *column) fit(col handlers.Column) error {
+	ok := false
+	for _, b := range compatible[c.typ] {
+		ok = ok || b == col.Base
+	}
+	if !ok {
+		return fmt.Errorf("cannot take values read as %s: set the column's type in sinks[].columns[].type to one that fits (%s), or change the column", c.typ, suggest(col.Base))
+	}
+	if col.Generated {
+		return errors.New("is an identity or generated column: leave it out of the sink's columns")
+	}
+	switch col.Base {
+	case "character varying", "character":
+		if m := typmod.FindStringSubmatch(col.Type); m != nil {
+			c.maxLen, _ = strconv.Atoi(m[1])
+		}
+	case "integer":
+		c.integer, c.min, c.max = true, math.MinInt32, math.MaxInt32
+	case "smallint":
+		c.integer, c.min, c.max = true, math.MinInt16, math.MaxInt16
+	case "double precision", "real":
+		c.float = true
+	case "uuid":
+		c.uuid = true
+	}
+	return nil
+}
+
+// suggest names the sink types that fit a column type.
+func suggest(base string) string {
+	var out []string
+	for _, t := range config.SinkTypes {
+		for _, b := range compatible[t] {
+			if b == base {
+				out = append(out, t)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "none does: use a text, integer, numeric, boolean, timestamp or json column, or write a Go handler"
+	}
+	return strings.Join(out, " or ")
+}
