@@ -57,6 +57,11 @@ CREATE TABLE products (
     in_stock    boolean NOT NULL
 )`
 
+// sinkMigration is sinkTableSQL as a migration (goose's format), which the
+// stock binary's migrate applies from postgres.migrations: the sink's
+// table comes with no code either.
+const sinkMigration = "-- +goose Up\n" + sinkTableSQL + ";\n\n-- +goose Down\nDROP TABLE products;\n"
+
 // product is one product's state as the table holds it.
 type product struct {
 	Version    int64
@@ -271,16 +276,29 @@ func readProducts(ctx context.Context, d *db) (map[string]product, error) {
 	return out, nil
 }
 
-// errSinksPending: this tree's worker has no sinks section yet.
-var errSinksPending = fmt.Errorf("the config-only sinks (a sinks config section) are not in this build yet; E-sink needs them")
-
-// sinkConfigYAML is the worker's config file for E-sink: topic consumed as
-// CloudEvents, and one sink writing its product.updated events into
-// products with the version gate. Everything else stays at the defaults
-// (the environment sets brokers, group, topics and the database).
-func sinkConfigYAML(topic string) (string, error) {
-	_ = topic
-	return "", errSinksPending
+// sinkConfigYAML is the worker's config file for E-sink: the directory of
+// the products migration, and one sink writing the topic's product.updated
+// events into products with the version gate. Everything else stays at
+// the defaults (the environment sets brokers, group, topics and the
+// database; the topic is CloudEvents, the default format).
+func sinkConfigYAML(topic, migrations string) string {
+	return fmt.Sprintf(`postgres:
+  migrations: [%q]
+sinks:
+  - name: products
+    topic: %q
+    types: [%s]
+    table: %s
+    mode: upsert
+    key: [id]
+    version: version
+    columns:
+      - {name: id, from: subject}
+      - {name: version, from: resourceversion}
+      - {name: name, from: /name, type: text}
+      - {name: price_cents, from: /price_cents, type: bigint}
+      - {name: in_stock, from: /in_stock, type: boolean}
+`, migrations, topic, sinkEventType, sinkTable)
 }
 
 // produceSink creates the E-sink topic and produces the sink workload to it.
@@ -320,27 +338,27 @@ func (b *bench) produceSink(ctx context.Context) error {
 // checks the table.
 func (b *bench) runSink(ctx context.Context) (workerRun, error) {
 	var r workerRun
-	yaml, err := sinkConfigYAML(b.sinkTopic)
-	if err != nil {
-		return r, err
-	}
-	d, err := b.newDB(ctx, "esink", migrateWorker)
-	if err != nil {
-		return r, err
-	}
-	defer d.drop(context.WithoutCancel(ctx))
-	if _, err := d.pool.Exec(ctx, sinkTableSQL); err != nil {
-		return r, fmt.Errorf("creating the sink's table: %w", err)
-	}
 	dir, err := os.MkdirTemp("", "effectively-bench-sink-")
 	if err != nil {
 		return r, err
 	}
 	defer os.RemoveAll(dir)
+	migrations := filepath.Join(dir, "products")
 	cfgPath := filepath.Join(dir, "effectively.yaml")
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+	if err := os.Mkdir(migrations, 0o700); err != nil {
 		return r, err
 	}
+	if err := os.WriteFile(filepath.Join(migrations, "00001_products.sql"), []byte(sinkMigration), 0o600); err != nil {
+		return r, err
+	}
+	if err := os.WriteFile(cfgPath, []byte(sinkConfigYAML(b.sinkTopic, migrations)), 0o600); err != nil {
+		return r, err
+	}
+	d, err := b.newDB(ctx, "esink", migrateWorker, "--config", cfgPath)
+	if err != nil {
+		return r, err
+	}
+	defer d.drop(context.WithoutCancel(ctx))
 	group := b.name("esink")
 
 	before := takeCPUSnapshot()

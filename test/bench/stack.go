@@ -223,7 +223,8 @@ const (
 // newDB creates and migrates a uniquely named schema. drop removes it (runs
 // drop theirs as soon as they are done: a million claims take room); a
 // schema not dropped by then goes at the end.
-func (b *bench) newDB(ctx context.Context, kind, migrator string) (*db, error) {
+// migrateArgs go to the worker's migrate (migrateWorker only).
+func (b *bench) newDB(ctx context.Context, kind, migrator string, migrateArgs ...string) (*db, error) {
 	name := strings.ReplaceAll(b.name(kind), ".", "_")
 	admin, err := pgx.Connect(ctx, b.pgURL)
 	if err != nil {
@@ -261,7 +262,7 @@ func (b *bench) newDB(ctx context.Context, kind, migrator string) (*db, error) {
 	u.RawQuery = q.Encode()
 	d.url = u.String()
 	if migrator == migrateWorker {
-		cmd := exec.CommandContext(ctx, b.bin, "migrate")
+		cmd := exec.CommandContext(ctx, b.bin, append([]string{"migrate"}, migrateArgs...)...)
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "EFFECTIVELY_POSTGRES_URL=" + d.url}
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("migrating schema %s with %s migrate: %w\n%s", name, b.opts.bin, err, out)
