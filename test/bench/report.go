@@ -294,9 +294,9 @@ func (r *report) print(out io.Writer) {
 	def := config.Default()
 	fmt.Fprintf(w, "worker\t%s %s; defaults (batch_max_records %d, batch_linger %s, pool of 8 connections) but http.addr on a free port\n",
 		o.bin, r.worker, def.Consumer.BatchMaxRecords, def.Consumer.BatchLinger)
-	fmt.Fprintf(w, "workload\tseed %d, start time %s, %d records, %d partitions, %d accounts, 10%% duplicates, 10%% out of order, value %.0f B avg\n",
-		o.seed, startTime.Format(time.RFC3339), o.events, o.partitions, o.accounts, r.valueAvg)
 	if r.topic != "" {
+		fmt.Fprintf(w, "workload\tseed %d, start time %s, %d records, %d partitions, %d accounts, 10%% duplicates, 10%% out of order, value %.0f B avg\n",
+			o.seed, startTime.Format(time.RFC3339), o.events, o.partitions, o.accounts, r.valueAvg)
 		fmt.Fprintf(w, "expected\t%s\n", r.expected)
 		fmt.Fprintf(w, "topic\t%s, produced in %s; records per partition %v\n", r.topic, r.produceTook.Round(time.Millisecond), r.counts)
 	}
@@ -388,14 +388,16 @@ func (r *report) print(out io.Writer) {
 	w.Flush()
 
 	fmt.Fprintln(out)
-	var peak int64
-	for _, m := range r.runs["E"] {
-		peak = max(peak, m.rss)
-	}
-	if peak > 0 {
-		fmt.Fprintf(w, "worker peak RSS (VmHWM, max over E runs)\t%.1f MiB\ttarget ≤ 256 MiB\t%s\n", mib(peak), verdict(peak <= 256<<20))
-	} else {
-		fmt.Fprintf(w, "worker peak RSS (VmHWM, max over E runs)\t-\n")
+	for _, k := range []string{"E", "E-sink"} {
+		var peak int64
+		for _, m := range r.runs[k] {
+			peak = max(peak, m.rss)
+		}
+		if peak > 0 {
+			fmt.Fprintf(w, "worker peak RSS (VmHWM, max over %s runs)\t%.1f MiB\ttarget ≤ 256 MiB\t%s\n", k, mib(peak), verdict(peak <= 256<<20))
+		} else if k == "E" {
+			fmt.Fprintf(w, "worker peak RSS (VmHWM, max over E runs)\t-\n")
+		}
 	}
 	w.Flush()
 

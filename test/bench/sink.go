@@ -276,19 +276,21 @@ func readProducts(ctx context.Context, d *db) (map[string]product, error) {
 	return out, nil
 }
 
-// sinkConfigYAML is the worker's config file for E-sink: the directory of
-// the products migration, and one sink writing the topic's product.updated
+// sinkConfigYAML is the worker's config file for E-sink: the topic, the
+// directory of the products migration, and one sink writing the topic's product.updated
 // events into products with the version gate. Everything else stays at
-// the defaults (the environment sets brokers, group, topics and the
-// database; the topic is CloudEvents, the default format).
+// the defaults (the environment sets brokers, group and the database; the
+// topic is CloudEvents, the default format).
 func sinkConfigYAML(topic, migrations string) string {
-	return fmt.Sprintf(`postgres:
-  migrations: [%q]
+	return fmt.Sprintf(`kafka:
+  topics: [%[3]q]
+postgres:
+  migrations: [%[1]q]
 sinks:
   - name: products
-    topic: %q
-    types: [%s]
-    table: %s
+    topic: %[3]q
+    types: [%[2]s]
+    table: %[4]s
     mode: upsert
     key: [id]
     version: version
@@ -298,7 +300,7 @@ sinks:
       - {name: name, from: /name, type: text}
       - {name: price_cents, from: /price_cents, type: bigint}
       - {name: in_stock, from: /in_stock, type: boolean}
-`, migrations, topic, sinkEventType, sinkTable)
+`, migrations, sinkEventType, topic, sinkTable)
 }
 
 // produceSink creates the E-sink topic and produces the sink workload to it.
@@ -391,6 +393,13 @@ func (b *bench) runSink(ctx context.Context) (workerRun, error) {
 	r.sink = &chk
 	if !chk.ok() {
 		r.problems = append(r.problems, chk.String())
+	}
+	var claims int64
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM processed_events`).Scan(&claims); err != nil {
+		return r, fmt.Errorf("counting claims: %w", err)
+	}
+	if claims != int64(b.sinkExp.Originals) {
+		r.problems = append(r.problems, fmt.Sprintf("processed_events has %d rows, want %d (distinct events)", claims, b.sinkExp.Originals))
 	}
 	return r, nil
 }

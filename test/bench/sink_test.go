@@ -144,7 +144,6 @@ func TestSinkConfigOnTheWorkload(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(sinkConfigYAML(topic, migrations)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("EFFECTIVELY_KAFKA_TOPICS", topic)
 	cfg, err := config.Load(cfgPath, nil)
 	if err != nil {
 		t.Fatalf("loading the E-sink config: %v", err)
