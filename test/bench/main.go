@@ -1,18 +1,25 @@
 // Command bench is `make bench`: the throughput, latency and memory benchmark
-// of the worker against three baselines, on the real stack. It prints; it
+// of the worker against four baselines, on the real stack. It prints; it
 // never asserts.
 //
 //   - B1 consume-only: a franz-go group consumer reads the topic, no database.
-//   - B2 database ceiling: pipeline.Applier.ApplyBatch (the worker's exact
-//     transaction SQL) on the same records, partitioned as Kafka did, with
-//     the worker's connection count and batch size, no Kafka.
+//   - B2 database ceiling: pipeline.Applier.ApplyBatch (the worker's whole
+//     pipeline: decoding, handlers, the transaction) on the same records,
+//     partitioned as Kafka did, with the worker's connection count and batch
+//     size, no Kafka.
+//   - B0 database limit: E's statements alone (lock, claim, typed effects,
+//     dispositions, advance), sent from precomputed batches through the
+//     engine's own dedupe functions and handlers.Effects (b0.go).
 //   - B3 naive worker: the real binary with one record per transaction, on
 //     the first naive-events records of the same topic.
 //   - E: the real binary with its defaults.
+//   - E-sink: the real binary as a config-only sink on an upsert-only topic
+//     with re-sends and disorder, checked against the newest version
+//     produced of every key (sink.go).
 //   - replay: after a first pass of E on a schema of its own, `effectively
 //     replay --replay-group` over the same range (every record a duplicate).
 //
-// The runs alternate (B1, B2, B3, E, B1, …) so that a noisy neighbour hurts
+// The runs alternate (B1, B2, B0, B3, E, E-sink, B1, …) so that a noisy neighbour hurts
 // every kind alike; medians are compared. Then, with a caught-up worker, a
 // fixed offered rate measures the end-to-end latency from the worker's own
 // histogram.
