@@ -19,8 +19,8 @@
 //   - replay: after a first pass of E on a schema of its own, `effectively
 //     replay --replay-group` over the same range (every record a duplicate).
 //
-// The runs alternate (B1, B2, B0, B3, E, E-sink, B1, …) so that a noisy neighbour hurts
-// every kind alike; medians are compared. Then, with a caught-up worker, a
+// The runs alternate (B1, B2, B0, B3, E, E-sink, B1, …) so that a noisy
+// neighbour hurts every kind alike; medians are compared. Then, with a caught-up worker, a
 // fixed offered rate measures the end-to-end latency from the worker's own
 // histogram.
 //
