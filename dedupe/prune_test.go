@@ -9,6 +9,7 @@ import (
 
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/test/pgtest"
@@ -17,7 +18,7 @@ import (
 // seedExpired fills every pruned table with rows on both sides of the
 // retention (and rows that must stay whatever their age).
 // prunedTables are the engine's, as the worker prunes them.
-var prunedTables = []dedupe.PrunedTable{dedupe.Claims, deadletter.Pruned, outbox.Pruned, pipeline.ParkedPruned}
+var prunedTables = []dedupe.PrunedTable{dedupe.Claims, deadletter.Pruned, outbox.Pruned, pipeline.ParkedPruned, handlers.TombstonesPruned}
 
 func seedExpired(t *testing.T, db pgtest.DB) {
 	t.Helper()
@@ -49,6 +50,10 @@ func seedExpired(t *testing.T, db pgtest.DB) {
 		 ('p1', 'g', 't', 0, 1, 'a', 'line.added', '{}', 'released', now() - interval '31 days', now() - interval '30 days'),
 		 ('p2', 'g', 't', 0, 2, 'a', 'line.added', '{}', 'dead_lettered', now() - interval '30 days', NULL),
 		 ('p3', 'g', 't', 0, 3, 'a', 'line.added', '{}', 'parked', now() - interval '30 days', NULL)`,
+		// Tombstones of gated deletes: two old ones go, a recent one stays.
+		`INSERT INTO effectively_tombstones (table_name, key, version, deleted_at) VALUES
+		 ('items', '["a"]', 3, now() - interval '30 days'), ('items', '["b"]', 4, now() - interval '20 days'),
+		 ('items', '["c"]', 5, now() - interval '1 day')`,
 	} {
 		_, err := db.Pool.Exec(ctx, q)
 		require.NoError(t, err, q)
@@ -71,13 +76,13 @@ func TestPrunerDeletesOnlyExpiredRowsAndKeepsWatermarks(t *testing.T) {
 
 	dry, err := p.Expired(ctx)
 	require.NoError(t, err)
-	want := map[string]int64{"processed_events": 19, "dead_letters": 1, "outbox": 2, "parked_events": 2}
+	want := map[string]int64{"processed_events": 19, "dead_letters": 1, "outbox": 2, "parked_events": 2, "effectively_tombstones": 2}
 	got := map[string]int64{}
 	for _, tp := range dry.Tables {
 		got[tp.Table] = tp.Rows
 	}
 	require.Equal(t, want, got)
-	require.Equal(t, int64(25+3+4+3), db.Count(t, `SELECT (SELECT count(*) FROM processed_events) + (SELECT count(*) FROM dead_letters) + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM parked_events)`),
+	require.Equal(t, int64(25+3+4+3+3), db.Count(t, `SELECT (SELECT count(*) FROM processed_events) + (SELECT count(*) FROM dead_letters) + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM parked_events) + (SELECT count(*) FROM effectively_tombstones)`),
 		"a dry run deletes nothing")
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM prune_watermarks`))
 
@@ -98,13 +103,14 @@ func TestPrunerDeletesOnlyExpiredRowsAndKeepsWatermarks(t *testing.T) {
 	require.Equal(t, int64(2), db.Count(t, `SELECT count(*) FROM dead_letters WHERE "offset" IN (501, 502)`))
 	require.Equal(t, int64(2), db.Count(t, `SELECT count(*) FROM outbox WHERE event_key IN ('k3', 'k4')`))
 	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM parked_events WHERE event_key = 'p3'`))
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM effectively_tombstones WHERE key = '["c"]'`))
 
 	offsets, err := dedupe.PrunedOffsets(ctx, db.Pool, "t")
 	require.NoError(t, err)
 	require.Equal(t, map[int32]int64{0: 9, 1: 108, 2: 500}, offsets, "the highest pruned origin per partition")
 	marks, err := dedupe.Watermarks(ctx, db.Pool)
 	require.NoError(t, err)
-	require.Len(t, marks, 4)
+	require.Len(t, marks, 5)
 	require.WithinDuration(t, time.Now().Add(-14*24*time.Hour), marks["processed_events"], time.Minute)
 	require.Equal(t, int64(19), db.Count(t, `SELECT rows_pruned FROM prune_watermarks WHERE table_name = 'processed_events'`))
 

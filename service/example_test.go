@@ -23,6 +23,10 @@ var migrations embed.FS // in a real build: //go:embed migrations/*.sql
 func Example() {
 	app := service.New("orders")
 
+	// The tables typed effects write; checked against the database at start-up.
+	orders := app.Table(&handlers.Table{Name: "orders", Key: []string{"id"}, Version: "version", Columns: []string{"customer"}})
+	lines := app.Table(&handlers.Table{Name: "order_lines", Key: []string{"event_key"}, Columns: []string{"order_id", "line"}})
+
 	// Absolute state, version-gated: applied when newer, stale otherwise.
 	app.HandleFunc("order.placed", func(ctx context.Context, fx *handlers.Effects, ev event.Event) error {
 		var o struct {
@@ -33,8 +37,7 @@ func Example() {
 		}
 		body, _ := json.Marshal(map[string]string{"order": ev.Subject})
 		// Recorded with the effect, sent after the commit, with an
-		// idempotency key derived from the event. Send comes before Exec:
-		// a handler must not fail once it has queued a statement. Without
+		// idempotency key derived from the event. Without
 		// targets.warehouse.url it returns ErrTargetOff, which is not
 		// permanent: returned, it would retry the batch for ever.
 		err := fx.Send(handlers.Request{Target: "warehouse", Operation: "warehouse.reserve",
@@ -42,18 +45,14 @@ func Example() {
 		if err != nil && !errors.Is(err, handlers.ErrTargetOff) {
 			return err
 		}
-		fx.Exec(handlers.AppliedOrStale, `
-INSERT INTO orders (id, version, customer) VALUES ($1, $2, $3)
-ON CONFLICT (id) DO UPDATE SET version = excluded.version, customer = excluded.customer
-WHERE orders.version < excluded.version`, ev.Subject, ev.Version, o.Customer)
-		return nil
+		// The batch's upserts of orders are one statement; the newest
+		// version of each order is written.
+		return fx.Upsert(orders, ev.Version, ev.Subject, o.Customer)
 	})
 
 	// Relative facts, one row per event: waits (parked) until its order exists.
 	app.HandleFunc("order.line_added", func(ctx context.Context, fx *handlers.Effects, ev event.Event) error {
-		fx.Exec(nil, `INSERT INTO order_lines (event_key, order_id, line) VALUES ($1, $2, $3)
-ON CONFLICT (event_key) DO NOTHING`, ev.Key, ev.Subject, []byte(ev.Data))
-		return nil
+		return fx.InsertOnce(lines, ev.Key, ev.Subject, string(ev.Data))
 	})
 	app.Require(handlers.Prerequisite{
 		Name:      "order",

@@ -15,6 +15,7 @@ import (
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/pipeline"
 )
@@ -103,7 +104,7 @@ func printPrune(c *CLI, res dedupe.PruneResult) error {
 
 // prunedTables are the tables retention prunes, in order, each by the
 // statements of the package that owns it.
-var prunedTables = []dedupe.PrunedTable{dedupe.Claims, deadletter.Pruned, outbox.Pruned, pipeline.ParkedPruned}
+var prunedTables = []dedupe.PrunedTable{dedupe.Claims, deadletter.Pruned, outbox.Pruned, pipeline.ParkedPruned, handlers.TombstonesPruned}
 
 // newPruner configures the pruner from dedupe.* and outbox.retention.
 func newPruner(pool *pgxpool.Pool, cfg config.Config, log *zap.Logger, pruned func(table string, rows int64)) (*dedupe.Pruner, error) {
@@ -122,7 +123,7 @@ func newPruner(pool *pgxpool.Pool, cfg config.Config, log *zap.Logger, pruned fu
 func prunedRowsMetric(reg prometheus.Registerer) func(table string, rows int64) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "effectively_pruned_rows_total",
-		Help: "Rows the retention pruner deleted, by table (processed_events, dead_letters, outbox, parked_events).",
+		Help: "Rows the retention pruner deleted, by table (processed_events, dead_letters, outbox, parked_events, effectively_tombstones).",
 	}, []string{"table"})
 	for _, t := range prunedTables {
 		c.WithLabelValues(t.Name) // export zeros from the start

@@ -42,7 +42,7 @@ func newColumn(sinkName string, c config.SinkColumn) (*column, error) {
 	case c.Value != "":
 		v, err := convertString(col.typ, c.Value)
 		if err != nil {
-			return nil, fmt.Errorf("sink %s: column %s: the constant %q %v", sinkName, c.Name, c.Value, err)
+			return nil, fmt.Errorf("sink %s: column %s: the constant value %v", sinkName, c.Name, err)
 		}
 		col.constant = v
 	case strings.HasPrefix(c.From, "/"):
@@ -187,29 +187,29 @@ func convertString(typ, s string) (any, error) {
 	case "bigint":
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not an integer that fits 64 bits", event.Excerpt(s))
+			return nil, fmt.Errorf("%s is not an integer that fits 64 bits", event.Excerpt(s))
 		}
 		return n, nil
 	case "numeric":
 		if !numericSyntax.MatchString(s) {
-			return nil, fmt.Errorf("%q is not a number", event.Excerpt(s))
+			return nil, fmt.Errorf("%s is not a number", event.Excerpt(s))
 		}
 		return s, nil
 	case "boolean":
 		b, err := strconv.ParseBool(s)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not true or false", event.Excerpt(s))
+			return nil, fmt.Errorf("%s is not true or false", event.Excerpt(s))
 		}
 		return b, nil
 	case "timestamptz":
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not an RFC 3339 time", event.Excerpt(s))
+			return nil, fmt.Errorf("%s is not an RFC 3339 time", event.Excerpt(s))
 		}
 		return t, nil
 	case "jsonb":
 		if fastjson.Validate(s) != nil {
-			return nil, fmt.Errorf("%q is not JSON", event.Excerpt(s))
+			return nil, fmt.Errorf("%s is not JSON", event.Excerpt(s))
 		}
 		return s, nil
 	}
@@ -229,12 +229,12 @@ func (c *column) limit(v any) (any, error) {
 			return nil, errors.New("contains a NUL character, which PostgreSQL text cannot hold")
 		}
 		if c.uuid && !uuidSyntax.MatchString(v) {
-			return nil, fmt.Errorf("%q is not a UUID", event.Excerpt(v))
+			return nil, fmt.Errorf("%s is not a UUID", event.Excerpt(v))
 		}
 		if c.float && c.typ == "numeric" {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				return nil, fmt.Errorf("%q does not fit a floating-point column", event.Excerpt(v))
+				return nil, fmt.Errorf("%s does not fit a floating-point column", event.Excerpt(v))
 			}
 			return f, nil
 		}

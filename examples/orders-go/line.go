@@ -67,13 +67,15 @@ func invalidLine(format string, args ...any) error {
 	return event.PermanentWithReason(ReasonInvalidLine, fmt.Errorf(format, args...))
 }
 
-// insertLineSQL is the ledger pattern: one row per event key, so a line is
+// linesTable is the ledger pattern: one row per event key, so a line is
 // never written twice (a replay after the claim expired inserts nothing).
-// The order exists: the engine parks lines until it does.
-const insertLineSQL = `
-INSERT INTO order_lines (event_key, order_id, line_id, sku, quantity, unit_price_cents)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (event_key) DO NOTHING`
+// The order exists: the engine parks lines until it does, and writes
+// orders before lines (the foreign key orders the tables).
+var linesTable = &handlers.Table{
+	Name:    "order_lines",
+	Key:     []string{"event_key"},
+	Columns: []string{"order_id", "line_id", "sku", "quantity", "unit_price_cents"},
+}
 
 // handleLine applies order.line_added: a relative fact, one row per event.
 func handleLine(_ context.Context, fx *handlers.Effects, ev event.Event) error {
@@ -81,6 +83,5 @@ func handleLine(_ context.Context, fx *handlers.Effects, ev event.Event) error {
 	if err != nil {
 		return err
 	}
-	fx.Exec(nil, insertLineSQL, ev.Key, ev.Subject, l.ID, l.SKU, l.Quantity, l.UnitPriceCents)
-	return nil
+	return fx.InsertOnce(linesTable, ev.Key, ev.Subject, l.ID, l.SKU, l.Quantity, l.UnitPriceCents)
 }

@@ -12,6 +12,8 @@ func main() {
 	app.HandleFunc(TypeUpdated, handleOrder)
 	app.HandleFunc(TypeCancelled, handleOrder)
 	app.HandleFunc(TypeLineAdded, handleLine)
+	app.Table(ordersTable)
+	app.Table(linesTable)
 	app.Require(orderExists)
 	app.Target(TargetWarehouse, handlers.Idempotent) // honours Idempotency-Key; targets.warehouse.url
 	app.Migrations(migrations())

@@ -79,16 +79,16 @@ func invalidOrder(format string, args ...any) error {
 	return event.PermanentWithReason(ReasonInvalidOrder, fmt.Errorf(format, args...))
 }
 
-// upsertOrderSQL is the version gate: the row changes only when the
-// event's version is newer than the stored one. The WHERE is evaluated on
-// the latest locked row version, so it holds under concurrency too.
-const upsertOrderSQL = `
-INSERT INTO orders (id, version, customer, total_cents, status, updated_at)
-VALUES ($1, $2, $3, $4, $5, now())
-ON CONFLICT (id) DO UPDATE
-SET version = excluded.version, customer = excluded.customer, total_cents = excluded.total_cents,
-    status = excluded.status, updated_at = excluded.updated_at
-WHERE orders.version < excluded.version`
+// ordersTable is the orders' state, written through the version gate:
+// the row changes only when the event's version is newer than the stored
+// one; several versions in one batch resolve as if applied one by one.
+var ordersTable = &handlers.Table{
+	Name:    "orders",
+	Key:     []string{"id"},
+	Version: "version",
+	Columns: []string{"customer", "total_cents", "status"},
+	Touch:   []string{"updated_at"},
+}
 
 // handleOrder applies order.placed, order.updated and order.cancelled: the
 // event's state if it is newer than the stored one (applied), nothing
@@ -100,14 +100,13 @@ func handleOrder(_ context.Context, fx *handlers.Effects, ev event.Event) error 
 		return err
 	}
 	if ev.Type == TypePlaced {
-		// Before Exec: Send may fail, and a handler must not fail after
-		// queueing a statement.
+		// Before the upsert: Send may fail, and a failing handler's
+		// effects are discarded anyway, but there is nothing to discard.
 		if err := reserve(fx, ev, s); err != nil {
 			return err
 		}
 	}
-	fx.Exec(handlers.AppliedOrStale, upsertOrderSQL, ev.Subject, ev.Version, s.Customer, s.TotalCents, s.Status)
-	return nil
+	return fx.Upsert(ordersTable, ev.Version, ev.Subject, s.Customer, s.TotalCents, s.Status)
 }
 
 // orderExists is the prerequisite of order lines: a line waits, parked,
