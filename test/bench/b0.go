@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,6 +84,14 @@ func (b *bench) b0Precompute(data *b2Data) (*b0Data, error) {
 	}
 	size := def.Consumer.BatchMaxRecords
 	out := &b0Data{parts: make([][]b0Batch, len(data.parts))}
+	interned := map[string]string{}
+	intern := func(s string) string {
+		if v, ok := interned[s]; ok {
+			return v
+		}
+		interned[s] = s
+		return s
+	}
 	claimed := map[string]bool{}
 	exists := map[string]bool{} // accounts created by an earlier event
 	for p, recs := range data.parts {
@@ -105,17 +115,20 @@ func (b *bench) b0Precompute(data *b2Data) (*b0Data, error) {
 					continue // a repeat within the batch: settled in memory
 				}
 				inBatch[ev.Key] = true
-				bt.claims = append(bt.claims, dedupe.Claim{
-					Key: ev.Key, Strategy: ev.Strategy, PayloadHash: ev.PayloadHash[:],
-					Type: ev.Type, Subject: ev.Subject, Topic: b.topic, Partition: int32(p), Offset: r.Offset,
-				})
-				if claimed[ev.Key] {
-					bt.taken = append(bt.taken, ev.Key)
+				// Copies, so that a claim does not keep the decoded event
+				// (its data included) alive for the whole benchmark.
+				c := dedupe.Claim{
+					Key: strings.Clone(ev.Key), Strategy: intern(ev.Strategy), PayloadHash: bytes.Clone(ev.PayloadHash[:]),
+					Type: intern(ev.Type), Subject: strings.Clone(ev.Subject), Topic: b.topic, Partition: int32(p), Offset: r.Offset,
+				}
+				bt.claims = append(bt.claims, c)
+				if claimed[c.Key] {
+					bt.taken = append(bt.taken, c.Key)
 					continue
 				}
-				claimed[ev.Key] = true
+				claimed[c.Key] = true
 				bt.newKeys++
-				row := b0Row{key: ev.Key, offset: r.Offset}
+				row := b0Row{key: c.Key, offset: r.Offset}
 				switch ev.Type {
 				case accounts.TypeAccountOpened, accounts.TypeAccountUpdated, accounts.TypeAccountClosed:
 					s, err := accounts.ParseAccount(ev)
@@ -127,8 +140,8 @@ func (b *bench) b0Precompute(data *b2Data) (*b0Data, error) {
 						status = "closed"
 					}
 					row.upsert, row.version = true, ev.Version
-					row.values = []any{ev.Subject, s.Name, s.Email, s.Plan, status}
-					exists[ev.Subject] = true
+					row.values = []any{c.Subject, s.Name, s.Email, intern(s.Plan), status}
+					exists[c.Subject] = true
 				case accounts.TypeLedgerCredited, accounts.TypeLedgerDebited:
 					if !exists[ev.Subject] {
 						// E would park it; B0 has no parking.
@@ -138,7 +151,7 @@ func (b *bench) b0Precompute(data *b2Data) (*b0Data, error) {
 					if err != nil {
 						return nil, fmt.Errorf("b0: %s at %d/%d: %w", ev.Type, r.Partition, r.Offset, err)
 					}
-					row.values = []any{ev.Key, ev.Subject, l.Currency, l.AmountCents, ev.Type}
+					row.values = []any{c.Key, c.Subject, intern(l.Currency), l.AmountCents, c.Type}
 				default:
 					return nil, fmt.Errorf("b0: unexpected event type %s at %d/%d", ev.Type, r.Partition, r.Offset)
 				}

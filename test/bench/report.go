@@ -204,6 +204,9 @@ func (b *bench) measure(ctx context.Context, kind string, data *memData, rep *re
 				return measurement{}, err
 			}
 			data.b0 = d
+			if b.opts.skip["B2"] {
+				data.b2 = nil // B2's records are only needed by B2
+			}
 		}
 		return baseline(b.runB0(ctx, data.b0))
 	case "B3":
