@@ -220,7 +220,7 @@ func (e *Effects) queueTyped(b *pgx.Batch, tables []*resolvedTable) [][]int {
 			}
 			args := make([]any, len(cols))
 			for c := range cols {
-				args[c] = cols[c]
+				args[c] = homogeneous(cols[c])
 			}
 			b.Queue(rt.sql.insert, args...)
 		}
@@ -262,11 +262,11 @@ func (e *Effects) queueGated(b *pgx.Batch, rt *resolvedTable, sql string, groups
 	}
 	args := make([]any, 0, width+3)
 	for _, c := range cols[:nk] {
-		args = append(args, c)
+		args = append(args, homogeneous(c))
 	}
 	args = append(args, versions)
 	for _, c := range cols[nk:] {
-		args = append(args, c)
+		args = append(args, homogeneous(c))
 	}
 	args = append(args, multi)
 	if rt.t.Deletes {
@@ -326,4 +326,33 @@ func columns(width, n int) [][]any {
 		cols[c] = make([]any, n)
 	}
 	return cols
+}
+
+// homogeneous returns a column of values as a typed slice when they are all
+// strings or all int64s (the usual case), which pgx encodes without
+// reflecting on each element; otherwise the values as they are.
+func homogeneous(vals []any) any {
+	switch vals[0].(type) {
+	case string:
+		out := make([]string, len(vals))
+		for i, v := range vals {
+			s, ok := v.(string)
+			if !ok {
+				return vals
+			}
+			out[i] = s
+		}
+		return out
+	case int64:
+		out := make([]int64, len(vals))
+		for i, v := range vals {
+			n, ok := v.(int64)
+			if !ok {
+				return vals
+			}
+			out[i] = n
+		}
+		return out
+	}
+	return vals
 }

@@ -1,6 +1,7 @@
 package accounts
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -48,7 +49,12 @@ func ParseAccount(ev event.Event) (AccountState, error) {
 		if !ok {
 			return AccountState{}, invalidPayload("%s data lacks %s", ev.Type, f.name)
 		}
-		if err := json.Unmarshal(v, f.dst); err != nil || strings.TrimSpace(*f.dst) == "" {
+		if len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
+			*f.dst = string(v[1 : len(v)-1]) // a string without escapes: no second decoder
+		} else if err := json.Unmarshal(v, f.dst); err != nil {
+			return AccountState{}, invalidPayload("%s data.%s must be a non-empty string", ev.Type, f.name)
+		}
+		if strings.TrimSpace(*f.dst) == "" {
 			return AccountState{}, invalidPayload("%s data.%s must be a non-empty string", ev.Type, f.name)
 		}
 	}
