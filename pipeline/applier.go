@@ -181,7 +181,7 @@ func (a *Applier) prefetch(ctx context.Context, items []*item) error {
 			case event.IsPermanent(err):
 				it.deadLetter(err)
 			default:
-				errs <- fmt.Errorf("prefetching %s %s: %w", it.ev.Type, truncateKey(it.ev.Key), err)
+				errs <- consumer.WithRetryCause(consumer.CauseSourceUnavailable, fmt.Errorf("prefetching %s %s: %w", it.ev.Type, truncateKey(it.ev.Key), err))
 			}
 		}()
 	}
