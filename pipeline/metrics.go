@@ -1,15 +1,18 @@
 package pipeline
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics count what became of events.
 type Metrics struct {
-	events      *prometheus.CounterVec
-	deadLetters *prometheus.CounterVec
-	isolated    *prometheus.CounterVec
-	parked      prometheus.Gauge
+	events       *prometheus.CounterVec
+	deadLetters  *prometheus.CounterVec
+	isolated     *prometheus.CounterVec
+	parked       prometheus.Gauge
+	parkedOldest prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -32,7 +35,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "effectively_parked_events",
 		Help: "Events waiting for a prerequisite (as of the last sweep).",
 	})
-	reg.MustRegister(m.events, m.deadLetters, m.isolated, m.parked)
+	m.parkedOldest = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "effectively_parked_oldest_seconds",
+		Help: "Age of the oldest event waiting for a prerequisite, as of the last sweep (0 when none is parked).",
+	})
+	reg.MustRegister(m.events, m.deadLetters, m.isolated, m.parked, m.parkedOldest)
 	return m
 }
 
@@ -51,9 +58,10 @@ func (m *Metrics) record(topic string, r Result) {
 	}
 }
 
-func (m *Metrics) setParked(n int64) {
+func (m *Metrics) setParked(n int64, oldest time.Duration) {
 	if m == nil {
 		return
 	}
 	m.parked.Set(float64(n))
+	m.parkedOldest.Set(oldest.Seconds())
 }

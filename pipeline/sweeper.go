@@ -68,6 +68,8 @@ type SweepResult struct {
 	Retried      int
 	// Parked is the number still parked after the sweep.
 	Parked int64
+	// Oldest is the age of the oldest still parked (0 when none is).
+	Oldest time.Duration
 }
 
 // Run sweeps every Interval until ctx is done. Failures are logged and the
@@ -88,7 +90,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		s.applier.opts.Metrics.setParked(res.Parked)
+		s.applier.opts.Metrics.setParked(res.Parked, res.Oldest)
 		if res.Released+res.DeadLettered > 0 {
 			s.log.Info("swept parked events", zap.Int("released", res.Released), zap.Int("dead_lettered", res.DeadLettered), zap.Int64("parked", res.Parked))
 		}
@@ -197,8 +199,11 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (SweepResult, error) {
 FROM unnest($1::text[], $2::timestamptz[]) AS r(event_key, at) WHERE p.event_key = r.event_key`, retryKeys, retryAt)
 			res.Retried = len(retryKeys)
 		}
-		rec.Queue(`SELECT count(*) FROM parked_events WHERE state = 'parked'`).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&res.Parked)
+		rec.Queue(`SELECT count(*), coalesce(extract(epoch FROM now() - min(parked_at)), 0)::float8 FROM parked_events WHERE state = 'parked'`).QueryRow(func(row pgx.Row) error {
+			var oldest float64
+			err := row.Scan(&res.Parked, &oldest)
+			res.Oldest = time.Duration(oldest * float64(time.Second))
+			return err
 		})
 		if err := tx.SendBatch(ctx, rec).Close(); err != nil {
 			return fmt.Errorf("recording the sweep: %w", err)
