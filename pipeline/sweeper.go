@@ -371,3 +371,37 @@ RETURNING consumer_group, topic, "partition", "offset", event`, f.Resource, f.Ev
 	})
 	return n, err
 }
+
+// ParkedCounts is how many parked events are in each state (parked,
+// released, dead_lettered, dropped), and the age of the oldest still parked.
+type ParkedCounts struct {
+	ByState map[string]int64 `json:"by_state"`
+	// OldestParkedSeconds is 0 when nothing is parked.
+	OldestParkedSeconds float64 `json:"oldest_parked_seconds"`
+}
+
+// CountParked counts the parked events by state, for `effectively status`.
+func CountParked(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}) (ParkedCounts, error) {
+	rows, err := db.Query(ctx, `SELECT state, count(*), coalesce(extract(epoch FROM now() - min(parked_at)), 0)::float8
+FROM parked_events GROUP BY state`)
+	if err != nil {
+		return ParkedCounts{}, fmt.Errorf("counting parked events: %w", err)
+	}
+	out := ParkedCounts{ByState: map[string]int64{}}
+	var state string
+	var n int64
+	var oldest float64
+	_, err = pgx.ForEachRow(rows, []any{&state, &n, &oldest}, func() error {
+		out.ByState[state] = n
+		if state == "parked" {
+			out.OldestParkedSeconds = oldest
+		}
+		return nil
+	})
+	if err != nil {
+		return ParkedCounts{}, fmt.Errorf("counting parked events: %w", err)
+	}
+	return out, nil
+}
