@@ -393,7 +393,7 @@ func Default() Config {
 		Postgres: Postgres{
 			URL: "postgres://effectively:effectively@127.0.0.1:15432/effectively?sslmode=disable",
 		},
-		HTTP: HTTP{Addr: "127.0.0.1:9410", Pprof: HTTPPprofDefault},
+		HTTP:     HTTP{Addr: "127.0.0.1:9410", Pprof: HTTPPprofDefault},
 		Log:      Log{Level: "info", Format: "json"},
 		Shutdown: Shutdown{DrainTimeout: ShutdownDrainTimeoutDefault},
 		Consumer: Consumer{

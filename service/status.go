@@ -53,8 +53,8 @@ type GroupStatus struct {
 	Partitions []StatusPartition `json:"partitions"`
 	// Parked, DeadLetters and Outbox count what waits in PostgreSQL (absent
 	// when it is unreachable).
-	Parked      *pipeline.ParkedCounts  `json:"parked,omitempty"`
-	DeadLetters *deadletter.Counts      `json:"dead_letters,omitempty"`
+	Parked      *pipeline.ParkedCounts `json:"parked,omitempty"`
+	DeadLetters *deadletter.Counts     `json:"dead_letters,omitempty"`
 	Outbox      map[outbox.State]int64 `json:"outbox,omitempty"`
 }
 

@@ -24,9 +24,9 @@ import (
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
+	"github.com/effectively-io/effectively/service"
 	"github.com/effectively-io/effectively/test/kafkatest"
 	"github.com/effectively-io/effectively/test/pgtest"
-	"github.com/effectively-io/effectively/service"
 	"github.com/effectively-io/effectively/test/proctest"
 )
 
