@@ -106,7 +106,9 @@ func (e *ActiveMembersError) Error() string {
 		e.Group, len(e.Members), strings.Join(names, "; "))
 	for _, m := range e.Members {
 		if m.InstanceID != "" {
-			return msg + " (a stopped static member, one with an instance id, stays in the group until kafka.session_timeout expires)"
+			return msg + " (a stopped static member, one with an instance id, stays in the group until kafka.session_timeout expires; " +
+				"to go on now, add --remove-stopped-members to `replay --execute` (removes static members whose admin server refuses connections), " +
+				"or --remove-member ID for one you know is stopped; kafka.leave_on_shutdown: true makes workers leave when they stop)"
 		}
 	}
 	return msg
@@ -130,4 +132,24 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// RemoveStatic removes static members from group by their instance IDs
+// (KIP-345 LeaveGroup), as a stopped member's own leave would: the group
+// forgets them now instead of when their session expires. Only members
+// whose process is known to be gone may be removed: a running one is
+// fenced, loses its partitions mid-batch and rejoins.
+func RemoveStatic(ctx context.Context, adm *kadm.Client, group string, instanceIDs ...string) error {
+	if len(instanceIDs) == 0 {
+		return nil
+	}
+	resps, err := adm.LeaveGroup(ctx, kadm.LeaveGroup(group).InstanceIDs(instanceIDs...).
+		Reason("effectively replay: removing stopped static members"))
+	if err != nil {
+		return fmt.Errorf("removing members %s from group %s: %w", strings.Join(instanceIDs, ", "), group, err)
+	}
+	if err := resps.Error(); err != nil {
+		return fmt.Errorf("removing members %s from group %s: %w", strings.Join(instanceIDs, ", "), group, err)
+	}
+	return nil
 }
