@@ -3,6 +3,8 @@ package service
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +111,33 @@ func TestAppCommands(t *testing.T) {
 
 	_, _, err = run(t, testApp(), "run", "--no-such-flag")
 	require.Equal(t, 2, ExitCode(err))
+}
+
+// Exit codes: 0 ok, 1 a runtime failure, 2 usage (cobra's own errors too),
+// 3 a check that found a problem.
+func TestExitCodes(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"no-such-command"},
+		{"run", "extra-argument"},
+		{"dlq", "show"},
+		{"dlq", "show", "1", "2"},
+		{"status", "--watch", "-1s"},
+		{"version", "--no-such-flag"},
+	} {
+		_, _, err := run(t, testApp(), args...)
+		require.Error(t, err, "%v", args)
+		require.Equal(t, ExitUsage, ExitCode(err), "%v: %v", args, err)
+	}
+	require.Equal(t, ExitOK, ExitCode(nil))
+	require.Equal(t, ExitFailure, ExitCode(errors.New("cannot reach PostgreSQL")))
+	require.Equal(t, ExitCheckFailed, ExitCode(fmt.Errorf("auditing: %w", CheckFailed(errors.New("2 records unaccounted")))))
+	require.Equal(t, ExitUsage, ExitCode(UsageError(errors.New("--expect is required"))))
+
+	// A runtime failure: nothing listens at the database's address.
+	_, _, err := run(t, testApp(), "dlq", "list", "--postgres-url", "postgres://u:p@127.0.0.1:1/db?connect_timeout=2")
+	require.Error(t, err)
+	require.Equal(t, ExitFailure, ExitCode(err), "%v", err)
 
 	// Deleting a topic is asked for; without a terminal it needs --yes, and
 	// nothing is contacted before that.

@@ -122,6 +122,7 @@ transaction commits.`,
 		root.AddCommand(f(c))
 	}
 	nameCommands(root, a.name())
+	usageArgs(root)
 	return root
 }
 
