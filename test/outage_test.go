@@ -114,6 +114,18 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 	exp := r.produce(t, first)
 	w := r.worker(t)
 	r.waitApplied(t, exp.Records, 2*time.Minute)
+	// The standard collectors the dashboard reads (CPU, RSS) and the build.
+	mfs := scrape(t, httpAddr)
+	for _, name := range []string{"process_cpu_seconds_total", "process_resident_memory_bytes", "go_goroutines", "effectively_build_info", "effectively_parked_oldest_seconds"} {
+		require.Contains(t, mfs, name)
+	}
+	build := map[string]string{}
+	for _, l := range mfs["effectively_build_info"].GetMetric()[0].GetLabel() {
+		build[l.GetName()] = l.GetValue()
+	}
+	require.Equal(t, "effectively", build["build"])
+	require.NotEmpty(t, build["version"])
+	require.True(t, strings.HasPrefix(build["go_version"], "go"), build["go_version"])
 
 	stack("down", "pg")
 	down := time.Now()
