@@ -126,6 +126,9 @@ same claim as the worker: nothing applies twice. Progress goes to stderr.`,
 				return err
 			}
 			if id != 0 {
+				// pflag's own deprecation note goes to cobra's flag error
+				// buffer, which nobody prints.
+				fmt.Fprintln(c.stderr, "note: --id is deprecated; name the dead letter as an argument, as dlq show does: dlq redrive ID")
 				ids = append(ids, id)
 			}
 			if len(ids) == 0 && f.Reason == "" && f.Topic == "" && since == 0 {
@@ -181,7 +184,7 @@ same claim as the worker: nothing applies twice. Progress goes to stderr.`,
 		},
 	}
 	redrive.Flags().Int64Var(&id, "id", 0, "the dead letter to redrive")
-	_ = redrive.Flags().MarkDeprecated("id", "name the dead letter as an argument, as dlq show does: dlq redrive ID")
+	_ = redrive.Flags().MarkHidden("id") // deprecated: dlq redrive ID
 	cmd.AddCommand(list, show, redrive)
 	return cmd
 }

@@ -130,3 +130,20 @@ func measureScaleDown(t *testing.T, leave bool) (stall, wait time.Duration) {
 	r.verify(t, exp)
 	return stall, wait
 }
+
+// With kafka.leave_on_shutdown a static member leaves the group by its
+// instance ID when it stops: a rewind is accepted at once, not after the
+// 45 s session timeout.
+func TestLeaveOnShutdownRemovesStaticMember(t *testing.T) {
+	t.Parallel()
+	r := staticRig(t, 2)
+	r.produceAccounts(t, accountIDs("a", 0, 10)...)
+	w := r.startedWorker(t, "EFFECTIVELY_KAFKA_INSTANCE_ID=w0", "EFFECTIVELY_KAFKA_LEAVE_ON_SHUTDOWN=true")
+	r.waitApplied(t, 10, 2*time.Minute)
+	w.signal(t, syscall.SIGTERM)
+	require.Equal(t, 0, w.wait(t, time.Minute))
+	require.Contains(t, w.stderr.String(), "left the group by instance ID")
+	code, out, stderr := r.replay(t, "--from-start")
+	require.Equal(t, 0, code, "the group has no member left: %s", stderr)
+	require.Contains(t, out, "dry run")
+}
