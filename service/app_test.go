@@ -3,6 +3,7 @@ package service
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -145,4 +146,23 @@ func TestExitCodes(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, 2, ExitCode(err))
 	require.Contains(t, err.Error(), "delete topic orders and every record in it; confirm with --yes")
+}
+
+// status reads Kafka and PostgreSQL on their own: when neither answers, it
+// still prints what it has, names both addresses and fixes, and exits 1.
+func TestStatusWithNothingReachable(t *testing.T) {
+	t.Parallel()
+	out, _, err := run(t, testApp(), "status", "--json", "--kafka-brokers", "127.0.0.1:1",
+		"--postgres-url", "postgres://u:p@127.0.0.1:1/db?connect_timeout=2")
+	require.Error(t, err)
+	require.Equal(t, ExitFailure, ExitCode(err))
+	var st GroupStatus
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	require.Contains(t, st.Kafka, "127.0.0.1:1 (kafka.brokers)")
+	require.Contains(t, st.Kafka, "fix:")
+	require.Contains(t, st.Postgres, "cannot reach PostgreSQL at 127.0.0.1:1")
+	require.Contains(t, st.Postgres, "fix:")
+	require.NotContains(t, out, "u:p@", "no password in the output")
+	require.Empty(t, st.Members)
+	require.Nil(t, st.DeadLetters)
 }
