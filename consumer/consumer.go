@@ -294,6 +294,9 @@ func (c *Consumer) Topics(counts map[string]int, checkPartitioner []string) {
 	}
 	c.counts.Store(&snapshot)
 	c.partitioner.Store(newPartitionerCheck(c.log, c.opts.Metrics, checkPartitioner))
+	for _, t := range c.opts.Topics {
+		c.opts.Metrics.initTopic(t)
+	}
 }
 
 // partitionCount is topic's partition count as this member knows it (0 if
@@ -531,6 +534,7 @@ func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[stri
 				go c.partitionsGrew(topic, n, int(p)+1)
 			}
 			w := newPartitionWorker(c, tp)
+			c.opts.Metrics.initPartition(tp)
 			if pos, ok := c.resumed[tp]; ok {
 				w.position.Store(pos)
 			}

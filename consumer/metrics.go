@@ -89,6 +89,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// initTopic exports the topic's counters at zero before their first
+// increment.
+func (m *Metrics) initTopic(topic string) {
+	if m == nil {
+		return
+	}
+	m.records.WithLabelValues(topic)
+	m.mismatches.WithLabelValues(topic)
+	m.commitErrs.WithLabelValues(topic)
+}
+
+// initPartition exports an owned partition's counters at zero.
+func (m *Metrics) initPartition(tp topicPartition) {
+	if m == nil {
+		return
+	}
+	p := strconv.Itoa(int(tp.partition))
+	m.retries.WithLabelValues(tp.topic, p)
+	m.skipped.WithLabelValues(tp.topic, p)
+}
+
 func (m *Metrics) applied(b Batch, took time.Duration) {
 	if m == nil {
 		return

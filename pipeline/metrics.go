@@ -3,6 +3,9 @@ package pipeline
 import (
 	"time"
 
+	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -41,6 +44,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	reg.MustRegister(m.events, m.deadLetters, m.isolated, m.parked, m.parkedOldest)
 	return m
+}
+
+// InitTopic exports topic's counters at zero, for every disposition and
+// every given dead-letter reason, so they exist in a scrape before their
+// first increment: alerts and dashboards can name them, and rate() sees
+// the first dead letter.
+func (m *Metrics) InitTopic(topic string, reasons []event.Reason) {
+	if m == nil {
+		return
+	}
+	for _, d := range []dedupe.Disposition{dedupe.Applied, dedupe.Stale, dedupe.Parked, dedupe.DeadLettered, dedupe.Duplicate} {
+		m.events.WithLabelValues(topic, string(d))
+	}
+	for _, r := range reasons {
+		m.deadLetters.WithLabelValues(topic, string(r))
+	}
+	m.isolated.WithLabelValues(topic)
 }
 
 func (m *Metrics) record(topic string, r Result) {

@@ -65,6 +65,14 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	kmetrics := kprom.NewMetrics("effectively_kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
 	metrics := engineMetrics(reg)
 	metrics.build.WithLabelValues(buildVersion(a.Version), runtime.Version(), a.name()).Set(1)
+	reasons := a.AllReasons()
+	codes := make([]event.Reason, len(reasons))
+	for i, r := range reasons {
+		codes[i] = r.Reason
+	}
+	for _, t := range cfg.Kafka.Topics {
+		metrics.pipeline.InitTopic(t, codes)
+	}
 
 	// The database, then the broker and the topics: their partition counts
 	// size the pool (one connection per partition this member may own).
