@@ -63,6 +63,8 @@ bench-on-stack:
 	$(GO) run ./test/bench $(BENCH_FLAGS)
 	@echo "== static membership: the stall of a SIGKILLed member's partitions, with and without kafka.instance_id"
 	EFFECTIVELY_BENCH_MEMBERSHIP=1 $(GO) test -count=1 -v -run '^TestStaticMembershipStall$$' ./test/ | grep -E '^(scenario|dynamic|static|SIGKILL|[(]stall|--|ok|FAIL|---)'
+	@echo "== static membership: a graceful scale-down's stall and the wait before replay, with and without kafka.leave_on_shutdown"
+	EFFECTIVELY_BENCH_MEMBERSHIP=1 $(GO) test -count=1 -v -run '^TestStaticScaleDownAndReplayWait$$' ./test/ | grep -E '^(scenario|static|2 static|[(]stall|--|ok|FAIL)'
 
 
 ## docs: regenerate docs/reference (CLI, configuration, metrics, dead-letter reasons) from the reference build's code.

@@ -68,6 +68,10 @@ type Options struct {
 	IdleTimeout time.Duration
 	// Logger receives franz-go's warnings.
 	Logger *zap.Logger
+	// ProgressFunc, when set, is called after each chunk with the records
+	// audited so far and the offsets in the range (an upper bound: offsets
+	// have gaps).
+	ProgressFunc func(audited, offsets int64)
 	// ExtraOpts are appended to the franz-go options (TLS, SASL, tests).
 	ExtraOpts []kgo.Opt
 }
@@ -285,10 +289,12 @@ func topicRanges(ctx context.Context, adm *kadm.Client, opts Options) ([]Range, 
 func (a *auditor) read(ctx context.Context, cl *kgo.Client, ranges []Range) error {
 	offsets := map[int32]kgo.Offset{}
 	idx := map[int32]int{}
+	var span int64
 	for i, r := range ranges {
 		idx[r.Partition] = i
 		if r.From < r.To {
 			offsets[r.Partition] = kgo.NewOffset().At(r.From)
+			span += r.To - r.From
 		}
 	}
 	if len(offsets) == 0 {
@@ -343,6 +349,9 @@ func (a *auditor) read(ctx context.Context, cl *kgo.Client, ranges []Range) erro
 				return err
 			}
 			chunk = chunk[:0]
+			if a.opts.ProgressFunc != nil {
+				a.opts.ProgressFunc(a.rep.Records, span)
+			}
 		}
 		if got {
 			lastRecord = time.Now()

@@ -25,6 +25,8 @@ type Config struct {
 	HTTP HTTP `mapstructure:"http"`
 	// Log is the process log.
 	Log Log `mapstructure:"log"`
+	// Shutdown is the graceful stop on SIGTERM/SIGINT.
+	Shutdown Shutdown `mapstructure:"shutdown"`
 	// Consumer is batching and input limits of the partition workers.
 	Consumer Consumer `mapstructure:"consumer"`
 	// Retry is the backoff for transient failures while a partition is paused.
@@ -66,6 +68,13 @@ type Kafka struct {
 	// InstanceID enables static membership (e.g. the pod name), so a restart
 	// within the session timeout does not rebalance. Empty means dynamic.
 	InstanceID string `mapstructure:"instance_id"`
+	// LeaveOnShutdown makes a static member (kafka.instance_id set) leave
+	// the group on SIGTERM, by its instance ID (KIP-345), so that its
+	// partitions move to the other members at once instead of after
+	// kafka.session_timeout. Set it where graceful stops are mostly
+	// removals (autoscaled StatefulSets); a crash still keeps static
+	// membership's no-rebalance restart. A dynamic member always leaves.
+	LeaveOnShutdown bool `mapstructure:"leave_on_shutdown"`
 	// GroupProtocol is "classic" or "consumer" (KIP-848, broker-side assignment).
 	GroupProtocol string `mapstructure:"group_protocol"`
 	// StartOffset is where a partition without a stored offset starts:
@@ -118,7 +127,12 @@ type Postgres struct {
 
 // HTTP configures the health, readiness and metrics server.
 type HTTP struct {
-	// Addr is the listen address, host:port; empty disables the server.
+	// Addr is the admin server's listen address, host:port; empty disables
+	// it. It serves only /healthz, /readyz, /metrics and /status (and
+	// /debug/pprof when http.pprof is on), nothing that changes state. The
+	// default, 127.0.0.1:9410, keeps it on the laptop; in a pod set
+	// 0.0.0.0:<admin port> (the chart uses 0.0.0.0:9090) so probes and
+	// scrapes reach it, on a port that carries nothing else.
 	Addr string `mapstructure:"addr"`
 	// Pprof mounts Go's profiling endpoints (/debug/pprof/) on Addr. They
 	// are unauthenticated: whoever reaches Addr can read goroutine stacks
@@ -126,6 +140,19 @@ type HTTP struct {
 	// on only where Addr is reachable by operators alone; off by default.
 	Pprof bool `mapstructure:"pprof"`
 }
+
+// Shutdown configures the graceful stop.
+type Shutdown struct {
+	// DrainTimeout bounds the wait for in-flight batches to commit after
+	// SIGTERM; past it they are cancelled (rolled back, redone by the next
+	// owner). Keep it well inside the orchestrator's grace period (30 s in
+	// Kubernetes by default): the member must still leave the group and
+	// exit before it is killed.
+	DrainTimeout time.Duration `mapstructure:"drain_timeout"`
+}
+
+// ShutdownDrainTimeoutDefault is the default of shutdown.drain_timeout.
+const ShutdownDrainTimeoutDefault = 20 * time.Second
 
 // Log configures the process logger.
 type Log struct {
@@ -376,8 +403,9 @@ func Default() Config {
 			URL:        "postgres://effectively:effectively@127.0.0.1:15432/effectively?sslmode=disable",
 			Migrations: []string{},
 		},
-		HTTP: HTTP{Addr: "127.0.0.1:9410", Pprof: HTTPPprofDefault},
-		Log:  Log{Level: "info", Format: "json"},
+		HTTP:     HTTP{Addr: "127.0.0.1:9410", Pprof: HTTPPprofDefault},
+		Log:      Log{Level: "info", Format: "json"},
+		Shutdown: Shutdown{DrainTimeout: ShutdownDrainTimeoutDefault},
 		Consumer: Consumer{
 			BatchMaxRecords:  500,
 			BatchLinger:      5 * time.Millisecond,

@@ -290,6 +290,9 @@ func (c Config) validate() []*FieldError {
 			fmt.Sprintf("set consumer.revoke_timeout (%s) well below %s, e.g. %s, or raise kafka.rebalance_timeout", where("consumer.revoke_timeout"), k.RebalanceTimeout, k.RebalanceTimeout/6))
 	}
 
+	v.durationBetween("shutdown.drain_timeout", c.Shutdown.DrainTimeout, time.Second, 10*time.Minute,
+		" (keep it well inside the orchestrator's grace period: Kubernetes' terminationGracePeriodSeconds, 30 s by default)")
+
 	v.positiveDuration("retry.initial", c.Retry.Initial)
 	if c.Retry.Initial > 0 && c.Retry.Max < c.Retry.Initial {
 		v.add("retry.max", c.Retry.Max.String(), fmt.Sprintf("must be at least retry.initial (%s)", c.Retry.Initial),

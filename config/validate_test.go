@@ -143,6 +143,12 @@ func TestValidate(t *testing.T) {
 			want:   []string{`"10ms"`, "must be between 1s and 24h", "EFFECTIVELY_DEDUPE_PRUNE_INTERVAL"},
 		},
 		{
+			name:   "drain timeout zero",
+			mutate: func(c *Config) { c.Shutdown.DrainTimeout = 0 },
+			key:    "shutdown.drain_timeout",
+			want:   []string{"must be between 1s and 10m", "grace period", "EFFECTIVELY_SHUTDOWN_DRAIN_TIMEOUT"},
+		},
+		{
 			name:   "revoke must end inside the rebalance timeout",
 			mutate: func(c *Config) { c.Consumer.RevokeTimeout = time.Minute },
 			key:    "consumer.revoke_timeout",

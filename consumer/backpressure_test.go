@@ -110,16 +110,18 @@ func testSlowPartition(t *testing.T, maxRecords, maxBytes int) {
 	}
 }
 
-// pausedGauge finds effectively_partition_paused{partition=p}.
+// pausedGauge finds effectively_partition_state{partition=p,state="paused"}
+// (backpressure).
 func pausedGauge(t *testing.T, reg *prometheus.Registry, p string) prometheus.Collector {
 	t.Helper()
-	return gaugeCollector{reg: reg, name: "effectively_partition_paused", partition: p}
+	return gaugeCollector{reg: reg, name: "effectively_partition_state", partition: p, state: "paused"}
 }
 
 type gaugeCollector struct {
 	reg       *prometheus.Registry
 	name      string
 	partition string
+	state     string
 }
 
 func (g gaugeCollector) Describe(chan<- *prometheus.Desc) {}
@@ -131,10 +133,13 @@ func (g gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			partition, state := false, g.state == ""
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "partition" && l.GetValue() == g.partition {
-					ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(g.name, "", nil, nil), prometheus.GaugeValue, m.GetGauge().GetValue())
-				}
+				partition = partition || (l.GetName() == "partition" && l.GetValue() == g.partition)
+				state = state || (l.GetName() == "state" && l.GetValue() == g.state)
+			}
+			if partition && state {
+				ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(g.name, "", nil, nil), prometheus.GaugeValue, m.GetGauge().GetValue())
 			}
 		}
 	}

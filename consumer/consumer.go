@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kzap"
@@ -70,8 +71,17 @@ type Options struct {
 	// (> 0); it must end well inside RebalanceTimeout.
 	RevokeTimeout time.Duration
 	// DrainTimeout bounds the graceful shutdown's wait for in-flight batches
-	// (default DrainTimeoutDefault); after it they are cancelled.
+	// (configuration key shutdown.drain_timeout; default
+	// DrainTimeoutDefault); after it they are cancelled.
 	DrainTimeout time.Duration
+	// LeaveOnShutdown makes a static member (InstanceID set) leave the
+	// group when it shuts down, so its partitions move at once instead of
+	// after SessionTimeout (configuration key kafka.leave_on_shutdown). A
+	// dynamic member always leaves.
+	LeaveOnShutdown bool
+	// LagInterval is how often the owned partitions' end offsets are listed
+	// to recompute effectively_consumer_lag (default LagIntervalDefault).
+	LagInterval time.Duration
 	// RetryInitial and RetryMax shape the capped, jittered exponential
 	// backoff between attempts of a failing batch (0 < initial ≤ max).
 	RetryInitial time.Duration
@@ -92,8 +102,14 @@ type Options struct {
 
 // Defaults of the options that are not configuration keys.
 const (
-	// DrainTimeoutDefault bounds a graceful shutdown's wait.
-	DrainTimeoutDefault = 30 * time.Second
+	// DrainTimeoutDefault bounds a graceful shutdown's wait: well inside
+	// Kubernetes' default 30 s grace period, so the member still leaves the
+	// group and exits before it is killed.
+	DrainTimeoutDefault = 20 * time.Second
+	// LagIntervalDefault is how often the lag is recomputed from the
+	// broker's end offsets: a partition that cannot apply (PostgreSQL down,
+	// stopped) shows its lag rising within this long.
+	LagIntervalDefault = 5 * time.Second
 	// MaxBufferedBytesDefault is the per-partition byte bound.
 	MaxBufferedBytesDefault = 8 << 20
 )
@@ -135,6 +151,9 @@ func (o *Options) setDefaults() {
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = DrainTimeoutDefault
 	}
+	if o.LagInterval <= 0 {
+		o.LagInterval = LagIntervalDefault
+	}
 }
 
 // Consumer is one member of the consumer group.
@@ -159,6 +178,11 @@ type Consumer struct {
 	mu      sync.Mutex
 	workers map[topicPartition]*partitionWorker
 	joined  bool // the group assigned us at least once (possibly nothing)
+	// closing is set when Run's context ends: the member is draining.
+	closing bool
+	// resumed are the stored positions adjustOffsets read, for workers
+	// created before or after it ran.
+	resumed map[topicPartition]int64
 	// epochs are the reset epochs of stored positions this member has
 	// logged, so a reassignment does not log the same reset again.
 	epochs map[topicPartition]int64
@@ -188,6 +212,7 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 		workers:    make(map[topicPartition]*partitionWorker),
 		epochs:     make(map[topicPartition]int64),
 		growing:    make(map[string]bool),
+		resumed:    make(map[topicPartition]int64),
 	}
 
 	kopts := []kgo.Opt{
@@ -269,6 +294,9 @@ func (c *Consumer) Topics(counts map[string]int, checkPartitioner []string) {
 	}
 	c.counts.Store(&snapshot)
 	c.partitioner.Store(newPartitionerCheck(c.log, c.opts.Metrics, checkPartitioner))
+	for _, t := range c.opts.Topics {
+		c.opts.Metrics.initTopic(t)
+	}
 }
 
 // partitionCount is topic's partition count as this member knows it (0 if
@@ -318,11 +346,50 @@ func (c *Consumer) Joined() bool {
 	return c.joined
 }
 
+// Closing reports whether the member is shutting down (draining).
+func (c *Consumer) Closing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closing
+}
+
+// Status returns the member's partitions as it sees them, in topic and
+// partition order.
+func (c *Consumer) Status() []PartitionStatus {
+	c.mu.Lock()
+	workers := make([]*partitionWorker, 0, len(c.workers))
+	for _, w := range c.workers {
+		workers = append(workers, w)
+	}
+	c.mu.Unlock()
+	out := make([]PartitionStatus, 0, len(workers))
+	for _, w := range workers {
+		out = append(out, w.status())
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out
+}
+
 // Run polls until ctx is cancelled, then shuts down gracefully: in-flight
 // batches finish (up to DrainTimeout) and commit, and the member leaves the
 // group.
 func (c *Consumer) Run(ctx context.Context) error {
 	defer c.hardCancel()
+	lagCtx, stopLag := context.WithCancel(ctx)
+	lagDone := make(chan struct{})
+	go func() {
+		defer close(lagDone)
+		c.refreshLag(lagCtx)
+	}()
+	defer func() {
+		stopLag()
+		<-lagDone
+	}()
 	maxPoll := 4 * c.opts.BatchMaxRecords
 	for {
 		fetches := c.cl.PollRecords(ctx, maxPoll)
@@ -362,6 +429,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		})
 		c.cl.AllowRebalance()
 	}
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
+	stopLag()
+	<-lagDone
 	c.shutdown()
 	return nil
 }
@@ -403,8 +475,39 @@ func (c *Consumer) shutdown() {
 		}
 	}
 	// Leaving the group runs the revoke callback, which finds the workers
-	// stopped.
+	// stopped. A static member does not leave here (franz-go keeps it in
+	// the group until its session expires, so a restart gets its
+	// partitions back without a rebalance) ...
 	c.cl.CloseAllowingRebalance()
+	// ... unless it is told it is being removed: then it leaves by its
+	// instance ID (KIP-345), from a fresh client, now that the old one no
+	// longer heartbeats (leaving while it still did would make it rejoin).
+	if c.opts.InstanceID != "" && c.opts.LeaveOnShutdown {
+		c.leaveStatic()
+	}
+}
+
+// leaveStatic removes this static member from the group by its instance ID.
+func (c *Consumer) leaveStatic() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	log := c.log.With(zap.String("group", c.opts.Group), zap.String("instance_id", c.opts.InstanceID))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.opts.Brokers...), kgo.DialTimeout(5 * time.Second),
+		kgo.WithLogger(kzap.New(c.opts.Logger.Named("kafka"), kzap.Level(kgo.LogLevelWarn)))}, c.opts.ExtraOpts...)...)
+	if err == nil {
+		defer cl.Close()
+		var resps kadm.LeaveGroupResponses
+		resps, err = kadm.NewClient(cl).LeaveGroup(ctx, kadm.LeaveGroup(c.opts.Group).InstanceIDs(c.opts.InstanceID).
+			Reason("kafka.leave_on_shutdown: the member is being removed"))
+		if err == nil {
+			err = resps.Error()
+		}
+	}
+	if err != nil {
+		log.Warn("leaving the group by instance ID failed; the member's partitions move when kafka.session_timeout expires", zap.Error(err))
+		return
+	}
+	log.Info("left the group by instance ID (kafka.leave_on_shutdown): its partitions move to the other members now")
 }
 
 // Close releases the client when Run was never called.
@@ -431,6 +534,10 @@ func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[stri
 				go c.partitionsGrew(topic, n, int(p)+1)
 			}
 			w := newPartitionWorker(c, tp)
+			c.opts.Metrics.initPartition(tp)
+			if pos, ok := c.resumed[tp]; ok {
+				w.position.Store(pos)
+			}
 			c.workers[tp] = w
 			go w.run()
 			c.log.Info("partition assigned", zap.String("topic", topic), zap.Int32("partition", p))
@@ -514,6 +621,7 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offsets map[string]map[int
 			return offsets, err
 		}
 		c.logResetEpochs(topic, stored)
+		c.noteResumed(topic, stored)
 		for p, pos := range stored {
 			next := pos.Next
 			kafkaAt := parts[p].EpochOffset().Offset
@@ -553,5 +661,19 @@ func (c *Consumer) logResetEpochs(topic string, stored map[int32]Position) {
 		c.epochs[tp] = pos.ResetEpoch
 		c.log.Info("starting from a stored position that `effectively replay --execute` reset",
 			zap.String("topic", topic), zap.Int32("partition", p), zap.Int64("stored_offset", pos.Next), zap.Int64("reset_epoch", pos.ResetEpoch))
+	}
+}
+
+// noteResumed records the stored positions the partitions resume from, for
+// lag before their first batch.
+func (c *Consumer) noteResumed(topic string, stored map[int32]Position) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p, pos := range stored {
+		tp := topicPartition{topic, p}
+		c.resumed[tp] = pos.Next
+		if w := c.workers[tp]; w != nil && w.position.Load() < 0 {
+			w.position.Store(pos.Next)
+		}
 	}
 }

@@ -17,11 +17,10 @@ type Metrics struct {
 	retries    *prometheus.CounterVec
 	rebalances prometheus.Counter
 	assigned   prometheus.Gauge
-	paused     *prometheus.GaugeVec
-	retrying   *prometheus.GaugeVec
+	state      *prometheus.GaugeVec
+	cause      *prometheus.GaugeVec
 	lag        *prometheus.GaugeVec
 	mismatches *prometheus.CounterVec
-	stopped    *prometheus.GaugeVec
 	skipped    *prometheus.CounterVec
 	commitErrs *prometheus.CounterVec
 }
@@ -61,27 +60,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "effectively_assigned_partitions",
 			Help: "Partitions this member owns.",
 		}),
-		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "effectively_partition_paused",
-			Help: "1 while a partition's fetching is paused (backpressure or retry).",
-		}, []string{"topic", "partition"}),
-		retrying: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "effectively_partition_retrying",
-			Help: "1 while a partition retries a failing batch.",
-		}, []string{"topic", "partition"}),
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "effectively_partition_state",
+			Help: "1 for an owned partition's current state, 0 for the others: running, paused (backpressure: its queue is full), retrying (a transient fault, see effectively_partition_retry_cause), stopped (its position is outside its log).",
+		}, []string{"topic", "partition", "state"}),
+		cause: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "effectively_partition_retry_cause",
+			Help: "1 for the cause of a retrying partition's failures (postgres_unavailable, postgres_timeout, source_unavailable, kafka, other), 0 for the others and while it does not retry.",
+		}, []string{"topic", "partition", "cause"}),
 	}
 	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "effectively_consumer_lag",
-		Help: "Records between a partition's high watermark (at the last fetch) and its applied position.",
+		Help: "Records between an owned partition's end (its last stable offset, listed every 5 s, or the high watermark of the last fetch if larger) and the position applied to PostgreSQL; it keeps rising while the partition cannot apply.",
 	}, []string{"topic", "partition"})
 	m.mismatches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "effectively_partitioner_mismatches_total",
 		Help: "Records whose partition is not murmur2 of their key (a producer uses another partitioner).",
 	}, []string{"topic"})
-	m.stopped = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "effectively_partition_stopped",
-		Help: "1 while a partition is stopped because its position is outside its log (records deleted unprocessed, or the topic recreated).",
-	}, []string{"topic", "partition"})
 	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "effectively_offsets_skipped_total",
 		Help: "Offsets deleted before the group processed them and skipped under kafka.offset_out_of_range: log-start.",
@@ -90,8 +85,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "effectively_kafka_commit_failures_total",
 		Help: "Kafka offset commits that failed after the batch committed to PostgreSQL (harmless: PostgreSQL holds the position; Kafka's lag reads high until the next commit).",
 	}, []string{"topic"})
-	reg.MustRegister(m.commitErrs, m.stopped, m.skipped, m.mismatches, m.lag, m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.paused, m.retrying)
+	reg.MustRegister(m.commitErrs, m.skipped, m.mismatches, m.lag, m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.state, m.cause)
 	return m
+}
+
+// initTopic exports the topic's counters at zero before their first
+// increment.
+func (m *Metrics) initTopic(topic string) {
+	if m == nil {
+		return
+	}
+	m.records.WithLabelValues(topic)
+	m.mismatches.WithLabelValues(topic)
+	m.commitErrs.WithLabelValues(topic)
+}
+
+// initPartition exports an owned partition's counters at zero.
+func (m *Metrics) initPartition(tp topicPartition) {
+	if m == nil {
+		return
+	}
+	p := strconv.Itoa(int(tp.partition))
+	m.retries.WithLabelValues(tp.topic, p)
+	m.skipped.WithLabelValues(tp.topic, p)
 }
 
 func (m *Metrics) applied(b Batch, took time.Duration) {
@@ -129,18 +145,20 @@ func (m *Metrics) setAssigned(n int) {
 	m.assigned.Set(float64(n))
 }
 
-func (m *Metrics) setPaused(tp topicPartition, v bool) {
+// setState sets the partition's state series (1 for state, 0 for the
+// others) and its retry cause series (1 for cause, 0 for the others; all 0
+// when cause is empty).
+func (m *Metrics) setState(tp topicPartition, state, cause string) {
 	if m == nil {
 		return
 	}
-	m.paused.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(b2f(v))
-}
-
-func (m *Metrics) setRetrying(tp topicPartition, v bool) {
-	if m == nil {
-		return
+	p := strconv.Itoa(int(tp.partition))
+	for _, s := range States {
+		m.state.WithLabelValues(tp.topic, p, s).Set(b2f(s == state))
 	}
-	m.retrying.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(b2f(v))
+	for _, c := range Causes {
+		m.cause.WithLabelValues(tp.topic, p, c).Set(b2f(c == cause))
+	}
 }
 
 func b2f(v bool) float64 {
@@ -163,8 +181,9 @@ func (m *Metrics) forget(tp topicPartition) {
 		return
 	}
 	p := strconv.Itoa(int(tp.partition))
-	for _, v := range []*prometheus.GaugeVec{m.lag, m.paused, m.retrying, m.stopped} {
-		v.DeleteLabelValues(tp.topic, p)
+	m.lag.DeleteLabelValues(tp.topic, p)
+	for _, v := range []*prometheus.GaugeVec{m.state, m.cause} {
+		v.DeletePartialMatch(prometheus.Labels{"topic": tp.topic, "partition": p})
 	}
 }
 
@@ -180,13 +199,6 @@ func (m *Metrics) commitFailed(topic string) {
 		return
 	}
 	m.commitErrs.WithLabelValues(topic).Inc()
-}
-
-func (m *Metrics) setStopped(tp topicPartition, v bool) {
-	if m == nil {
-		return
-	}
-	m.stopped.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(b2f(v))
 }
 
 func (m *Metrics) skippedOffsets(tp topicPartition, n int64) {

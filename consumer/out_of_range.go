@@ -25,7 +25,7 @@ const (
 // deleted and recreated). Either way franz-go has stopped fetching it
 // (ConsumeResetOffset is a NoResetOffset). Nothing is lost silently: the
 // partition stays stopped, with an error in the log and
-// effectively_partition_stopped set, until an operator decides, unless the
+// effectively_partition_state{state="stopped"} set, until an operator decides, unless the
 // records were deleted and the policy is log-start. The partition stays
 // assigned to this member, so no other member takes it and skips ahead.
 func (c *Consumer) outOfRange(ctx context.Context, topic string, partition int32) {
@@ -40,8 +40,10 @@ func (c *Consumer) outOfRange(ctx context.Context, topic string, partition int32
 	defer cancel()
 	pos, start, end, err := c.positionAndBounds(ctx, tp, w.fetched.Load())
 	log := w.log.With(zap.Int64("position", pos), zap.Int64("log_start_offset", start), zap.Int64("end_offset", end))
+	var why string
 	switch {
 	case err != nil:
+		why = "position outside the log; its bounds could not be read: " + err.Error()
 		log = w.log.With(zap.Error(err))
 		log.Error("the partition's position is outside its log, and its bounds could not be read; stopping the partition. " +
 			"Check the topic with kafka-topics.sh / `effectively replay --dry-run`, then restart the worker")
@@ -53,11 +55,13 @@ func (c *Consumer) outOfRange(ctx context.Context, topic string, partition int32
 		c.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: {partition: {Epoch: -1, Offset: start}}})
 		return
 	case pos < start:
+		why = fmt.Sprintf("records deleted unprocessed (position %d below the log start %d); fix: kafka.offset_out_of_range: log-start accepts the loss", pos, start)
 		log.Error("records were deleted before this group processed them (retention or DeleteRecords): the partition is stopped "+
 			"and applies nothing until you decide. To accept the loss and resume at the log start, restart the workers with "+
 			"kafka.offset_out_of_range: log-start (env EFFECTIVELY_KAFKA_OFFSET_OUT_OF_RANGE=log-start); to keep the records next time, raise the topic's retention.ms "+
 			"above the group's worst lag", zap.Int64("offsets_deleted", start-pos))
 	case pos > end:
+		why = fmt.Sprintf("position %d past the log end %d (topic recreated?); fix: effectively replay --topic %s --from-start", pos, end, topic)
 		log.Error("the partition's position is past the end of its log: the topic was probably deleted and recreated. " +
 			"The partition is stopped and applies nothing until you decide. To consume the new log from its start (already " +
 			"claimed events stay duplicates), stop the workers and run `effectively replay --topic " + topic + " --from-start` " +
@@ -69,8 +73,7 @@ func (c *Consumer) outOfRange(ctx context.Context, topic string, partition int32
 		c.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: {partition: {Epoch: -1, Offset: pos}}})
 		return
 	}
-	w.stopped.Store(true)
-	c.opts.Metrics.setStopped(tp, true)
+	w.stop(why)
 }
 
 // positionAndBounds returns where the partition stands (after the last

@@ -26,8 +26,13 @@ type partitionWorker struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	// hwm is the partition's high watermark at the last fetch, for lag.
-	hwm atomic.Int64
+	// hwm is the partition's high watermark at the last fetch; end is its
+	// last stable offset at the last lag refresh (-1: not yet read);
+	// position is the offset after the last record applied, or the stored
+	// position the partition resumed from (-1: not yet known).
+	hwm      atomic.Int64
+	end      atomic.Int64
+	position atomic.Int64
 	// fetched is the offset after the last record the poll loop pushed (0
 	// before the first); stopped is set when the partition's position is
 	// outside its log and it was stopped.
@@ -40,12 +45,19 @@ type partitionWorker struct {
 	paused   bool
 	retrying bool
 	stopping bool
+	// state is what effectively_partition_state shows, since when; cause,
+	// lastErr and attempts describe the retry or the stop.
+	state    string
+	since    time.Time
+	cause    string
+	lastErr  string
+	attempts int
 	wake     chan struct{} // capacity 1: records arrived or stop requested
 }
 
 func newPartitionWorker(c *Consumer, tp topicPartition) *partitionWorker {
 	ctx, cancel := context.WithCancel(c.hardCtx)
-	return &partitionWorker{
+	w := &partitionWorker{
 		c:      c,
 		tp:     tp,
 		log:    c.log.With(zap.String("topic", tp.topic), zap.Int32("partition", tp.partition)),
@@ -54,6 +66,72 @@ func newPartitionWorker(c *Consumer, tp topicPartition) *partitionWorker {
 		done:   make(chan struct{}),
 		wake:   make(chan struct{}, 1),
 	}
+	w.end.Store(-1)
+	w.position.Store(-1)
+	w.mu.Lock()
+	w.refreshStateLocked()
+	w.mu.Unlock()
+	return w
+}
+
+// refreshStateLocked derives the partition's state from its flags and
+// publishes a change: stopped wins over retrying, retrying over a
+// backpressure pause.
+func (w *partitionWorker) refreshStateLocked() {
+	state := StateRunning
+	switch {
+	case w.stopped.Load():
+		state = StateStopped
+	case w.retrying:
+		state = StateRetrying
+	case w.paused:
+		state = StatePaused
+	}
+	cause := ""
+	if state == StateRetrying {
+		cause = w.cause
+	}
+	if state != w.state {
+		w.since = time.Now()
+	}
+	w.state = state
+	w.c.opts.Metrics.setState(w.tp, state, cause)
+}
+
+// status is the partition as this member sees it.
+func (w *partitionWorker) status() PartitionStatus {
+	w.mu.Lock()
+	st := PartitionStatus{Topic: w.tp.topic, Partition: w.tp.partition, State: w.state, Since: w.since, Position: w.position.Load(), EndOffset: w.end.Load(), Lag: -1}
+	switch w.state {
+	case StateRetrying:
+		st.Cause, st.Error, st.Attempts = w.cause, w.lastErr, w.attempts
+	case StateStopped:
+		st.Error = w.lastErr
+	}
+	w.mu.Unlock()
+	if st.Position >= 0 && st.EndOffset >= 0 {
+		st.Lag = max(st.EndOffset-st.Position, 0)
+	}
+	return st
+}
+
+// stop marks the partition stopped (its position is outside its log).
+func (w *partitionWorker) stop(why string) {
+	w.stopped.Store(true)
+	w.mu.Lock()
+	w.lastErr = why
+	w.refreshStateLocked()
+	w.mu.Unlock()
+}
+
+// updateLag publishes the partition's lag from its position and the larger
+// of the end offset last listed and the high watermark last fetched.
+func (w *partitionWorker) updateLag() {
+	pos, end, hwm := w.position.Load(), w.end.Load(), w.hwm.Load()
+	if pos < 0 || (end < 0 && hwm == 0) {
+		return
+	}
+	w.c.opts.Metrics.setLag(w.tp, max(end, hwm)-pos)
 }
 
 func (w *partitionWorker) signal() {
@@ -103,7 +181,7 @@ func (w *partitionWorker) updatePauseLocked() {
 	} else {
 		w.c.cl.ResumeFetchPartitions(tps)
 	}
-	w.c.opts.Metrics.setPaused(w.tp, want)
+	w.refreshStateLocked()
 }
 
 func (w *partitionWorker) run() {
@@ -189,32 +267,34 @@ func (w *partitionWorker) apply(b Batch) bool {
 		attempt++
 		err := w.c.applier.Apply(w.ctx, b)
 		if err != nil && w.ctx.Err() == nil {
+			cause := RetryCause(err)
 			w.c.opts.Metrics.retried(w.tp)
 			w.log.Warn("applying batch failed; retrying with backoff while the partition is paused",
 				zap.Int64("first_offset", b.Records[0].Offset), zap.Int("records", len(b.Records)),
-				zap.Int("attempt", attempt), zap.Error(err))
-			w.setRetrying(true)
+				zap.Int("attempt", attempt), zap.String("cause", cause), zap.Error(err))
+			w.setRetrying(true, cause, err.Error(), attempt)
 		}
 		return err
 	})
-	w.setRetrying(false)
+	w.setRetrying(false, "", "", 0)
 	if err != nil {
 		return false
 	}
 	w.c.opts.Metrics.applied(b, time.Since(start))
-	w.c.opts.Metrics.setLag(w.tp, w.hwm.Load()-b.NextOffset())
+	w.position.Store(b.NextOffset())
+	w.updateLag()
 	return true
 }
 
-func (w *partitionWorker) setRetrying(v bool) {
+func (w *partitionWorker) setRetrying(v bool, cause, lastErr string, attempts int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.retrying == v {
+	if w.retrying == v && w.cause == cause && w.attempts == attempts {
 		return
 	}
-	w.retrying = v
+	w.retrying, w.cause, w.lastErr, w.attempts = v, cause, lastErr, attempts
 	w.updatePauseLocked()
-	w.c.opts.Metrics.setRetrying(w.tp, v)
+	w.refreshStateLocked()
 }
 
 // commit commits the batch's next offset to Kafka, after the database

@@ -137,3 +137,43 @@ func StillDead(ctx context.Context, tx pgx.Tx, id int64, reason, msg string) err
 func QueueResolved(b *pgx.Batch, id int64, resolution string) {
 	b.Queue(`UPDATE dead_letters SET resolved_at = now(), resolution = $2, attempts = attempts + 1, last_seen_at = now() WHERE id = $1`, id, resolution)
 }
+
+// Counts is how many dead letters there are, by state and by reason.
+type Counts struct {
+	// Unresolved are waiting for an operator (not yet redriven).
+	Unresolved int64 `json:"unresolved"`
+	// Resolved were redriven (applied, stale, parked or duplicate).
+	Resolved int64 `json:"resolved"`
+	// Unpublished are not yet copied to their dead-letter topic.
+	Unpublished int64 `json:"unpublished"`
+	// UnresolvedByReason splits Unresolved by reason.
+	UnresolvedByReason map[string]int64 `json:"unresolved_by_reason"`
+}
+
+// Count counts the dead letters, for `effectively status`.
+func Count(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}) (Counts, error) {
+	rows, err := db.Query(ctx, `SELECT reason, count(*) FILTER (WHERE resolved_at IS NULL), count(*) FILTER (WHERE resolved_at IS NOT NULL),
+       count(*) FILTER (WHERE published_at IS NULL)
+FROM dead_letters GROUP BY reason`)
+	if err != nil {
+		return Counts{}, fmt.Errorf("counting dead letters: %w", err)
+	}
+	out := Counts{UnresolvedByReason: map[string]int64{}}
+	var reason string
+	var unresolved, resolved, unpublished int64
+	_, err = pgx.ForEachRow(rows, []any{&reason, &unresolved, &resolved, &unpublished}, func() error {
+		out.Unresolved += unresolved
+		out.Resolved += resolved
+		out.Unpublished += unpublished
+		if unresolved > 0 {
+			out.UnresolvedByReason[reason] = unresolved
+		}
+		return nil
+	})
+	if err != nil {
+		return Counts{}, fmt.Errorf("counting dead letters: %w", err)
+	}
+	return out, nil
+}

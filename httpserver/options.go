@@ -1,6 +1,9 @@
 package httpserver
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Defaults of [Options]: a zero field takes its default.
 const (
@@ -34,6 +37,9 @@ type Options struct {
 	// Pprof mounts Go's profiling endpoints under /debug/pprof/ (config key
 	// http.pprof). They are unauthenticated.
 	Pprof bool
+	// Status, when set, is served as JSON at /status: the worker's own view
+	// of its partitions, for `effectively status`.
+	Status func(ctx context.Context) any
 	// ReadHeaderTimeout bounds reading a request's headers; 0 means
 	// [ReadHeaderTimeoutDefault].
 	ReadHeaderTimeout time.Duration

@@ -45,7 +45,7 @@ func (r *readiness) get(ctx context.Context) (bool, map[string]string) {
 	for _, c := range r.checks {
 		if err := c.Func(ctx); err != nil {
 			status[c.Name] = err.Error()
-			ready = false
+			ready = ready && c.Advisory
 		} else {
 			status[c.Name] = "ok"
 		}

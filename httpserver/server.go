@@ -1,8 +1,10 @@
 // Package httpserver serves the worker's operational endpoints: /metrics
-// (Prometheus), /healthz (the process is alive), /readyz (the worker can do
-// its job: database reachable, group joined, no partition retrying; checked
-// at most once a second) and, when [Options.Pprof] turns it on,
-// /debug/pprof (Go profiles, unauthenticated).
+// (Prometheus), /healthz (the process is alive), /readyz (the worker is a
+// working member: checked at most once a second; advisory checks are
+// reported without making it unready), /status (the worker's own view of
+// its partitions, JSON, when [Options.Status] is set) and, when
+// [Options.Pprof] turns it on, /debug/pprof (Go profiles,
+// unauthenticated). Nothing it serves changes the worker's state.
 package httpserver
 
 import (
@@ -27,6 +29,9 @@ type Check struct {
 	Name string
 	// Func returns nil when ready.
 	Func func(ctx context.Context) error
+	// Advisory checks are reported in /readyz's body but do not make the
+	// worker unready (a database blip must not take every pod out at once).
+	Advisory bool
 }
 
 // Server is the HTTP server.
@@ -74,6 +79,12 @@ func New(addr string, gatherer prometheus.Gatherer, checks []Check, log *zap.Log
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": ok, "checks": status})
 	}))
+	if opts.Status != nil {
+		route("GET /status", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(opts.Status(r.Context()))
+		}))
+	}
 	return &Server{
 		srv: &http.Server{
 			Handler:           mux,

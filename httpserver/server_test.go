@@ -175,3 +175,35 @@ func TestReadinessDetachedFromProbe(t *testing.T) {
 	ok, status := r.get(ctx)
 	require.True(t, ok, "%v", status)
 }
+
+// An advisory check's failure is reported but leaves the worker ready; a
+// required one's makes it unready.
+func TestReadyzAdvisoryChecks(t *testing.T) {
+	t.Parallel()
+	down := errors.New("postgres down")
+	s := newServer(t, []Check{
+		{Name: "group", Func: func(context.Context) error { return nil }},
+		{Name: "postgres", Advisory: true, Func: func(context.Context) error { return down }},
+	}, Options{})
+	rec := get(s, "/readyz")
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.JSONEq(t, `{"ready":true,"checks":{"group":"ok","postgres":"postgres down"}}`, rec.Body.String())
+
+	s = newServer(t, []Check{
+		{Name: "group", Func: func(context.Context) error { return errors.New("not yet joined") }},
+		{Name: "postgres", Advisory: true, Func: func(context.Context) error { return nil }},
+	}, Options{})
+	rec = get(s, "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	require.JSONEq(t, `{"ready":false,"checks":{"group":"not yet joined","postgres":"ok"}}`, rec.Body.String())
+}
+
+// /status serves the Status function's answer as JSON, and only when set.
+func TestStatusRoute(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, http.StatusNotFound, get(newServer(t, nil, Options{}), "/status").Code)
+	s := newServer(t, nil, Options{Status: func(context.Context) any { return map[string]int{"partitions": 3} }})
+	rec := get(s, "/status")
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.JSONEq(t, `{"partitions":3}`, rec.Body.String())
+}

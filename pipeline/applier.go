@@ -113,6 +113,8 @@ type Result struct {
 	// Released counts parked events (of this batch or earlier ones) that
 	// their prerequisite's arrival in this batch released, by outcome.
 	Released map[dedupe.Disposition]int
+	// Letters are the batch's own records that were dead-lettered.
+	Letters []LetterRef
 }
 
 // Apply implements consumer.Applier.
@@ -147,6 +149,7 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 		return res, err
 	}
 	a.opts.Metrics.record(b.Topic, res)
+	a.logLetters(res.Letters)
 	return res, nil
 }
 
@@ -181,7 +184,7 @@ func (a *Applier) prefetch(ctx context.Context, items []*item) error {
 			case event.IsPermanent(err):
 				it.deadLetter(err)
 			default:
-				errs <- fmt.Errorf("prefetching %s %s: %w", it.ev.Type, truncateKey(it.ev.Key), err)
+				errs <- consumer.WithRetryCause(consumer.CauseSourceUnavailable, fmt.Errorf("prefetching %s %s: %w", it.ev.Type, truncateKey(it.ev.Key), err))
 			}
 		}()
 	}
@@ -300,6 +303,7 @@ func (a *Applier) apply(ctx context.Context, tx pgx.Tx, b consumer.Batch, items 
 		if it.disposition == dedupe.DeadLettered {
 			res.DeadLetters[it.reason]++
 			deadletter.Queue(rec, a.letter(b, it))
+			res.Letters = append(res.Letters, LetterRef{Topic: b.Topic, Partition: b.Partition, Offset: it.rec.Offset, EventKey: it.ev.Key, Reason: it.reason})
 		}
 	}
 	dedupe.QueueDispositions(rec, keys, disps)

@@ -1,15 +1,21 @@
 package pipeline
 
 import (
+	"time"
+
+	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/event"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics count what became of events.
 type Metrics struct {
-	events      *prometheus.CounterVec
-	deadLetters *prometheus.CounterVec
-	isolated    *prometheus.CounterVec
-	parked      prometheus.Gauge
+	events       *prometheus.CounterVec
+	deadLetters  *prometheus.CounterVec
+	isolated     *prometheus.CounterVec
+	parked       prometheus.Gauge
+	parkedOldest prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -32,8 +38,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "effectively_parked_events",
 		Help: "Events waiting for a prerequisite (as of the last sweep).",
 	})
-	reg.MustRegister(m.events, m.deadLetters, m.isolated, m.parked)
+	m.parkedOldest = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "effectively_parked_oldest_seconds",
+		Help: "Age of the oldest event waiting for a prerequisite, as of the last sweep (0 when none is parked).",
+	})
+	reg.MustRegister(m.events, m.deadLetters, m.isolated, m.parked, m.parkedOldest)
 	return m
+}
+
+// InitTopic exports topic's counters at zero, for every disposition and
+// every given dead-letter reason, so they exist in a scrape before their
+// first increment: alerts and dashboards can name them, and rate() sees
+// the first dead letter.
+func (m *Metrics) InitTopic(topic string, reasons []event.Reason) {
+	if m == nil {
+		return
+	}
+	for _, d := range []dedupe.Disposition{dedupe.Applied, dedupe.Stale, dedupe.Parked, dedupe.DeadLettered, dedupe.Duplicate} {
+		m.events.WithLabelValues(topic, string(d))
+	}
+	for _, r := range reasons {
+		m.deadLetters.WithLabelValues(topic, string(r))
+	}
+	m.isolated.WithLabelValues(topic)
 }
 
 func (m *Metrics) record(topic string, r Result) {
@@ -51,9 +78,10 @@ func (m *Metrics) record(topic string, r Result) {
 	}
 }
 
-func (m *Metrics) setParked(n int64) {
+func (m *Metrics) setParked(n int64, oldest time.Duration) {
 	if m == nil {
 		return
 	}
 	m.parked.Set(float64(n))
+	m.parkedOldest.Set(oldest.Seconds())
 }

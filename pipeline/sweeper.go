@@ -68,6 +68,8 @@ type SweepResult struct {
 	Retried      int
 	// Parked is the number still parked after the sweep.
 	Parked int64
+	// Oldest is the age of the oldest still parked (0 when none is).
+	Oldest time.Duration
 }
 
 // Run sweeps every Interval until ctx is done. Failures are logged and the
@@ -88,7 +90,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		s.applier.opts.Metrics.setParked(res.Parked)
+		s.applier.opts.Metrics.setParked(res.Parked, res.Oldest)
 		if res.Released+res.DeadLettered > 0 {
 			s.log.Info("swept parked events", zap.Int("released", res.Released), zap.Int("dead_lettered", res.DeadLettered), zap.Int64("parked", res.Parked))
 		}
@@ -197,8 +199,11 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (SweepResult, error) {
 FROM unnest($1::text[], $2::timestamptz[]) AS r(event_key, at) WHERE p.event_key = r.event_key`, retryKeys, retryAt)
 			res.Retried = len(retryKeys)
 		}
-		rec.Queue(`SELECT count(*) FROM parked_events WHERE state = 'parked'`).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&res.Parked)
+		rec.Queue(`SELECT count(*), coalesce(extract(epoch FROM now() - min(parked_at)), 0)::float8 FROM parked_events WHERE state = 'parked'`).QueryRow(func(row pgx.Row) error {
+			var oldest float64
+			err := row.Scan(&res.Parked, &oldest)
+			res.Oldest = time.Duration(oldest * float64(time.Second))
+			return err
 		})
 		if err := tx.SendBatch(ctx, rec).Close(); err != nil {
 			return fmt.Errorf("recording the sweep: %w", err)
@@ -365,4 +370,38 @@ RETURNING consumer_group, topic, "partition", "offset", event`, f.Resource, f.Ev
 		return tx.SendBatch(ctx, rec).Close()
 	})
 	return n, err
+}
+
+// ParkedCounts is how many parked events are in each state (parked,
+// released, dead_lettered, dropped), and the age of the oldest still parked.
+type ParkedCounts struct {
+	ByState map[string]int64 `json:"by_state"`
+	// OldestParkedSeconds is 0 when nothing is parked.
+	OldestParkedSeconds float64 `json:"oldest_parked_seconds"`
+}
+
+// CountParked counts the parked events by state, for `effectively status`.
+func CountParked(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}) (ParkedCounts, error) {
+	rows, err := db.Query(ctx, `SELECT state, count(*), coalesce(extract(epoch FROM now() - min(parked_at)), 0)::float8
+FROM parked_events GROUP BY state`)
+	if err != nil {
+		return ParkedCounts{}, fmt.Errorf("counting parked events: %w", err)
+	}
+	out := ParkedCounts{ByState: map[string]int64{}}
+	var state string
+	var n int64
+	var oldest float64
+	_, err = pgx.ForEachRow(rows, []any{&state, &n, &oldest}, func() error {
+		out.ByState[state] = n
+		if state == "parked" {
+			out.OldestParkedSeconds = oldest
+		}
+		return nil
+	})
+	if err != nil {
+		return ParkedCounts{}, fmt.Errorf("counting parked events: %w", err)
+	}
+	return out, nil
 }

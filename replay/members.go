@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -17,6 +18,8 @@ type Member struct {
 	ClientID   string `json:"client_id"`
 	Host       string `json:"host"`
 	InstanceID string `json:"instance_id,omitempty"`
+	// Partitions are the member's assigned partitions, by topic.
+	Partitions map[string][]int32 `json:"partitions,omitempty"`
 }
 
 func (m Member) String() string {
@@ -40,7 +43,13 @@ func ActiveMembers(ctx context.Context, adm *kadm.Client, group string) ([]Membe
 		switch {
 		case g.Err == nil:
 			for _, m := range g.Members {
-				out = append(out, Member{MemberID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, InstanceID: deref(m.InstanceID)})
+				mem := Member{MemberID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, InstanceID: deref(m.InstanceID)}
+				if a, ok := m.Assigned.AsConsumer(); ok {
+					for _, t := range a.Topics {
+						mem.assign(t.Topic, t.Partitions...)
+					}
+				}
+				out = append(out, mem)
 			}
 		case !notFound(g.Err):
 			return nil, fmt.Errorf("describing group %s: %w", group, g.Err)
@@ -54,7 +63,9 @@ func ActiveMembers(ctx context.Context, adm *kadm.Client, group string) ([]Membe
 		switch {
 		case g.Err == nil:
 			for _, m := range g.Members {
-				out = append(out, Member{MemberID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, InstanceID: deref(m.InstanceID)})
+				mem := Member{MemberID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, InstanceID: deref(m.InstanceID)}
+				m.Assignment.Each(func(t string, p int32) { mem.assign(t, p) })
+				out = append(out, mem)
 			}
 		case !notFound(g.Err):
 			return nil, fmt.Errorf("describing consumer group %s: %w", group, g.Err)
@@ -62,6 +73,17 @@ func ActiveMembers(ctx context.Context, adm *kadm.Client, group string) ([]Membe
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].MemberID < out[j].MemberID })
 	return out, nil
+}
+
+func (m *Member) assign(topic string, ps ...int32) {
+	if len(ps) == 0 {
+		return
+	}
+	if m.Partitions == nil {
+		m.Partitions = map[string][]int32{}
+	}
+	m.Partitions[topic] = append(m.Partitions[topic], ps...)
+	slices.Sort(m.Partitions[topic])
 }
 
 // notFound: the group does not exist, or not under that protocol.
@@ -84,7 +106,9 @@ func (e *ActiveMembersError) Error() string {
 		e.Group, len(e.Members), strings.Join(names, "; "))
 	for _, m := range e.Members {
 		if m.InstanceID != "" {
-			return msg + " (a stopped static member, one with an instance id, stays in the group until kafka.session_timeout expires)"
+			return msg + " (a stopped static member, one with an instance id, stays in the group until kafka.session_timeout expires; " +
+				"to go on now, add --remove-stopped-members to `replay --execute` (removes static members whose admin server refuses connections), " +
+				"or --remove-member ID for one you know is stopped; kafka.leave_on_shutdown: true makes workers leave when they stop)"
 		}
 	}
 	return msg
@@ -108,4 +132,24 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// RemoveStatic removes static members from group by their instance IDs
+// (KIP-345 LeaveGroup), as a stopped member's own leave would: the group
+// forgets them now instead of when their session expires. Only members
+// whose process is known to be gone may be removed: a running one is
+// fenced, loses its partitions mid-batch and rejoins.
+func RemoveStatic(ctx context.Context, adm *kadm.Client, group string, instanceIDs ...string) error {
+	if len(instanceIDs) == 0 {
+		return nil
+	}
+	resps, err := adm.LeaveGroup(ctx, kadm.LeaveGroup(group).InstanceIDs(instanceIDs...).
+		Reason("effectively replay: removing stopped static members"))
+	if err != nil {
+		return fmt.Errorf("removing members %s from group %s: %w", strings.Join(instanceIDs, ", "), group, err)
+	}
+	if err := resps.Error(); err != nil {
+		return fmt.Errorf("removing members %s from group %s: %w", strings.Join(instanceIDs, ", "), group, err)
+	}
+	return nil
 }

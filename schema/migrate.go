@@ -77,21 +77,21 @@ func (s Set) validate() error {
 // SetResult reports what Migrate did to one set.
 type SetResult struct {
 	// Name is the set's name; "effectively" for the engine's.
-	Name string
+	Name string `json:"name"`
 	// Applied lists the versions this call applied; empty when another
 	// replica had already applied them.
-	Applied []int64
+	Applied []int64 `json:"applied"`
 	// Version is the set's version after the call.
-	Version int64
+	Version int64 `json:"version"`
 }
 
 // Result reports what Migrate did.
 type Result struct {
 	// Schema is the PostgreSQL schema migrated (the first entry of the
 	// connection's search_path).
-	Schema string
+	Schema string `json:"schema"`
 	// Sets are the engine's migrations, then each team set, in order.
-	Sets []SetResult
+	Sets []SetResult `json:"sets"`
 }
 
 // Migrate applies every pending migration to the database at url: the

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -128,7 +129,39 @@ func (a *App) Main() {
 func (a *App) Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root := a.rootCmd(stdout, stderr)
 	root.SetArgs(args)
-	return root.ExecuteContext(ctx)
+	err := root.ExecuteContext(ctx)
+	if err != nil && isCobraUsage(err) {
+		return usageError{err: err}
+	}
+	return err
+}
+
+// isCobraUsage recognises the errors cobra returns for a command line it
+// cannot parse before any command runs (an unknown command, a missing
+// required flag); flag and argument errors are marked where they arise.
+func isCobraUsage(err error) bool {
+	var ue usageError
+	if errors.As(err, &ue) {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "unknown command ") || strings.HasPrefix(msg, "required flag(s) ")
+}
+
+// usageArgs wraps every command's argument validator so that its errors
+// are usage errors (exit code 2).
+func usageArgs(cmd *cobra.Command) {
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(cmd *cobra.Command, a []string) error {
+			if err := args(cmd, a); err != nil {
+				return usageError{err: fmt.Errorf("%w; see '%s --help'", err, cmd.CommandPath())}
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		usageArgs(sub)
+	}
 }
 
 func (a *App) name() string {
@@ -148,13 +181,43 @@ func (e usageError) Unwrap() error { return e.err }
 // process exits with code 2.
 func UsageError(err error) error { return usageError{err: err} }
 
-// ExitCode maps an error to the process exit code: 2 for usage and
-// configuration errors, 1 for everything else.
+// checkFailedError marks a check that ran and found a problem (exit code 3).
+type checkFailedError struct{ err error }
+
+func (e checkFailedError) Error() string { return e.err.Error() }
+func (e checkFailedError) Unwrap() error { return e.err }
+
+// CheckFailed marks err as the finding of a check that ran to the end
+// (`audit` found unaccounted records, `verify` a difference): the process
+// exits with code 3, apart from 1 (it could not run: a connection refused).
+func CheckFailed(err error) error { return checkFailedError{err: err} }
+
+// Exit codes.
+const (
+	// ExitOK: done.
+	ExitOK = 0
+	// ExitFailure: a runtime failure (a service unreachable, a query failed).
+	ExitFailure = 1
+	// ExitUsage: the command line or the configuration is wrong.
+	ExitUsage = 2
+	// ExitCheckFailed: a check ran and found a problem (audit, verify).
+	ExitCheckFailed = 3
+)
+
+// ExitCode maps an error to the process exit code: 0 for nil, 2 for usage
+// and configuration errors, 3 for a check's findings ([CheckFailed]), 1 for
+// everything else.
 func ExitCode(err error) int {
 	var ue usageError
 	var fe *config.FieldError
-	if errors.As(err, &ue) || errors.As(err, &fe) {
-		return 2
+	var ce checkFailedError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ue) || errors.As(err, &fe):
+		return ExitUsage
+	case errors.As(err, &ce):
+		return ExitCheckFailed
 	}
-	return 1
+	return ExitFailure
 }

@@ -3,6 +3,9 @@ package service
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +112,33 @@ func TestAppCommands(t *testing.T) {
 
 	_, _, err = run(t, testApp(), "run", "--no-such-flag")
 	require.Equal(t, 2, ExitCode(err))
+}
+
+// Exit codes: 0 ok, 1 a runtime failure, 2 usage (cobra's own errors too),
+// 3 a check that found a problem.
+func TestExitCodes(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"no-such-command"},
+		{"run", "extra-argument"},
+		{"dlq", "show"},
+		{"dlq", "show", "1", "2"},
+		{"status", "--watch", "-1s"},
+		{"version", "--no-such-flag"},
+	} {
+		_, _, err := run(t, testApp(), args...)
+		require.Error(t, err, "%v", args)
+		require.Equal(t, ExitUsage, ExitCode(err), "%v: %v", args, err)
+	}
+	require.Equal(t, ExitOK, ExitCode(nil))
+	require.Equal(t, ExitFailure, ExitCode(errors.New("cannot reach PostgreSQL")))
+	require.Equal(t, ExitCheckFailed, ExitCode(fmt.Errorf("auditing: %w", CheckFailed(errors.New("2 records unaccounted")))))
+	require.Equal(t, ExitUsage, ExitCode(UsageError(errors.New("--expect is required"))))
+
+	// A runtime failure: nothing listens at the database's address.
+	_, _, err := run(t, testApp(), "dlq", "list", "--postgres-url", "postgres://u:p@127.0.0.1:1/db?connect_timeout=2")
+	require.Error(t, err)
+	require.Equal(t, ExitFailure, ExitCode(err), "%v", err)
 
 	// Deleting a topic is asked for; without a terminal it needs --yes, and
 	// nothing is contacted before that.
@@ -116,4 +146,23 @@ func TestAppCommands(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, 2, ExitCode(err))
 	require.Contains(t, err.Error(), "delete topic orders and every record in it; confirm with --yes")
+}
+
+// status reads Kafka and PostgreSQL on their own: when neither answers, it
+// still prints what it has, names both addresses and fixes, and exits 1.
+func TestStatusWithNothingReachable(t *testing.T) {
+	t.Parallel()
+	out, _, err := run(t, testApp(), "status", "--json", "--kafka-brokers", "127.0.0.1:1",
+		"--postgres-url", "postgres://u:p@127.0.0.1:1/db?connect_timeout=2")
+	require.Error(t, err)
+	require.Equal(t, ExitFailure, ExitCode(err))
+	var st GroupStatus
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	require.Contains(t, st.Kafka, "127.0.0.1:1 (kafka.brokers)")
+	require.Contains(t, st.Kafka, "fix:")
+	require.Contains(t, st.Postgres, "cannot reach PostgreSQL at 127.0.0.1:1")
+	require.Contains(t, st.Postgres, "fix:")
+	require.NotContains(t, out, "u:p@", "no password in the output")
+	require.Empty(t, st.Members)
+	require.Nil(t, st.DeadLetters)
 }

@@ -24,7 +24,7 @@ func newAuditCmd(c *CLI) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "audit --topic T [--from-time RFC3339] [--to-time RFC3339] [--group G]",
-		Short: "Explain every record of a topic range: applied, stale, parked, dead-lettered, duplicate, pruned — or unaccounted (exit 1)",
+		Short: "Explain every record of a topic range: applied, stale, parked, dead-lettered, duplicate, pruned — or unaccounted (exit 3)",
 		Long: `audit reads a topic range from Kafka (read_committed, no consumer group) and
 finds what became of each record in PostgreSQL:
 
@@ -34,7 +34,7 @@ finds what became of each record in PostgreSQL:
   pruned                  no claim or dead letter left, and the record is at or
                           below the pruner's watermark (retention expired them)
   not_processed           at or beyond the group's stored position (not a failure)
-  unaccounted             anything else: listed, and the exit code is 1
+  unaccounted             anything else: listed, and the exit code is 3
 
 Records are decoded with the worker's decoder for the topic (its topics:
 settings), so keys are derived exactly as the worker derives them.`,
@@ -70,6 +70,7 @@ settings), so keys are derived exactly as the worker derives them.`,
 			}
 
 			var rep audit.Report
+			var prog *progress
 			err = c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) (err error) {
 				kopts, err := broker.ClientOpts(c.cfg.Kafka, c.log.Named("kafka"))
 				if err != nil {
@@ -79,7 +80,16 @@ settings), so keys are derived exactly as the worker derives them.`,
 					Brokers: c.cfg.Kafka.Brokers, Topic: topic, Group: group, ExtraOpts: kopts,
 					From: fromT, To: toT, Decoder: decoders[topic], MaxListed: maxListed,
 					Logger: c.log.Named("audit"),
+					ProgressFunc: func(audited, offsets int64) {
+						if prog == nil {
+							prog = newProgress(c.stderr, "auditing "+topic+" records", offsets)
+						}
+						prog.set(audited)
+					},
 				})
+				if prog != nil {
+					prog.done()
+				}
 				return err
 			})
 			if err != nil {
@@ -93,7 +103,7 @@ settings), so keys are derived exactly as the worker derives them.`,
 				return err
 			}
 			if !rep.Clean() {
-				return fmt.Errorf("%d of %d records of %s are unaccounted for (listed above); look them up with `%s dlq list --topic %s` and in processed_events", rep.Counts[audit.Unaccounted], rep.Records, topic, c.app.name(), topic)
+				return CheckFailed(fmt.Errorf("%d of %d records of %s are unaccounted for (listed above); look them up with `%s dlq list --topic %s` and in processed_events", rep.Counts[audit.Unaccounted], rep.Records, topic, c.app.name(), topic))
 			}
 			return nil
 		},

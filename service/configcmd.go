@@ -2,10 +2,12 @@ package service
 
 import (
 	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
 )
 
 func newConfigCmd(c *CLI) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "config",
 		Short: "Print the effective configuration (secrets redacted)",
 		Long: `Print the configuration the other commands would use, after flags,
@@ -17,8 +19,18 @@ merged and validated. Passwords are redacted.`,
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				// The same keys as the YAML (the configuration keys), as JSON.
+				var v any
+				if err := yaml.Unmarshal(out, &v); err != nil {
+					return err
+				}
+				return c.PrintJSON(v)
+			}
 			_, err = c.stdout.Write(out)
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (the same keys)")
+	return cmd
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -111,12 +112,27 @@ claim, so nothing applies twice.`,
 	}
 	var id int64
 	redrive := &cobra.Command{
-		Use:   "redrive [--id N | filters]",
+		Use:   "redrive [ID...] [filters]",
 		Short: "Re-apply dead letters after a fix, through the same claim (nothing applies twice)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if id == 0 && f.Reason == "" && f.Topic == "" && since == 0 {
-				return usageError{fmt.Errorf("dlq redrive needs --id, or a filter (--reason, --topic, --since) to redrive many")}
+		Long: `Re-apply the dead letters named by ID (as 'dlq list' and 'dlq show ID' name them),
+or every unresolved one a filter selects (--reason, --topic, --since), through the
+same claim as the worker: nothing applies twice. Progress goes to stderr.`,
+		Example: `  effectively dlq redrive 42
+  effectively dlq redrive 42 43 44
+  effectively dlq redrive --reason handler_error --since 24h`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			if id != 0 {
+				// pflag's own deprecation note goes to cobra's flag error
+				// buffer, which nobody prints.
+				fmt.Fprintln(c.stderr, "note: --id is deprecated; name the dead letter as an argument, as dlq show does: dlq redrive ID")
+				ids = append(ids, id)
+			}
+			if len(ids) == 0 && f.Reason == "" && f.Topic == "" && since == 0 {
+				return usageError{fmt.Errorf("dlq redrive needs IDs, or a filter (--reason, --topic, --since) to redrive many")}
 			}
 			decoders, err := newDecoders(c.cfg, c.log)
 			if err != nil {
@@ -125,19 +141,18 @@ claim, so nothing applies twice.`,
 			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				applier := pipeline.NewApplier(pool, pipeline.Options{Decoders: decoders, Handlers: &c.app.Registry, Env: c.app.env(c.cfg), Logger: c.log.Named("redrive"),
 					MaxParkedPerResource: c.cfg.Parking.MaxPerResource})
-				ids := []int64{id}
-				if id == 0 {
+				if len(ids) == 0 {
 					fl := filter()
 					fl.Unresolved = true
 					ds, err := deadletter.List(ctx, pool, fl)
 					if err != nil {
 						return err
 					}
-					ids = ids[:0]
 					for _, d := range ds {
 						ids = append(ids, d.ID)
 					}
 				}
+				progress := newProgress(c.stderr, "redriving dead letters", int64(len(ids)))
 				var results []pipeline.RedriveResult
 				for _, id := range ids {
 					res, err := applier.Redrive(ctx, id)
@@ -145,7 +160,9 @@ claim, so nothing applies twice.`,
 						res = pipeline.RedriveResult{ID: id, Error: err.Error()}
 					}
 					results = append(results, res)
+					progress.add(1)
 				}
+				progress.done()
 				if asJSON {
 					return c.PrintJSON(results)
 				}
@@ -167,6 +184,7 @@ claim, so nothing applies twice.`,
 		},
 	}
 	redrive.Flags().Int64Var(&id, "id", 0, "the dead letter to redrive")
+	_ = redrive.Flags().MarkHidden("id") // deprecated: dlq redrive ID
 	cmd.AddCommand(list, show, redrive)
 	return cmd
 }
@@ -196,4 +214,17 @@ func oneLine(s string, n int) string {
 		return string(b[:n]) + "…"
 	}
 	return string(b)
+}
+
+// parseIDs reads dead letter or intent IDs given as arguments.
+func parseIDs(args []string) ([]int64, error) {
+	ids := make([]int64, 0, len(args))
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, usageError{fmt.Errorf("%q is not an ID (a positive integer, as 'dlq list' shows it)", a)}
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }

@@ -260,6 +260,7 @@ type workerMetrics struct {
 	pipeline *pipeline.Metrics
 	outbox   *outbox.Metrics
 	pruned   func(table string, rows int64)
+	build    *prometheus.GaugeVec
 }
 
 // engineMetrics registers every metric family of the engine on reg.
@@ -269,7 +270,19 @@ func engineMetrics(reg prometheus.Registerer) workerMetrics {
 		pipeline: pipeline.NewMetrics(reg),
 		outbox:   outbox.NewMetrics(reg),
 		pruned:   prunedRowsMetric(reg),
+		build:    buildInfoMetric(reg),
 	}
+}
+
+// buildInfoMetric is effectively_build_info, set to 1 with the running
+// build's labels.
+func buildInfoMetric(reg prometheus.Registerer) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "effectively_build_info",
+		Help: "1, labelled with the build: version (the App's Version or the VCS revision), go_version, build (the name given to service.New).",
+	}, []string{"version", "go_version", "build"})
+	reg.MustRegister(g)
+	return g
 }
 
 // kafkaClientMetrics are franz-go's client metrics as kprom registers them

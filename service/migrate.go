@@ -12,6 +12,7 @@ import (
 
 func newMigrateCmd(c *CLI) *cobra.Command {
 	var timeout time.Duration
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply pending schema migrations (idempotent, safe from several replicas at once)",
@@ -27,6 +28,9 @@ func newMigrateCmd(c *CLI) *cobra.Command {
 			if err != nil {
 				return explainMigratePrivilege(c.cfg.Postgres.URL, err)
 			}
+			if asJSON {
+				return c.PrintJSON(res)
+			}
 			for _, s := range res.Sets {
 				if len(s.Applied) == 0 {
 					fmt.Fprintf(c.stdout, "schema %s: %s migrations up to date at version %d\n", res.Schema, s.Name, s.Version)
@@ -37,6 +41,7 @@ func newMigrateCmd(c *CLI) *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long (waiting for another replica's migration included)")
 	return cmd
 }

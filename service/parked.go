@@ -25,6 +25,7 @@ them past parking.max_age or parking.max_attempts.`,
 	}
 	cmd.PersistentFlags().StringVar(&f.Resource, "resource", "", "only this resource (e.g. an order ID)")
 	cmd.PersistentFlags().StringVar(&f.EventKey, "event-key", "", "only this event key")
+	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	list := &cobra.Command{
 		Use:   "list",
@@ -54,7 +55,6 @@ them past parking.max_age or parking.max_attempts.`,
 			})
 		},
 	}
-	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	list.Flags().IntVar(&f.Limit, "limit", 1000, "at most this many")
 
 	release := &cobra.Command{
@@ -66,6 +66,11 @@ them past parking.max_age or parking.max_attempts.`,
 				n, err := pipeline.RetryNow(ctx, pool, f)
 				if err != nil {
 					return err
+				}
+				if asJSON {
+					return c.PrintJSON(struct {
+						Due int64 `json:"due"`
+					}{n})
 				}
 				fmt.Fprintf(c.stdout, "%d parked events are due now; a running worker's sweeper releases those whose prerequisite exists\n", n)
 				return nil
@@ -85,6 +90,11 @@ them past parking.max_age or parking.max_attempts.`,
 				n, err := pipeline.DropParked(ctx, pool, f, why)
 				if err != nil {
 					return err
+				}
+				if asJSON {
+					return c.PrintJSON(struct {
+						DeadLettered int `json:"dead_lettered"`
+					}{n})
 				}
 				fmt.Fprintf(c.stdout, "%d parked events dead-lettered (reason dropped)\n", n)
 				return nil

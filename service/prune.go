@@ -56,10 +56,12 @@ While a worker's pruner is in the middle of a pass, prune waits for it.`,
 // prune runs one pass (or counts, dry), waiting while another pruner holds
 // the lock.
 func prune(ctx context.Context, c *CLI, pool *pgxpool.Pool, dry bool) (dedupe.PruneResult, error) {
-	p, err := newPruner(pool, c.cfg, c.log, nil)
+	prog := newProgress(c.stderr, "pruning: rows deleted", 0)
+	p, err := newPruner(pool, c.cfg, c.log, func(_ string, rows int64) { prog.add(rows) })
 	if err != nil {
 		return dedupe.PruneResult{}, err
 	}
+	defer prog.done()
 	if dry {
 		return p.Expired(ctx)
 	}

@@ -39,6 +39,10 @@ type replayFlags struct {
 	asJSON           bool
 	replayGroup      string
 	progressInterval time.Duration
+	// removeMembers are static members the operator states are stopped;
+	// removeStopped removes those whose admin server refuses connections.
+	removeMembers []string
+	removeStopped bool
 }
 
 // from checks that exactly one start is given and returns it.
@@ -141,6 +145,8 @@ and side-effect intents unique per (event, operation), so nothing fires twice.`,
 	fl.StringVar(&f.replayGroup, "replay-group", "", "replay the range under this group (not the workers' group) through the worker's pipeline, then exit")
 	fl.StringVar(&f.toTime, "to-time", "", "bounded replay: stop before the first record at or after this RFC 3339 time (default: the end of each partition at the start)")
 	fl.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "bounded replay: how often to print a progress line when stdout is not a terminal")
+	fl.StringSliceVar(&f.removeMembers, "remove-member", nil, "rewind with --execute: first remove this static member (its kafka.instance_id), which you know is stopped, instead of waiting out its session; refused if its admin server answers (repeatable)")
+	fl.BoolVar(&f.removeStopped, "remove-stopped-members", false, "rewind with --execute: first remove every static member whose admin server (its host, the port of http.addr) refuses connections: its process is gone")
 	return cmd
 }
 
@@ -198,6 +204,11 @@ func (r *replayer) close() {
 
 // rewind plans and (with --execute) carries out the rewind of f.group.
 func (r *replayer) rewind(ctx context.Context, f *replayFlags, from replay.From) error {
+	if (len(f.removeMembers) > 0 || f.removeStopped) && f.execute {
+		if err := r.removeStopped(ctx, f); err != nil {
+			return err
+		}
+	}
 	if err := replay.RequireNoMembers(ctx, r.adm, f.group); err != nil {
 		return err
 	}

@@ -113,6 +113,7 @@ transaction commits.`,
 		newPruneCmd(c),
 		newAuditCmd(c),
 		newReplayCmd(c),
+		newStatusCmd(c),
 		newConfigCmd(c),
 		newVersionCmd(c),
 		newGenDocsCmd(c),
@@ -121,6 +122,7 @@ transaction commits.`,
 		root.AddCommand(f(c))
 	}
 	nameCommands(root, a.name())
+	usageArgs(root)
 	return root
 }
 

@@ -2,8 +2,8 @@ package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -47,6 +47,9 @@ func newRunCmd(c *CLI) *cobra.Command {
 // runWorker wires the worker: database pool, consumer group member, HTTP
 // endpoints. It returns when ctx is cancelled and everything has drained.
 func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate bool) error {
+	// Every line of a worker says whose it is: which group, which member,
+	// which build.
+	log = log.With(zap.String("group", cfg.Kafka.Group), zap.String("instance_id", cfg.Kafka.InstanceID), zap.String("version", buildVersion(a.Version)))
 	warnPostgresTLS(log, cfg.Postgres.URL)
 	if migrate {
 		if err := checkPostgres(ctx, cfg.Postgres.URL); err != nil {
@@ -61,6 +64,15 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	kmetrics := kprom.NewMetrics("effectively_kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
 	metrics := engineMetrics(reg)
+	metrics.build.WithLabelValues(buildVersion(a.Version), runtime.Version(), a.name()).Set(1)
+	reasons := a.AllReasons()
+	codes := make([]event.Reason, len(reasons))
+	for i, r := range reasons {
+		codes[i] = r.Reason
+	}
+	for _, t := range cfg.Kafka.Topics {
+		metrics.pipeline.InitTopic(t, codes)
+	}
 
 	// The database, then the broker and the topics: their partition counts
 	// size the pool (one connection per partition this member may own).
@@ -119,24 +131,12 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 
 	var srv *httpserver.Server
 	if cfg.HTTP.Addr != "" {
-		srv, err = httpserver.New(cfg.HTTP.Addr, reg, []httpserver.Check{
-			{Name: "postgres", Func: func(ctx context.Context) error { return pool.Ping(ctx) }},
-			{Name: "group", Func: func(context.Context) error {
-				if !cons.Joined() {
-					return errors.New("not yet joined the consumer group")
-				}
-				return nil
-			}},
-			{Name: "partitions", Func: func(context.Context) error {
-				if ps := cons.Retrying(); len(ps) > 0 {
-					return fmt.Errorf("degraded: partitions %v are retrying a transient fault (paused)", ps)
-				}
-				if ps := cons.Stopped(); len(ps) > 0 {
-					return fmt.Errorf("degraded: partitions %v are stopped: their position is outside the log (see the worker's log)", ps)
-				}
-				return nil
-			}},
-		}, log.Named("http"), httpserver.Options{Pprof: cfg.HTTP.Pprof})
+		srv, err = httpserver.New(cfg.HTTP.Addr, reg, readinessChecks(pool, cons), log.Named("http"), httpserver.Options{
+			Pprof: cfg.HTTP.Pprof,
+			Status: func(ctx context.Context) any {
+				return a.workerStatus(ctx, cfg, pool, cons)
+			},
+		})
 		if err != nil {
 			cons.Close()
 			return fmt.Errorf("http.addr %s: %w; fix: free the port or set http.addr / %s", cfg.HTTP.Addr, err, config.EnvName("http.addr"))
@@ -324,6 +324,8 @@ func consumerOptions(cfg config.Config, log *zap.Logger, m *consumer.Metrics, km
 		BatchMaxRecords:        cfg.Consumer.BatchMaxRecords,
 		BatchLinger:            cfg.Consumer.BatchLinger,
 		RevokeTimeout:          cfg.Consumer.RevokeTimeout,
+		DrainTimeout:           cfg.Shutdown.DrainTimeout,
+		LeaveOnShutdown:        k.LeaveOnShutdown,
 		RetryInitial:           cfg.Retry.Initial,
 		RetryMax:               cfg.Retry.Max,
 		Logger:                 log.Named("consumer"),

@@ -38,14 +38,26 @@ func buildVersion(version string) string {
 }
 
 func newVersionCmd(c *CLI) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:         "version",
 		Short:       "Print the version",
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{"config": "none"},
 		RunE: func(*cobra.Command, []string) error {
+			if asJSON {
+				return c.PrintJSON(struct {
+					Build     string `json:"build"`
+					Version   string `json:"version"`
+					GoVersion string `json:"go_version"`
+					OS        string `json:"os"`
+					Arch      string `json:"arch"`
+				}{c.app.name(), buildVersion(c.app.Version), runtime.Version(), runtime.GOOS, runtime.GOARCH})
+			}
 			_, err := fmt.Fprintf(c.stdout, "%s %s (%s, %s/%s)\n", c.app.name(), buildVersion(c.app.Version), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }

@@ -101,7 +101,7 @@ func TestAuditAccountsForEveryRecordAndFindsWhatIsMissing(t *testing.T) {
 	require.NoError(t, r.db.Pool.QueryRow(ctx, `DELETE FROM dead_letters WHERE reason = 'not_json' RETURNING "partition", "offset"`).Scan(&lostDL.p, &lostDL.o))
 
 	code, rep = r.runAudit(t)
-	require.Equal(t, 1, code, "unaccounted records fail the audit")
+	require.Equal(t, 3, code, "unaccounted records fail the audit: exit 3, a finding")
 	require.GreaterOrEqual(t, rep.Counts[audit.Unaccounted], int64(2))
 	require.Equal(t, int64(records), rep.Counts[audit.Applied]+rep.Counts[audit.Stale]+rep.Counts[audit.Duplicate]+rep.Counts[audit.DeadLettered]+rep.Counts[audit.Unaccounted])
 	require.Len(t, rep.Unaccounted, int(rep.Counts[audit.Unaccounted]))
@@ -121,7 +121,7 @@ func TestAuditAccountsForEveryRecordAndFindsWhatIsMissing(t *testing.T) {
 	}
 	require.True(t, foundClaim && foundDL, "both sabotaged records are listed: %+v", rep.Unaccounted)
 	code, stdout, stderr := runCmd(t, r.env, "audit", "--topic", r.topic)
-	require.Equal(t, 1, code)
+	require.Equal(t, 3, code)
 	require.Contains(t, stdout, fmt.Sprintf("%s/%d@%d key=poison-1: does not decode (not_json) and has no dead letter", r.topic, lostDL.p, lostDL.o))
 	require.Contains(t, stderr, "are unaccounted for")
 
@@ -156,7 +156,7 @@ func TestAuditAccountsForEveryRecordAndFindsWhatIsMissing(t *testing.T) {
 		wantUnaccounted = 0
 	}
 	require.Equal(t, wantUnaccounted, rep.Counts[audit.Unaccounted], "%+v", rep.Unaccounted)
-	require.Equal(t, int(wantUnaccounted), code)
+	require.Equal(t, int(wantUnaccounted)*3, code, "exit 3: the audit found unaccounted records")
 	require.Equal(t, int64(records), rep.Counts[audit.Applied]+rep.Counts[audit.Stale]+rep.Counts[audit.Duplicate]+rep.Counts[audit.DeadLettered]+rep.Counts[audit.Pruned]+rep.Counts[audit.Unaccounted])
 
 	// Records the group has not reached yet are reported apart, and are
@@ -171,5 +171,5 @@ func TestAuditAccountsForEveryRecordAndFindsWhatIsMissing(t *testing.T) {
 	require.Equal(t, int64(records+len(late)), rep.Records)
 	require.Equal(t, int64(len(late)), rep.Counts[audit.NotProcessed])
 	require.Equal(t, wantUnaccounted, rep.Counts[audit.Unaccounted])
-	require.Equal(t, int(wantUnaccounted), code)
+	require.Equal(t, int(wantUnaccounted)*3, code, "exit 3: the audit found unaccounted records")
 }

@@ -142,6 +142,30 @@ func TestBadInputCatalogue(t *testing.T) {
 	}
 	w.signal(t, syscall.SIGTERM)
 	require.Equal(t, 0, w.wait(t, time.Minute))
+	// One log line per dead letter: reason, event id and origin, never the
+	// payload; and group, instance and version on every line.
+	logged := 0
+	for _, line := range strings.Split(w.stderr.String(), "\n") {
+		if line == "" {
+			continue
+		}
+		var l map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &l), line)
+		require.Equal(t, r.group, l["group"], "every worker line names its group: %s", line)
+		require.Contains(t, l, "version", line)
+		require.Contains(t, l, "instance_id", line)
+		if l["msg"] != "event dead-lettered; see `dlq list --reason` and `dlq show ID`" {
+			continue
+		}
+		logged++
+		require.Equal(t, r.topic, l["topic"], line)
+		require.Contains(t, l, "offset", line)
+		require.Contains(t, l, "event_id", line)
+		require.NotEmpty(t, l["reason"], line)
+		require.NotContains(t, line, "o@example.com", "never the payload")
+		require.NotContains(t, l, "error", "never the error text (it can carry data)")
+	}
+	require.Equal(t, dead, logged, "one line per dead letter")
 
 	for i, c := range catalogue {
 		t.Run(c.name, func(t *testing.T) {
@@ -182,4 +206,15 @@ func TestBadInputCatalogue(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "0 of 4 redriven dead letters resolved")
 	require.Equal(t, int64(4), r.db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'invalid_version' AND attempts = 2`))
+	// One by ID, the way show names it; the older --id still works, with a
+	// deprecation note.
+	code, out, stderr = runCmd(t, r.env, "dlq", "redrive", fmt.Sprint(listed[0].ID), "--json")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, fmt.Sprintf(`"id": %d`, listed[0].ID))
+	code, _, stderr = runCmd(t, r.env, "dlq", "redrive", "--id", fmt.Sprint(listed[1].ID))
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stderr, "deprecated")
+	require.Equal(t, int64(2), r.db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'invalid_version' AND attempts = 3`))
+	code, _, _ = runCmd(t, r.env, "dlq", "redrive", "not-an-id")
+	require.Equal(t, 2, code)
 }

@@ -27,10 +27,10 @@ trap 'rm -rf "$work"' EXIT
 
 step() { printf '\n== %s\n' "$*"; }
 sql() { psql -X -q -t -A "$base" -c "$1"; }
-caught_up() { # wait until the group's stored positions reach $1 records
+caught_up() { # wait until the group's stored positions (as `status` shows them) reach $1 records
   local want=$1 got=0
   for _ in $(seq 1 1200); do
-    got=$(sql "SELECT coalesce(sum(next_offset),0) FROM demo.consumer_offsets WHERE consumer_group='demo'" 2>/dev/null || echo 0)
+    got=$({ $bin status --json 2>/dev/null || true; } | { grep -o '"stored": [0-9]*' || true; } | awk '{s += $2} END {print s + 0}')
     [ "$got" -ge "$want" ] && return 0
     kill -0 "$worker" 2>/dev/null || { tail -20 "$work/worker.log"; echo "demo: the worker exited"; exit 1; }
     sleep 0.25
@@ -66,6 +66,9 @@ if [ "$(grep '^effects digest' "$work/first.txt")" = "$(grep '^effects digest' "
 else
   echo "demo: the second produce changed the effects"; exit 1
 fi
+
+step "the group now: effectively status (members, positions, lag, states, what waits)"
+$bin status
 
 step "the worker's own account (http://$EFFECTIVELY_HTTP_ADDR/metrics)"
 curl -fsS "http://$EFFECTIVELY_HTTP_ADDR/metrics" | grep -E '^effectively_events_total' || true

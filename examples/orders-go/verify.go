@@ -61,7 +61,7 @@ func verifyCmd(c *service.CLI) *cobra.Command {
 				fmt.Fprintln(w, "PROBLEM", p)
 			}
 			if !rep.OK() {
-				return fmt.Errorf("the database differs from the expected effects (%d problems)", len(rep.Problems))
+				return service.CheckFailed(fmt.Errorf("the database differs from the expected effects (%d problems)", len(rep.Problems)))
 			}
 			fmt.Fprintln(w, "check             OK: every event has exactly one effect")
 			return nil

@@ -24,7 +24,8 @@ func Verify(c *service.CLI) *cobra.Command {
 		Long: `Compare the effect tables with the end state that 'effectively produce
 --events N --expect FILE' computed from the events it generated: one claim per
 distinct event, every account at its latest version, one ledger entry per
-ledger event, every balance. Exits 1 when anything differs. Upstream teams use
+ledger event, every balance. Exits 3 when anything differs (1 when it cannot
+run: the database unreachable). Upstream teams use
 it with produce to test the contract end to end.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -53,7 +54,7 @@ it with produce to test the contract end to end.`,
 			}
 			fmt.Fprintf(c.Stdout(), "effects digest       accounts %.12s ledger %.12s balances %.12s claims %d\n", d.Accounts, d.LedgerEntries, d.Balances, d.Claims)
 			if !rep.OK() {
-				return fmt.Errorf("the database differs from the expected effects (%d problems)", len(rep.Problems))
+				return service.CheckFailed(fmt.Errorf("the database differs from the expected effects (%d problems)", len(rep.Problems)))
 			}
 			return nil
 		},

@@ -1,0 +1,102 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/consumer"
+	"github.com/effectively-io/effectively/httpserver"
+)
+
+// WorkerStatus is what a worker serves at /status on its admin server: its
+// own view of its membership and partitions, which `effectively status`
+// shows even while PostgreSQL is unreachable.
+type WorkerStatus struct {
+	// Build and Version name the binary.
+	Build   string `json:"build"`
+	Version string `json:"version"`
+	// Group, InstanceID and ClientID identify the member.
+	Group      string `json:"group"`
+	InstanceID string `json:"instance_id,omitempty"`
+	ClientID   string `json:"client_id"`
+	// Joined: the group has assigned the member at least once; Closing: it
+	// is draining after SIGTERM.
+	Joined  bool `json:"joined"`
+	Closing bool `json:"closing"`
+	// Postgres is "ok" or why the worker cannot reach PostgreSQL.
+	Postgres string `json:"postgres"`
+	// Partitions are the member's partitions as it sees them.
+	Partitions []consumer.PartitionStatus `json:"partitions"`
+	// At is when the answer was made.
+	At time.Time `json:"at"`
+}
+
+func (a *App) workerStatus(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, cons *consumer.Consumer) WorkerStatus {
+	st := WorkerStatus{
+		Build: a.name(), Version: buildVersion(a.Version),
+		Group: cfg.Kafka.Group, InstanceID: cfg.Kafka.InstanceID, ClientID: cfg.Kafka.ClientID,
+		Joined: cons.Joined(), Closing: cons.Closing(), Postgres: "ok",
+		Partitions: cons.Status(), At: time.Now().UTC(),
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		st.Postgres = fmt.Sprintf("unreachable at %s: %v", pgAddr(cfg.Postgres.URL), err)
+	}
+	return st
+}
+
+// readinessChecks decide /readyz. A worker is unready only while it cannot
+// be a working member at all: before it has joined the group (a rollout
+// waits for the new pod to hold partitions before stopping the next one)
+// and while it drains after SIGTERM. PostgreSQL's reachability and the
+// partitions' retries and stops are advisory: reported in the body, not
+// failing the probe. They hit every pod at once (one database), so failing
+// readiness for them would mark the whole StatefulSet unready during a
+// blip, block rollouts and PodDisruptionBudgets, and fix nothing: the
+// partitions retry by themselves, and a stopped one needs an operator.
+// Alerts on effectively_partition_state cover them.
+func readinessChecks(pool *pgxpool.Pool, cons *consumer.Consumer) []httpserver.Check {
+	return []httpserver.Check{
+		{Name: "group", Func: func(context.Context) error {
+			switch {
+			case cons.Closing():
+				return errors.New("shutting down: draining in-flight batches and leaving the group")
+			case !cons.Joined():
+				return errors.New("not yet joined the consumer group")
+			}
+			return nil
+		}},
+		{Name: "postgres", Advisory: true, Func: func(ctx context.Context) error { return pool.Ping(ctx) }},
+		{Name: "partitions", Advisory: true, Func: func(context.Context) error {
+			var retrying, stopped []string
+			for _, p := range cons.Status() {
+				switch p.State {
+				case consumer.StateRetrying:
+					retrying = append(retrying, fmt.Sprintf("%s/%d (%s)", p.Topic, p.Partition, p.Cause))
+				case consumer.StateStopped:
+					stopped = append(stopped, fmt.Sprintf("%s/%d", p.Topic, p.Partition))
+				}
+			}
+			sort.Strings(retrying)
+			var parts []string
+			if len(retrying) > 0 {
+				parts = append(parts, "retrying a transient fault (paused): "+strings.Join(retrying, ", "))
+			}
+			if len(stopped) > 0 {
+				parts = append(parts, "stopped, their position outside the log (see the worker's log): "+strings.Join(stopped, ", "))
+			}
+			if len(parts) > 0 {
+				return fmt.Errorf("degraded: %s", strings.Join(parts, "; "))
+			}
+			return nil
+		}},
+	}
+}
