@@ -125,6 +125,8 @@ func TestSinkDeadLettersABadValueNamingItsColumn(t *testing.T) {
 		{`{"status":null}`, "column status (from /status): is missing or null"},
 		{`{"status":"much-too-long-status"}`, "column status (from /status): is 20 characters long; the column takes at most 12"},
 		{`{"status":"ok","total":"abc"}`, `column total (from /total): "abc" is not a number`},
+		{`{"status":"ok","total":"12345678901.5"}`, `column total (from /total): "12345678901.5" is too large for the column's numeric(12,2)`},
+		{`{"status":"ok","total":1e10}`, `column total (from /total): "1e10" is too large for the column's numeric(12,2)`},
 		{`{"status":"ok","paid":"perhaps"}`, `column paid (from /paid): "perhaps" is not true or false`},
 		{`{"status":"ok","placed_at":"yesterday"}`, `column placed_at (from /placed_at): "yesterday" is not an RFC 3339 time`},
 		{`{"status":"ok","lines":[{"qty":1.5}]}`, `column qty (from /lines/0/qty): "1.5" is not an integer`},
