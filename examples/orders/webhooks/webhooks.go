@@ -15,8 +15,9 @@
 //     arrives after its order's deletion);
 //   - bad values: some events carry a value that does not fit its column (a
 //     total that is not a number, a missing status, a status longer than
-//     varchar(20), a four-letter currency for char(3), a time that is not a
-//     time). Each is dead-lettered, whole: neither table gets a row from it.
+//     varchar(20), a total too large for numeric(12,2), a four-letter
+//     currency for char(3), a time that is not a time). Each is
+//     dead-lettered, whole: neither table gets a row from it.
 //
 // Records are keyed by order ID, so one order's events share a partition.
 package webhooks
@@ -148,6 +149,7 @@ var badKinds = []struct {
 	spoil  func(w *webhook)
 }{
 	{"total", true, func(w *webhook) { w.Data.Order["total"] = "12,50" }},
+	{"total", true, func(w *webhook) { w.Data.Order["total"] = "123456789012.00" }}, // numeric(12,2)
 	{"status", true, func(w *webhook) { delete(w.Data.Order, "status") }},
 	{"status", true, func(w *webhook) { w.Data.Order["status"] = "awaiting_manual_fraud_review" }},
 	{"currency", true, func(w *webhook) { w.Data.Order["currency"] = "EURO" }},
