@@ -182,6 +182,18 @@ func verifyOrders(t *testing.T, db pgtest.DB, exp webhooks.Expected) {
 		require.True(t, want.PlacedAt.Equal(o.PlacedAt), "order %s placed at %s, want %s", id, o.PlacedAt, want.PlacedAt)
 	}
 	require.Zero(t, regressions)
+	// Each deleted order is gone and has left a tombstone; no other order
+	// has one.
+	var tombstones []string
+	rows, err = db.Pool.Query(ctx, `SELECT key->>0 FROM effectively_tombstones WHERE table_name = 'orders'`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		tombstones = append(tombstones, id)
+	}
+	require.NoError(t, rows.Err())
+	require.ElementsMatch(t, exp.Deleted, tombstones, "tombstones of table orders")
 	for _, id := range exp.Deleted {
 		_, ok := got[id]
 		require.False(t, ok, "deleted order %s is back", id)
