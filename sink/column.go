@@ -337,6 +337,9 @@ func (c *column) fit(col handlers.Column) error {
 	if col.Generated {
 		return errors.New("is an identity or generated column: leave it out of the sink's columns")
 	}
+	if c.optional && col.NotNull {
+		return errors.New("is NOT NULL, but the sink's column is optional (a missing value writes NULL): make the column nullable in a migration, or remove optional")
+	}
 	switch col.Base {
 	case "character varying", "character":
 		if m := typmod.FindStringSubmatch(col.Type); m != nil {

@@ -163,6 +163,8 @@ func TestSinkStartupCheckNamesSinkColumnAndFix(t *testing.T) {
 			[]string{"sink orders, order-deletes", "column id", "no primary key or unique constraint", "ADD UNIQUE (id)"}},
 		{"incompatible type", strings.Replace(ordersSchema, "qty integer", "qty boolean", 1),
 			[]string{"sink orders", "column qty of table orders is boolean", "cannot take values read as bigint", "set the column's type in sinks[].columns[].type to one that fits (boolean)"}},
+		{"optional but not null", strings.Replace(ordersSchema, "paid boolean,", "paid boolean NOT NULL DEFAULT false,", 1),
+			[]string{"sink orders", "column paid of table orders is boolean", "is NOT NULL, but the sink's column is optional", "make the column nullable in a migration, or remove optional"}},
 		{"missing table", strings.Replace(ordersSchema, "CREATE TABLE order_events", "CREATE TABLE other_events", 1),
 			[]string{"sink history", "table order_events does not exist", "create it in a migration"}},
 	} {
