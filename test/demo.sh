@@ -107,6 +107,8 @@ echo; echo "the table orders (each order at its newest version; $(jq '.deleted |
 osql "SELECT id, version, status, customer_id, total, currency, jsonb_array_length(items) AS items, gift, updated_at::time(0) FROM orders ORDER BY id LIMIT 8"
 echo "the dead letters (every bad value, naming its sink and column):"
 osql "SELECT reason, regexp_replace(error, '^permanent failure \(invalid_payload\): ', '') AS error, count(*) FROM dead_letters GROUP BY 1, 2 ORDER BY 3 DESC, 2"
+echo "every webhook accounted for (stale: older versions arriving late; duplicate: re-sent webhooks):"
+"${orders[@]}" audit | grep -E '^(applied|stale|duplicate|dead_lettered|unaccounted) '
 jq -r '.orders[] | "\(.id)|\(.version)"' "$work/orders.json" | sort >"$work/orders.want"
 psql -X -q -t -A "$base" -c "SELECT id || '|' || version FROM orders.orders ORDER BY 1" | sort >"$work/orders.got"
 got="orders $(wc -l <"$work/orders.got"), order_events $(sql "SELECT count(*) FROM orders.order_events"), deleted $(sql "SELECT count(*) FROM orders.effectively_tombstones"), dead letters $(sql "SELECT count(*) FROM orders.dead_letters WHERE reason = 'invalid_payload'")"
