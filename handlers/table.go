@@ -184,7 +184,7 @@ func (s *tableSet) resolve(ctx context.Context, q Querier) ([]*resolvedTable, er
 
 const tableColumnsSQL = `
 SELECT c.oid::regclass::text, c.oid::int8, a.attname, format_type(a.atttypid, a.atttypmod),
-       a.attidentity <> '' OR a.attgenerated <> '', a.atttypid::regtype::text
+       a.attidentity <> '' OR a.attgenerated <> '', a.atttypid::regtype::text, a.attnotnull
 FROM pg_class c
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 WHERE c.oid = to_regclass($1) AND c.relkind IN ('r', 'p')`
@@ -205,6 +205,9 @@ type Column struct {
 	Base string
 	// Generated: an identity or generated column, which cannot be written.
 	Generated bool
+	// NotNull: the column refuses NULL (a written NULL fails even where
+	// the column has a default).
+	NotNull bool
 }
 
 // TableColumns returns the columns of the named table (optionally
@@ -224,7 +227,7 @@ func tableColumns(ctx context.Context, q Querier, table string) (map[string]Colu
 	var ident, name string
 	var oid int64
 	var c Column
-	if _, err := pgx.ForEachRow(rows, []any{&ident, &oid, &name, &c.Type, &c.Generated, &c.Base}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&ident, &oid, &name, &c.Type, &c.Generated, &c.Base, &c.NotNull}, func() error {
 		if cols == nil {
 			cols = map[string]Column{}
 		}

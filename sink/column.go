@@ -34,6 +34,8 @@ type column struct {
 	float   bool // a double precision or real column takes a float64
 	uuid    bool // a uuid column: text must be a UUID
 	integer bool // integer range checked
+	// numeric(precision, scale): precision 0 is an unconstrained numeric.
+	precision, scale int
 }
 
 func newColumn(sinkName string, c config.SinkColumn) (*column, error) {
@@ -231,6 +233,9 @@ func (c *column) limit(v any) (any, error) {
 		if c.uuid && !uuidSyntax.MatchString(v) {
 			return nil, fmt.Errorf("%s is not a UUID", event.Excerpt(v))
 		}
+		if c.precision > 0 && c.typ == "numeric" && !fitsNumeric(v, c.precision, c.scale) {
+			return nil, fmt.Errorf("%s is too large for the column's numeric(%d,%d)", event.Excerpt(v), c.precision, c.scale)
+		}
 		if c.float && c.typ == "numeric" {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
@@ -241,6 +246,9 @@ func (c *column) limit(v any) (any, error) {
 	case int64:
 		if c.integer && (v < c.min || v > c.max) {
 			return nil, fmt.Errorf("%d is out of the column's range [%d, %d]", v, c.min, c.max)
+		}
+		if c.precision > 0 && !fitsNumeric(strconv.FormatInt(v, 10), c.precision, c.scale) {
+			return nil, fmt.Errorf("%d is too large for the column's numeric(%d,%d)", v, c.precision, c.scale)
 		}
 	}
 	return v, nil
@@ -258,7 +266,63 @@ var compatible = map[string][]string{
 	"jsonb":       {"jsonb", "json"},
 }
 
-var typmod = regexp.MustCompile(`\((\d+)\)`)
+var (
+	typmod        = regexp.MustCompile(`\((\d+)\)`)
+	numericTypmod = regexp.MustCompile(`\((\d+)(?:,(-?\d+))?\)`)
+)
+
+// fitsNumeric reports whether lit (numericSyntax) fits numeric(precision,
+// scale): rounded to scale fractional digits, half away from zero as
+// PostgreSQL rounds, its absolute value is below 10^(precision-scale).
+// It reads the digits and never builds the number, so a huge exponent or
+// a megabyte of digits costs one pass.
+func fitsNumeric(lit string, precision, scale int) bool {
+	lit = strings.TrimLeft(lit, "+-")
+	exp := 0
+	if i := strings.IndexAny(lit, "eE"); i >= 0 {
+		e, err := strconv.ParseInt(lit[i+1:], 10, 32)
+		switch {
+		case err == nil:
+			exp = int(e)
+		case strings.HasPrefix(lit[i+1:], "-"):
+			exp = math.MinInt32
+		default:
+			exp = math.MaxInt32
+		}
+		lit = lit[:i]
+	}
+	// lit = 0.digits × 10^intDigits, digits without leading zeros.
+	intDigits := len(lit)
+	if i := strings.IndexByte(lit, '.'); i >= 0 {
+		intDigits = i
+		lit = lit[:i] + lit[i+1:]
+	}
+	digits := strings.TrimLeft(lit, "0")
+	if digits == "" {
+		return true // zero
+	}
+	intDigits -= len(lit) - len(digits)
+	if exp > math.MinInt32/2 && exp < math.MaxInt32/2 {
+		intDigits += exp
+	} else if exp < 0 {
+		return true // rounds to zero
+	} else {
+		return false
+	}
+	n := precision - scale // the value must stay below 10^n
+	switch {
+	case intDigits > n:
+		return false
+	case intDigits < n:
+		return true
+	}
+	// As many integer digits as allowed: it overflows only when rounding
+	// carries into a new digit (9.995 in numeric(3,2)).
+	if precision >= len(digits) {
+		return true
+	}
+	return strings.Trim(digits[:precision], "9") != "" || digits[precision] < '5'
+}
 
 // fit checks that the live column takes the sink's values and records its
 // limits; the error completes "column x of table t is <type>, which …".
@@ -273,10 +337,18 @@ func (c *column) fit(col handlers.Column) error {
 	if col.Generated {
 		return errors.New("is an identity or generated column: leave it out of the sink's columns")
 	}
+	if c.optional && col.NotNull {
+		return errors.New("is NOT NULL, but the sink's column is optional (a missing value writes NULL): make the column nullable in a migration, or remove optional")
+	}
 	switch col.Base {
 	case "character varying", "character":
 		if m := typmod.FindStringSubmatch(col.Type); m != nil {
 			c.maxLen, _ = strconv.Atoi(m[1])
+		}
+	case "numeric":
+		if m := numericTypmod.FindStringSubmatch(col.Type); m != nil {
+			c.precision, _ = strconv.Atoi(m[1])
+			c.scale, _ = strconv.Atoi(m[2]) // "": scale 0
 		}
 	case "integer":
 		c.integer, c.min, c.max = true, math.MinInt32, math.MaxInt32

@@ -125,6 +125,8 @@ func TestSinkDeadLettersABadValueNamingItsColumn(t *testing.T) {
 		{`{"status":null}`, "column status (from /status): is missing or null"},
 		{`{"status":"much-too-long-status"}`, "column status (from /status): is 20 characters long; the column takes at most 12"},
 		{`{"status":"ok","total":"abc"}`, `column total (from /total): "abc" is not a number`},
+		{`{"status":"ok","total":"12345678901.5"}`, `column total (from /total): "12345678901.5" is too large for the column's numeric(12,2)`},
+		{`{"status":"ok","total":1e10}`, `column total (from /total): "1e10" is too large for the column's numeric(12,2)`},
 		{`{"status":"ok","paid":"perhaps"}`, `column paid (from /paid): "perhaps" is not true or false`},
 		{`{"status":"ok","placed_at":"yesterday"}`, `column placed_at (from /placed_at): "yesterday" is not an RFC 3339 time`},
 		{`{"status":"ok","lines":[{"qty":1.5}]}`, `column qty (from /lines/0/qty): "1.5" is not an integer`},
@@ -161,6 +163,8 @@ func TestSinkStartupCheckNamesSinkColumnAndFix(t *testing.T) {
 			[]string{"sink orders, order-deletes", "column id", "no primary key or unique constraint", "ADD UNIQUE (id)"}},
 		{"incompatible type", strings.Replace(ordersSchema, "qty integer", "qty boolean", 1),
 			[]string{"sink orders", "column qty of table orders is boolean", "cannot take values read as bigint", "set the column's type in sinks[].columns[].type to one that fits (boolean)"}},
+		{"optional but not null", strings.Replace(ordersSchema, "paid boolean,", "paid boolean NOT NULL DEFAULT false,", 1),
+			[]string{"sink orders", "column paid of table orders is boolean", "is NOT NULL, but the sink's column is optional", "make the column nullable in a migration, or remove optional"}},
 		{"missing table", strings.Replace(ordersSchema, "CREATE TABLE order_events", "CREATE TABLE other_events", 1),
 			[]string{"sink history", "table order_events does not exist", "create it in a migration"}},
 	} {

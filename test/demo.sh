@@ -6,7 +6,10 @@
 #      topic "demo", remembering the end state it implies;
 #   3. run the worker until it has caught up, and check the database against
 #      that end state;
-#   4. produce the same workload again and show it changed nothing.
+#   4. produce the same workload again and show it changed nothing;
+#   5. the config-only sink of examples/orders: a shop's JSON webhooks, with
+#      re-sends, disorder and bad values, sunk into the tables orders and
+#      order_events by the same binary with only a configuration file.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bin=bin/effectively
@@ -27,12 +30,15 @@ trap 'rm -rf "$work"' EXIT
 
 step() { printf '\n== %s\n' "$*"; }
 sql() { psql -X -q -t -A "$base" -c "$1"; }
-caught_up() { # wait until the group's stored positions (as `status` shows them) reach $1 records
+caught_up() { # wait until the group's stored positions (as `status` shows them) reach $1 records; the rest: the command (default $bin)
   local want=$1 got=0
+  shift
+  local cmd=("$@")
+  [ ${#cmd[@]} -gt 0 ] || cmd=("$bin")
   for _ in $(seq 1 1200); do
-    got=$({ $bin status --json 2>/dev/null || true; } | { grep -o '"stored": [0-9]*' || true; } | awk '{s += $2} END {print s + 0}')
+    got=$({ "${cmd[@]}" status --json 2>/dev/null || true; } | { grep -o '"stored": [0-9]*' || true; } | awk '{s += $2} END {print s + 0}')
     [ "$got" -ge "$want" ] && return 0
-    kill -0 "$worker" 2>/dev/null || { tail -20 "$work/worker.log"; echo "demo: the worker exited"; exit 1; }
+    kill -0 "$worker" 2>/dev/null || { tail -20 "${log:-$work/worker.log}"; echo "demo: the worker exited"; exit 1; }
     sleep 0.25
   done
   echo "demo: the worker applied $got of $want records in 5 minutes"; exit 1
@@ -81,5 +87,45 @@ $bin audit --topic demo
 
 step "replay the whole topic under a group of its own: every record a duplicate, nothing applied"
 EFFECTIVELY_LOG_LEVEL=warn $bin replay --topic demo --replay-group demo-replay --from-start
+step "config-only sink (examples/orders): a shop's JSON order webhooks into PostgreSQL, no code"
+# The same binary, only a configuration file and a directory of SQL
+# migrations (see examples/orders/README.md). Schema "orders", group
+# "orders", topic "shop.webhooks".
+# The stock binary with the example's configuration alone (the reference
+# domain's topic and group variables unset; env execs it, so $! is its PID).
+orders=(env -u EFFECTIVELY_KAFKA_TOPICS -u EFFECTIVELY_KAFKA_GROUP EFFECTIVELY_POSTGRES_URL="${base}${sep}search_path=orders"
+  EFFECTIVELY_LOG_LEVEL=warn "$bin" --config examples/orders/effectively.yaml)
+osql() { psql -X -q -P footer=off "${base}" -c "SET search_path = orders" -c "$1"; }
+sql "SET client_min_messages = warning; DROP SCHEMA IF EXISTS orders CASCADE; CREATE SCHEMA orders"
+"${orders[@]}" migrate | grep orders_migrations
+go run ./examples/orders/gen -orders "${DEMO_ORDERS:-500}" -seed "$SEED" -expect "$work/orders.json" >"$work/webhooks.jsonl"
+echo "a webhook: $(head -1 "$work/webhooks.jsonl" | cut -c1-220)..."
+"${orders[@]}" produce --file "$work/webhooks.jsonl" --recreate --yes
+records=$(jq .records "$work/orders.json")
+log=$work/orders.log
+"${orders[@]}" run >"$log" 2>&1 &
+worker=$!
+caught_up "$records" "${orders[@]}"
+kill -TERM "$worker"
+wait "$worker"
+
+echo; echo "the table orders (each order at its newest version; $(jq '.deleted | length' "$work/orders.json") orders deleted, with tombstones):"
+osql "SELECT id, version, status, customer_id, total, currency, jsonb_array_length(items) AS items, gift, updated_at::time(0) FROM orders ORDER BY id LIMIT 8"
+echo "the dead letters (every bad value, naming its sink and column):"
+osql "SELECT reason, regexp_replace(error, '^permanent failure \(invalid_payload\): ', '') AS error, count(*) FROM dead_letters GROUP BY 1, 2 ORDER BY 3 DESC, 2"
+echo "every webhook accounted for (stale: older versions arriving late; duplicate: re-sent webhooks):"
+"${orders[@]}" audit | grep -E '^(applied|stale|duplicate|dead_lettered|unaccounted) '
+jq -r '.orders[] | "\(.id)|\(.version)"' "$work/orders.json" | sort >"$work/orders.want"
+psql -X -q -t -A "$base" -c "SELECT id || '|' || version FROM orders.orders ORDER BY 1" | sort >"$work/orders.got"
+got="orders $(wc -l <"$work/orders.got"), order_events $(sql "SELECT count(*) FROM orders.order_events"), deleted $(sql "SELECT count(*) FROM orders.effectively_tombstones"), dead letters $(sql "SELECT count(*) FROM orders.dead_letters WHERE reason = 'invalid_payload'")"
+want="orders $(jq '.orders | length' "$work/orders.json"), order_events $(jq '.events | length' "$work/orders.json"), deleted $(jq '.deleted | length' "$work/orders.json"), dead letters $(jq '.bad | length' "$work/orders.json")"
+echo "database:  $got"
+echo "generator: $want"
+if [ "$got" = "$want" ] && cmp -s "$work/orders.want" "$work/orders.got"; then
+  echo "every order at the generator's newest version; one order_events row per distinct webhook; every bad value dead-lettered"
+else
+  diff "$work/orders.want" "$work/orders.got" | head; echo "demo: the orders sink differs from the generator's end state"; exit 1
+fi
+
 echo
-echo "demo: done. The stack keeps running (schema 'demo', topic 'demo'); stop it with: make stack-down"
+echo "demo: done. The stack keeps running (schemas 'demo' and 'orders', topics 'demo' and 'shop.webhooks'); stop it with: make stack-down"
