@@ -25,7 +25,7 @@ type Sink struct {
 	Table string `mapstructure:"table"`
 	// Mode is upsert (absolute state, version-gated: an older version is
 	// stale), insert (one row per key, never changed: relative facts such
-	// as ledger entries) or delete (version-gated; it leaves a tombstone so
+	// as payments or stock movements) or delete (version-gated; it leaves a tombstone so
 	// an older upsert arriving later is stale).
 	Mode string `mapstructure:"mode"`
 	// Key are the columns (named in columns) that identify a row; a primary

@@ -47,7 +47,7 @@ func (e *Effects) Upsert(t *Table, version int64, values ...any) error {
 }
 
 // InsertOnce inserts a row of t unless one with the same key exists: one
-// row per event key, the pattern for relative facts (ledger entries). It
+// row per event key, the pattern for relative facts (payments, stock movements). It
 // never changes the event's disposition. values are the key's values, then
 // the columns'.
 func (e *Effects) InsertOnce(t *Table, values ...any) error {
