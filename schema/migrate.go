@@ -74,6 +74,22 @@ func (s Set) validate() error {
 	return nil
 }
 
+// validateSets checks each set, and that no two share a version table:
+// the second's migrations would count as applied by the first's.
+func validateSets(sets []Set) error {
+	seen := map[string]string{}
+	for _, s := range sets {
+		if err := s.validate(); err != nil {
+			return err
+		}
+		if other, dup := seen[s.Table]; dup {
+			return fmt.Errorf("migration sets %s and %s share the version table %s: give one of them another name (a directory of postgres.migrations is named after its parent and itself)", other, s.Name, s.Table)
+		}
+		seen[s.Table] = s.Name
+	}
+	return nil
+}
+
 // SetResult reports what Migrate did to one set.
 type SetResult struct {
 	// Name is the set's name; "effectively" for the engine's.
@@ -100,10 +116,8 @@ type Result struct {
 // the target schema and the set, while it works.
 func Migrate(ctx context.Context, url string, logger *zap.Logger, sets ...Set) (Result, error) {
 	sets = withDefaults(sets)
-	for _, s := range sets {
-		if err := s.validate(); err != nil {
-			return Result{}, err
-		}
+	if err := validateSets(sets); err != nil {
+		return Result{}, err
 	}
 	connCfg, err := pgx.ParseConfig(url)
 	if err != nil {

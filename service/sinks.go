@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,6 +29,10 @@ func (a *App) schemaSets(cfg config.Config) []schema.Set {
 
 var notTableChar = regexp.MustCompile(`[^a-z0-9_]+`)
 
+// maxSetName bounds a directory's set name, so that its version table
+// (<name>_schema_version) stays a PostgreSQL identifier.
+const maxSetName = 40
+
 // setName names a directory's migration set (and so its version table)
 // after the directory: examples/orders/migrations → orders_migrations.
 func setName(dir string) string {
@@ -38,6 +44,10 @@ func setName(dir string) string {
 	name = strings.Trim(notTableChar.ReplaceAllString(strings.ToLower(name), "_"), "_")
 	if name == "" || (name[0] >= '0' && name[0] <= '9') {
 		name = "m_" + name
+	}
+	if len(name) > maxSetName { // the version table adds _schema_version; PostgreSQL names end at 63 bytes
+		sum := sha256.Sum256([]byte(clean))
+		name = name[:maxSetName-9] + "_" + hex.EncodeToString(sum[:4])
 	}
 	return name
 }

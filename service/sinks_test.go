@@ -1,0 +1,20 @@
+package service
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A directory of postgres.migrations names its set (and version table)
+// after its parent and itself, bounded to stay an identifier.
+func TestSetNameOfAMigrationsDirectory(t *testing.T) {
+	require.Equal(t, "orders_migrations", setName("examples/orders/migrations"))
+	require.Equal(t, "migrations", setName("migrations"))
+	require.Equal(t, "m_2026_schema", setName("/srv/2026 schema"[5:]))
+	long := setName("/srv/" + strings.Repeat("very-long-directory-name-", 4) + "/db")
+	require.LessOrEqual(t, len(long), maxSetName)
+	require.NotEqual(t, long, setName("/srv/"+strings.Repeat("very-long-directory-name-", 4)+"/db2"))
+	require.Regexp(t, `^[a-z_][a-z0-9_]*$`, long+"_schema_version")
+}
