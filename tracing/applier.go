@@ -2,6 +2,8 @@ package tracing
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -75,10 +77,14 @@ type batchTrace struct {
 	topic     string
 	partition int32
 	mu        sync.Mutex
-	// events are the spans of the batch's events by event key.
-	events map[string]trace.Span
-	linked map[string]bool
-	counts map[dedupe.Disposition]int
+	// events are the spans of the batch's events by event key; settled
+	// has the keys whose disposition is on their span (a repeat of the
+	// key in the batch gets a span of its own, in extra).
+	events  map[string]trace.Span
+	settled map[string]bool
+	extra   []trace.Span
+	linked  map[string]bool
+	counts  map[dedupe.Disposition]int
 }
 
 // link links the batch span to ev's producer, once per event.
@@ -102,8 +108,10 @@ func (bt *batchTrace) open(key string, span trace.Span) {
 	if prev, ok := bt.events[key]; ok {
 		prev.SetStatus(codes.Error, "the batch failed and was redone one event at a time")
 		prev.End()
+		clear(bt.counts) // the redo settles every event again
 	}
 	bt.events[key] = span
+	delete(bt.settled, key)
 }
 
 // end ends the events' spans and the batch's, with the error if the batch
@@ -111,7 +119,7 @@ func (bt *batchTrace) open(key string, span trace.Span) {
 func (bt *batchTrace) end(err error) {
 	bt.mu.Lock()
 	defer bt.mu.Unlock()
-	for _, s := range bt.events {
+	for _, s := range append(slices.Collect(maps.Values(bt.events)), bt.extra...) {
 		if err != nil {
 			s.SetStatus(codes.Error, "the batch's transaction failed and is retried: "+err.Error())
 		}
@@ -238,13 +246,24 @@ func (t *Tracing) Settled() func(ctx context.Context, ev event.Event, d dedupe.D
 		bt.mu.Lock()
 		bt.counts[d]++
 		span, ok := bt.events[ev.Key]
+		if ok && bt.settled[ev.Key] {
+			ok = false // a repeat of the key in this batch
+		}
+		if ok {
+			if bt.settled == nil {
+				bt.settled = map[string]bool{}
+			}
+			bt.settled[ev.Key] = true
+		}
 		bt.mu.Unlock()
 		if !ok {
 			if ev.TraceParent == "" || ev.Key == "" {
 				return
 			}
 			_, span = t.eventSpan(ctx, bt, ev, bt.topic, bt.partition, -1)
-			bt.open(ev.Key, span)
+			bt.mu.Lock()
+			bt.extra = append(bt.extra, span)
+			bt.mu.Unlock()
 		}
 		span.SetAttributes(keyDisposition.String(string(d)))
 		if reason != "" {
