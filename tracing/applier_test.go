@@ -16,7 +16,6 @@ import (
 
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/event"
-	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/test/cetest"
@@ -24,18 +23,37 @@ import (
 	"github.com/effectively-io/effectively/tracing"
 )
 
-const topic = "accounts"
+const (
+	topic   = "things"
+	typeSet = "thing.set"
+)
 
-// newApplier wires the reference domain's pipeline the way the worker does:
-// the handlers wrapped and SettledFunc set only when tracing is on, the
-// applier wrapped by tr.Applier.
-func newApplier(tb testing.TB, tr *tracing.Tracing, extra func(*handlers.Registry)) consumer.Applier {
+// registry is a handler of the tests' own: thing.set upserts a thing.
+func registry(tb testing.TB, db pgtest.DB) *handlers.Registry {
 	tb.Helper()
-	db := pgtest.New(tb, accounts.Migrations())
-	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
+	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE things (id text PRIMARY KEY, color text NOT NULL)`)
 	require.NoError(tb, err)
 	reg := &handlers.Registry{}
-	accounts.Register(reg)
+	reg.HandleFunc(typeSet, func(_ context.Context, fx *handlers.Effects, ev event.Event) error {
+		var d struct{ Color string }
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			return event.Permanent(err)
+		}
+		fx.Exec(nil, `INSERT INTO things (id, color) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET color = excluded.color`, ev.Subject, d.Color)
+		return nil
+	})
+	return reg
+}
+
+// newApplier wires the pipeline the way the worker does: the handlers
+// wrapped and SettledFunc set only when tracing is on, the applier wrapped
+// by tr.Applier.
+func newApplier(tb testing.TB, tr *tracing.Tracing, extra func(*handlers.Registry)) consumer.Applier {
+	tb.Helper()
+	db := pgtest.New(tb)
+	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
+	require.NoError(tb, err)
+	reg := registry(tb, db)
 	if extra != nil {
 		extra(reg)
 	}
@@ -46,11 +64,11 @@ func newApplier(tb testing.TB, tr *tracing.Tracing, extra func(*handlers.Registr
 	return tr.Applier(pipeline.NewApplier(db.Pool, opts))
 }
 
-// opened is an account.opened record; a non-empty parent is its producer's
+// set is a thing.set record; a non-empty parent is its producer's
 // traceparent, in the envelope.
-func opened(id, subject, parent string) *kgo.Record {
-	env := map[string]any{"specversion": "1.0", "id": id, "source": cetest.Source, "type": accounts.TypeAccountOpened,
-		"subject": subject, "resourceversion": 1, "data": map[string]any{"name": subject, "email": subject + "@example.com", "plan": "pro"}}
+func set(id, subject, parent string) *kgo.Record {
+	env := map[string]any{"specversion": "1.0", "id": id, "source": cetest.Source, "type": typeSet,
+		"subject": subject, "data": map[string]any{"color": "blue"}}
 	if parent != "" {
 		env["traceparent"] = parent
 	}
@@ -98,7 +116,7 @@ func TestBatchSpans(t *testing.T) {
 		r.HandleFunc("test.flaky", func(context.Context, *handlers.Effects, event.Event) error { return errors.New("the flake") })
 	})
 	parent := "00-" + producerTrace + "-" + producerSpan + "-01"
-	require.NoError(t, a.Apply(context.Background(), batch(0, opened("e1", "a1", parent), opened("e2", "a2", ""), opened("e1", "a1", parent))))
+	require.NoError(t, a.Apply(context.Background(), batch(0, set("e1", "a1", parent), set("e2", "a2", ""), set("e1", "a1", parent))))
 
 	spans := exp.GetSpans()
 	var root tracetest.SpanStub
@@ -107,7 +125,7 @@ func TestBatchSpans(t *testing.T) {
 		switch s.Name {
 		case "apply " + topic:
 			root = s
-		case "process " + accounts.TypeAccountOpened:
+		case "process " + typeSet:
 			processed = append(processed, s)
 		}
 	}
@@ -159,7 +177,7 @@ func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { ret
 func (discard) Shutdown(context.Context) error                             { return nil }
 
 // BenchmarkApply is the apply path (decode, claim, handlers, record, commit)
-// of a batch of 100 account.opened events that carry a trace context, on
+// of a batch of 100 thing.set events (an upsert each) that carry a trace context, on
 // the real PostgreSQL, wired as the worker wires it: tracing off (the
 // default) against on (spans made and batched to an exporter that drops
 // them). Off must allocate exactly what the pipeline alone does: compare
@@ -174,12 +192,10 @@ func BenchmarkApply(b *testing.B) {
 			var a consumer.Applier
 			switch mode {
 			case "baseline": // no tracing wiring at all
-				db := pgtest.New(b, accounts.Migrations())
+				db := pgtest.New(b)
 				dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
 				require.NoError(b, err)
-				reg := &handlers.Registry{}
-				accounts.Register(reg)
-				a = pipeline.NewApplier(db.Pool, pipeline.Options{Decoders: map[string]*event.Decoder{topic: dec}, Handlers: reg})
+				a = pipeline.NewApplier(db.Pool, pipeline.Options{Decoders: map[string]*event.Decoder{topic: dec}, Handlers: registry(b, db)})
 			case "off":
 				tr, err := tracing.New(context.Background(), tracing.Options{LookupEnvFunc: env()})
 				require.NoError(b, err)
@@ -199,7 +215,7 @@ func BenchmarkApply(b *testing.B) {
 				recs := make([]*kgo.Record, perBatch)
 				for j := range recs {
 					id := fmt.Sprintf("%d-%d", i, j)
-					recs[j] = opened("e"+id, "a"+id, parent)
+					recs[j] = set("e"+id, "t"+id, parent)
 				}
 				bt := batch(offset, recs...)
 				offset += perBatch
