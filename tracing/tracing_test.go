@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -122,4 +124,17 @@ func TestWrapHandlerKeepsPrefetcher(t *testing.T) {
 	require.True(t, ok)
 	_, ok = tr.WrapHandler("t", handlers.HandlerFunc(nil)).(handlers.Prefetcher)
 	require.False(t, ok)
+}
+
+// The pgx tracer keeps every tracer interface pgx and pgxpool look for.
+func TestPostgresTracerInterfaces(t *testing.T) {
+	t.Parallel()
+	tr, err := tracing.New(context.Background(), tracing.Options{LookupEnvFunc: env(tracing.EnvTracesExporter, "otlp")})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, tr.Shutdown(context.Background())) })
+	pt := tr.PostgresTracer()
+	require.Implements(t, (*pgx.BatchTracer)(nil), pt)
+	require.Implements(t, (*pgx.PrepareTracer)(nil), pt)
+	require.Implements(t, (*pgx.ConnectTracer)(nil), pt)
+	require.Implements(t, (*pgxpool.AcquireTracer)(nil), pt)
 }

@@ -9,6 +9,9 @@
 //   - B3 naive worker: the real binary with one record per transaction, on
 //     the first naive-events records of the same topic.
 //   - E: the real binary with its defaults.
+//   - T (with -trace): E with tracing on, exporting over OTLP/HTTP to a
+//     sink in this process that discards what it receives; T/E is what
+//     tracing costs (E itself runs with tracing off, the default).
 //   - replay: after a first pass of E on a schema of its own, `effectively
 //     replay --replay-group` over the same range (every record a duplicate).
 //
@@ -51,10 +54,11 @@ type options struct {
 	bin             string
 	skip            map[string]bool
 	pruneClaims     int // -prune-claims: the pruning measurement (prune.go), off when 0
+	trace           bool
 }
 
 // kinds are the measurements, in the order a round runs them.
-var kinds = []string{"B1", "B2", "B3", "E"}
+var kinds = []string{"B1", "B2", "B3", "E", "T"}
 
 func parseFlags(args []string) (options, error) {
 	var o options
@@ -71,7 +75,8 @@ func parseFlags(args []string) (options, error) {
 	fs.Uint64Var(&o.seed, "seed", 20260101, "workload seed")
 	fs.StringVar(&o.bin, "bin", "bin/effectively", "the worker binary (make bench builds it)")
 	fs.IntVar(&o.pruneClaims, "prune-claims", 0, "also measure the worker's throughput while the pruner deletes this many expired claims, in -runs pairs of runs without and with it (e.g. 5000000; 0: off)")
-	fs.StringVar(&skip, "skip", "", "comma-separated measurements to skip: B1,B2,B3,E,latency,replay")
+	fs.BoolVar(&o.trace, "trace", false, "also run T: E with tracing on (OTLP/HTTP to a discarding sink), in each round")
+	fs.StringVar(&skip, "skip", "", "comma-separated measurements to skip: B1,B2,B3,E,T,latency,replay")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -89,7 +94,7 @@ func parseFlags(args []string) (options, error) {
 			k = strings.ToLower(k)
 		}
 		if !slices.Contains(kinds, k) && k != "latency" && k != "replay" {
-			return o, fmt.Errorf("-skip %q: want a comma list of B1, B2, B3, E, latency, replay", s)
+			return o, fmt.Errorf("-skip %q: want a comma list of B1, B2, B3, E, T, latency, replay", s)
 		}
 		o.skip[k] = true
 	}
@@ -108,6 +113,9 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-latency-rate and -latency-duration: want positive values")
 	}
 	o.naiveEvents = min(o.naiveEvents, o.events)
+	if !o.trace {
+		o.skip["T"] = true
+	}
 	return o, nil
 }
 

@@ -156,6 +156,16 @@ func (b *bench) measure(ctx context.Context, kind string, data **b2Data, rep *re
 		r, err := b.runWorker(ctx, "b3", int64(b.opts.naiveEvents), false,
 			"EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=1", "EFFECTIVELY_CONSUMER_BATCH_LINGER=0s")
 		return measurement{records: r.records, total: r.total, steady: r.steady, cpu: r.cpu, rss: r.rss, diag: workerDiag(r, b.opts.partitions)}, err
+	case "T":
+		sink, err := b.otlpSink()
+		if err != nil {
+			return measurement{}, err
+		}
+		r, err := b.runWorker(ctx, "t", int64(b.opts.events), true, "OTEL_EXPORTER_OTLP_ENDPOINT="+sink)
+		for _, p := range r.problems {
+			rep.warn("T run %d: %s", len(rep.runs["T"])+1, p)
+		}
+		return measurement{records: r.records, total: r.total, steady: r.steady, cpu: r.cpu, rss: r.rss, diag: workerDiag(r, b.opts.partitions)}, err
 	case "E":
 		r, err := b.runWorker(ctx, "e", int64(b.opts.events), true)
 		for _, p := range r.problems {
@@ -262,7 +272,8 @@ func (r *report) print(out io.Writer) {
 	}
 	hdr += "\tmedian start→done\tmedian steady"
 	fmt.Fprintln(w, hdr)
-	names := map[string]string{"B1": "B1 consume-only", "B2": "B2 database ceiling", "B3": "B3 naive worker", "E": "E effectively"}
+	names := map[string]string{"B1": "B1 consume-only", "B2": "B2 database ceiling", "B3": "B3 naive worker", "E": "E effectively",
+		"T": "T effectively, tracing on"}
 	for _, k := range kinds {
 		ms := r.runs[k]
 		if len(ms) == 0 {
@@ -305,6 +316,9 @@ func (r *report) print(out io.Writer) {
 		} else {
 			fmt.Fprintf(w, "E/%s\t%.2f\t(none)\n", x.base, ratio)
 		}
+	}
+	if t := r.medianRate("T"); t > 0 && e > 0 {
+		fmt.Fprintf(w, "T/E (tracing on / off)\t%.2f\t(none)\n", t/e)
 	}
 	w.Flush()
 
