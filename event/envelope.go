@@ -473,6 +473,7 @@ func (d *Decoder) envelope(r Record, attrs map[string]attribute, binary bool) (E
 			return Event{}, decodeErr(ReasonUnsupportedData, "data content type %s: only JSON data is supported", Excerpt(a.text))
 		}
 	}
+	ev.TraceParent, ev.TraceState = traceContext(attrs, r.Headers)
 	return ev, nil
 }
 
@@ -530,6 +531,7 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 	if d.idPtr == nil {
 		ev.ID = ev.Key
 	}
+	ev.TraceParent, ev.TraceState = traceContext(nil, r.Headers)
 	return ev, nil
 }
 

@@ -72,4 +72,12 @@ type Event struct {
 	// side effects of an event older than the outbox retention are
 	// suppressed unless configured otherwise.
 	RecordTime time.Time
+	// TraceParent and TraceState are the producer's W3C trace context, as
+	// received (the CloudEvents distributed-tracing extension, else the
+	// traceparent and tracestate record headers); empty when absent or
+	// malformed. Like RecordTime they are not part of the event's identity.
+	// The engine continues the producer's trace from them: the handler's
+	// span, and the outbox calls the event causes.
+	TraceParent string
+	TraceState  string
 }

@@ -21,6 +21,8 @@ type Registry struct {
 	creates  map[string][]*Prerequisite
 	targets  map[string]bool // name → idempotent
 	tables   *tableSet       // typed effects' tables
+	// wrap, when set, wraps every handler Handler returns (see Wrapped).
+	wrap func(typ string, h Handler) Handler
 }
 
 // Delivery is how a target takes a call that may be repeated.
@@ -112,10 +114,26 @@ func (r *Registry) HandleFunc(typ string, f func(ctx context.Context, e *Effects
 // PrefetchFailures).
 func (r *Registry) Handler(typ string) (Handler, bool) {
 	h, ok := r.handlers[typ]
-	if pf, isPF := h.(Prefetcher); isPF {
-		return boundedPrefetcher{Handler: h, pf: pf}, true
+	if !ok {
+		return nil, false
 	}
-	return h, ok
+	if pf, isPF := h.(Prefetcher); isPF {
+		h = boundedPrefetcher{Handler: h, pf: pf}
+	}
+	if r.wrap != nil {
+		h = r.wrap(typ, h)
+	}
+	return h, true
+}
+
+// Wrapped returns a registry with r's registrations whose Handler wraps
+// every handler it returns with wrap (tracing's span per handler call). A
+// wrapper of a Prefetcher must be a Prefetcher too. r itself is unchanged;
+// neither may be changed afterwards.
+func (r *Registry) Wrapped(wrap func(typ string, h Handler) Handler) *Registry {
+	c := *r
+	c.wrap = wrap
+	return &c
 }
 
 // Types are the registered event types, sorted.

@@ -69,6 +69,10 @@ type Options struct {
 	// StatsInterval is how often Run reads the queue's depth for Metrics
 	// (default 10 s).
 	StatsInterval time.Duration
+	// WrapTransportFunc, when set, wraps the transport of every client the
+	// dispatcher calls with (a target's own for its CA or client
+	// certificate included): tracing's span per call.
+	WrapTransportFunc func(http.RoundTripper) http.RoundTripper
 }
 
 // The defaults of Options.MaxAttempts and Options.MaxAge (outbox.max_attempts,
@@ -92,6 +96,9 @@ type Dispatcher struct {
 	pool   *pgxpool.Pool
 	opts   Options
 	client *http.Client
+	// base is client's transport before WrapTransportFunc (nil: not
+	// wrapped, client's own).
+	base http.RoundTripper
 	// clients are the targets' own, for a CA or client certificate.
 	clients   map[string]*http.Client
 	clientsMu sync.Mutex
@@ -150,7 +157,23 @@ func NewDispatcher(pool *pgxpool.Pool, opts Options) *Dispatcher {
 	// a 307 or 308 carries the body and the idempotency key to wherever the
 	// Location says. A 3xx is a configuration error, dead-lettered.
 	client.CheckRedirect = NoRedirects
-	return &Dispatcher{pool: pool, opts: opts, client: &client, log: opts.Logger}
+	d := &Dispatcher{pool: pool, opts: opts, client: &client, log: opts.Logger}
+	if opts.WrapTransportFunc != nil {
+		// The base stays unwrapped for clientFor to clone; each client
+		// wraps its own.
+		d.base = client.Transport
+		wrapped := client
+		wrapped.Transport = opts.WrapTransportFunc(transportOrDefault(client.Transport))
+		d.client = &wrapped
+	}
+	return d
+}
+
+func transportOrDefault(rt http.RoundTripper) http.RoundTripper {
+	if rt == nil {
+		return http.DefaultTransport
+	}
+	return rt
 }
 
 // NoRedirects is an http.Client CheckRedirect that follows no redirect: the
@@ -294,7 +317,7 @@ SET state = 'sending', attempts = o.attempts + 1, updated_at = now(),
     lease_until = now() + $2::bigint * interval '1 millisecond'
 FROM due WHERE o.id = due.id
 RETURNING o.id, o.event_key, o.operation, o.method, coalesce(o.target_name, ''), o.target, o.request::text, o.idempotency_key, o.idempotent, o.attempts,
-          (extract(epoch FROM now() - o.created_at) * 1000)::bigint`
+          (extract(epoch FROM now() - o.created_at) * 1000)::bigint, coalesce(o.trace_parent, ''), coalesce(o.trace_state, '')`
 
 // claimed is an intent this dispatcher holds.
 type claimed struct {
@@ -309,6 +332,8 @@ type claimed struct {
 	idempotent     bool
 	attempts       int           // this one included
 	age            time.Duration // since the intent was recorded, by the database's clock
+	// traceParent and traceState: the causing event's trace context.
+	traceParent, traceState string
 }
 
 func (d *Dispatcher) claim(ctx context.Context) ([]claimed, error) {
@@ -324,7 +349,7 @@ func (d *Dispatcher) claim(ctx context.Context) ([]claimed, error) {
 			c     claimed
 			ageMS int64
 		)
-		if err := rows.Scan(&c.id, &c.eventKey, &c.operation, &c.method, &c.targetName, &c.target, &c.request, &c.idempotencyKey, &c.idempotent, &c.attempts, &ageMS); err != nil {
+		if err := rows.Scan(&c.id, &c.eventKey, &c.operation, &c.method, &c.targetName, &c.target, &c.request, &c.idempotencyKey, &c.idempotent, &c.attempts, &ageMS, &c.traceParent, &c.traceState); err != nil {
 			return nil, fmt.Errorf("claiming outbox intents: %w", err)
 		}
 		c.age = time.Duration(ageMS) * time.Millisecond
@@ -366,6 +391,16 @@ func (d *Dispatcher) call(ctx context.Context, c claimed) outcome {
 		return outcome{state: DeadLettered, err: fmt.Sprintf("building the request: %v", err)}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// The causing event's trace context (W3C): the target continues the
+	// producer's trace. With tracing on, the transport (Options.
+	// WrapTransportFunc) starts the call's span as its child and replaces
+	// the traceparent with the span's own.
+	if c.traceParent != "" {
+		req.Header.Set("traceparent", c.traceParent)
+		if c.traceState != "" {
+			req.Header.Set("tracestate", c.traceState)
+		}
+	}
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}

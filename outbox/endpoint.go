@@ -69,7 +69,11 @@ func (d *Dispatcher) clientFor(name string) (*http.Client, error) {
 			return &c, nil
 		}
 	}
-	base, ok := d.client.Transport.(*http.Transport)
+	rt := d.client.Transport
+	if d.base != nil {
+		rt = d.base
+	}
+	base, ok := rt.(*http.Transport)
 	if !ok || base == nil {
 		base = http.DefaultTransport.(*http.Transport)
 	}
@@ -77,6 +81,9 @@ func (d *Dispatcher) clientFor(name string) (*http.Client, error) {
 	tr.TLSClientConfig = cfg
 	c := *d.client
 	c.Transport = tr
+	if d.opts.WrapTransportFunc != nil {
+		c.Transport = d.opts.WrapTransportFunc(tr)
+	}
 	if d.clients == nil {
 		d.clients = map[string]*http.Client{}
 	}

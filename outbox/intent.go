@@ -61,6 +61,11 @@ type Intent struct {
 	// Suppressed records the intent as suppressed: listed, never sent (a
 	// replay of events older than the outbox retention).
 	Suppressed bool
+	// TraceParent and TraceState are the W3C trace context of the event
+	// that caused the call (empty: none); the dispatcher sends them as the
+	// traceparent and tracestate headers, so the call continues its trace.
+	TraceParent string
+	TraceState  string
 }
 
 // Expiry decides which intents a replay of old history records as
@@ -102,12 +107,13 @@ func IdempotencyKey(eventKey, operation string) string {
 // recordSQL inserts intents given as parallel arrays; an intent that exists
 // is never recorded again.
 const recordSQL = `
-INSERT INTO outbox (event_key, operation, resource, method, target_name, target, request, idempotency_key, idempotent, state, last_error)
+INSERT INTO outbox (event_key, operation, resource, method, target_name, target, request, idempotency_key, idempotent, state, last_error, trace_parent, trace_state)
 SELECT i.event_key, i.operation, i.resource, i.method, nullif(i.target_name, ''), i.target, i.request::jsonb, i.idempotency_key, i.idempotent,
        CASE WHEN i.suppressed THEN 'suppressed' ELSE 'pending' END,
-       CASE WHEN i.suppressed THEN 'the event is older than outbox.retention (a replay): recorded, not sent; outbox.resend_expired sends such intents' END
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[], $9::boolean[], $10::text[])
-     AS i (event_key, operation, resource, method, target, request, idempotency_key, idempotent, suppressed, target_name)
+       CASE WHEN i.suppressed THEN 'the event is older than outbox.retention (a replay): recorded, not sent; outbox.resend_expired sends such intents' END,
+       nullif(i.trace_parent, ''), nullif(i.trace_state, '')
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[], $9::boolean[], $10::text[], $11::text[], $12::text[])
+     AS i (event_key, operation, resource, method, target, request, idempotency_key, idempotent, suppressed, target_name, trace_parent, trace_state)
 ORDER BY i.event_key, i.operation
 ON CONFLICT (event_key, operation) DO NOTHING`
 
@@ -125,11 +131,13 @@ func Record(intents ...Intent) (sql string, args []any) {
 	n := len(sorted)
 	keys, ops, res, methods, targets, reqs, ids := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	idem, supp, names := make([]bool, n), make([]bool, n), make([]string, n)
+	parents, states := make([]string, n), make([]string, n)
 	for i, in := range sorted {
 		keys[i], ops[i], res[i], methods[i], targets[i], names[i] = in.EventKey, in.Operation, in.Resource, in.Method, in.Target, in.TargetName
 		reqs[i] = string(in.Request)
 		ids[i] = IdempotencyKey(in.EventKey, in.Operation)
 		idem[i], supp[i] = in.Idempotent, in.Suppressed
+		parents[i], states[i] = in.TraceParent, in.TraceState
 	}
-	return recordSQL, []any{keys, ops, res, methods, targets, reqs, ids, idem, supp, names}
+	return recordSQL, []any{keys, ops, res, methods, targets, reqs, ids, idem, supp, names, parents, states}
 }

@@ -37,6 +37,10 @@ type Options struct {
 	// (parking.max_per_resource); the next is dead-lettered with reason
 	// prerequisite_missing. 0 means 1000.
 	MaxParkedPerResource int
+	// SettledFunc, when set, hears each event's disposition (and a dead
+	// letter's reason) as its batch records it, before the commit: tracing
+	// puts it on the event's span. Nil costs nothing.
+	SettledFunc func(ctx context.Context, ev event.Event, d dedupe.Disposition, reason event.Reason)
 }
 
 // Applier applies batches, one transaction each: lock the partition's
@@ -292,9 +296,15 @@ func (a *Applier) apply(ctx context.Context, tx pgx.Tx, b consumer.Batch, items 
 		if r.disposition == dedupe.DeadLettered {
 			res.DeadLetters[r.reason]++
 		}
+		if a.opts.SettledFunc != nil {
+			a.opts.SettledFunc(ctx, r.ev, r.disposition, r.reason)
+		}
 		recordReleased(rec, r)
 	}
 	for _, it := range items {
+		if a.opts.SettledFunc != nil {
+			a.opts.SettledFunc(ctx, it.ev, it.disposition, it.reason)
+		}
 		res.Counts[it.disposition]++
 		if it.claimed && it.disposition != dedupe.Applied {
 			keys = append(keys, it.ev.Key)

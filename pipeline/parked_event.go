@@ -21,12 +21,16 @@ type parkedEvent struct {
 	Key         string          `json:"key"`
 	Strategy    string          `json:"strategy"`
 	PayloadHash []byte          `json:"payload_hash"`
+	// The producer's trace context, so a released event's trace continues.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // MarshalParked encodes ev for parked_events.event.
 func MarshalParked(ev event.Event) ([]byte, error) {
 	p := parkedEvent{Source: ev.Source, ID: ev.ID, Type: ev.Type, Subject: ev.Subject, Version: ev.Version,
-		Data: ev.Data, Key: ev.Key, Strategy: ev.Strategy, PayloadHash: ev.PayloadHash[:]}
+		Data: ev.Data, Key: ev.Key, Strategy: ev.Strategy, PayloadHash: ev.PayloadHash[:],
+		TraceParent: ev.TraceParent, TraceState: ev.TraceState}
 	if !ev.Time.IsZero() {
 		p.Time = &ev.Time
 	}
@@ -43,7 +47,7 @@ func UnmarshalParked(b []byte) (event.Event, error) {
 		return event.Event{}, fmt.Errorf("decoding a parked event: payload hash of %d bytes", len(p.PayloadHash))
 	}
 	ev := event.Event{Source: p.Source, ID: p.ID, Type: p.Type, Subject: p.Subject, Version: p.Version,
-		Data: p.Data, Key: p.Key, Strategy: p.Strategy}
+		Data: p.Data, Key: p.Key, Strategy: p.Strategy, TraceParent: p.TraceParent, TraceState: p.TraceState}
 	if p.Time != nil {
 		ev.Time = *p.Time
 	}

@@ -76,10 +76,14 @@ func (a *App) checkSchema(ctx context.Context, cfg config.Config) error {
 // openPool opens the worker's pool. Every session bounds how long it may wait
 // for a lock, run a statement, or sit idle inside a transaction, so a paused
 // (SIGSTOPped) member cannot hold a claim's row lock forever.
-func openPool(ctx context.Context, pc config.Postgres, partitions int) (*pgxpool.Pool, error) {
+// tracer, when not nil, traces the pool's statements (tracing's pgx tracer).
+func openPool(ctx context.Context, pc config.Postgres, partitions int, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(pc.URL)
 	if err != nil {
 		return nil, fmt.Errorf("postgres.url: %w", err)
+	}
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
 	}
 	rp := cfg.ConnConfig.RuntimeParams
 	setDefault(rp, "lock_timeout", "10s")

@@ -188,7 +188,7 @@ func newReplayer(ctx context.Context, c *CLI, topic string) (*replayer, error) {
 	}
 	partitions := len(details[topic].Partitions)
 	// One connection per partition for a bounded replay's partition workers.
-	pool, err := openPool(ctx, c.cfg.Postgres, partitions)
+	pool, err := openPool(ctx, c.cfg.Postgres, partitions, nil)
 	if err != nil {
 		kcl.Close()
 		return nil, err
@@ -377,7 +377,7 @@ func (r *replayer) bounded(ctx context.Context, f *replayFlags, from replay.From
 
 	cfg.Kafka.Group, cfg.Kafka.Topics, cfg.Kafka.InstanceID = name, []string{f.topic}, ""
 	cfg.Kafka.ClientID = "effectively-replay"
-	applier, err := r.c.app.newApplier(ctx, cfg, r.pool, r.c.log, nil)
+	applier, err := r.c.app.newApplier(ctx, cfg, r.pool, r.c.log, nil, nil)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func (c *CLI) WithPool(cmd *cobra.Command, fn func(ctx context.Context, pool *pg
 	if err := c.app.checkSchema(ctx, c.cfg); err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, c.cfg.Postgres, 1)
+	pool, err := openPool(ctx, c.cfg.Postgres, 1, nil)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -28,6 +30,7 @@ import (
 	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/schema"
+	"github.com/effectively-io/effectively/tracing"
 )
 
 func newRunCmd(c *CLI) *cobra.Command {
@@ -60,6 +63,18 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 		}
 	}
 
+	tr, err := newTracing(ctx, a, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tr.Shutdown(sctx); err != nil {
+			log.Warn("tracing: flushing the last spans failed", zap.Error(err))
+		}
+	}()
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	kmetrics := kprom.NewMetrics("effectively_kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
@@ -87,13 +102,13 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	for _, n := range counts {
 		partitions += n
 	}
-	pool, err := openPool(ctx, cfg.Postgres, partitions)
+	pool, err := openPool(ctx, cfg.Postgres, partitions, tr.PostgresTracer())
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 
-	applier, err := a.newApplier(ctx, cfg, pool, log, metrics.pipeline)
+	applier, err := a.newApplier(ctx, cfg, pool, log, metrics.pipeline, tr)
 	if err != nil {
 		return err
 	}
@@ -116,6 +131,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	}
 	copts := consumerOptions(cfg, log, metrics.consumer, kmetrics)
 	copts.ExtraOpts = kopts
+	copts.Hooks = append(copts.Hooks, tr.KafkaHooks(cfg.Kafka.Group)...)
 	copts.OnPartitionCount = func(topic string, n int) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
@@ -123,7 +139,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 			log.Warn("recording the topic's new partition count failed; the next start warns again", zap.String("topic", topic), zap.Error(err))
 		}
 	}
-	cons, err := consumer.New(copts, applier)
+	cons, err := consumer.New(copts, tr.Applier(applier))
 	if err != nil {
 		return err
 	}
@@ -164,6 +180,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 		RetryInitial: cfg.Retry.Initial, RetryMax: cfg.Retry.Max,
 		TransactionalID: relayTransactionalID(cfg),
 		Logger:          log.Named("dlq_relay"),
+		Hooks:           tr.KafkaHooks(""),
 		ExtraOpts:       kopts,
 	})
 	if err != nil {
@@ -186,7 +203,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 			RetryInitial: cfg.Retry.Initial, RetryMax: cfg.Retry.Max, Concurrency: cfg.Outbox.Concurrency,
 			Timeout: cfg.Outbox.CallTimeout, LeaseGrace: cfg.Outbox.LeaseGrace,
 			MaxAttempts: cfg.Outbox.MaxAttempts, MaxAge: cfg.Outbox.MaxAge, Targets: endpoints(cfg),
-			Logger: log.Named("outbox"), Metrics: metrics.outbox,
+			Logger: log.Named("outbox"), Metrics: metrics.outbox, WrapTransportFunc: wrapTransport(tr),
 		}).Run)
 	}
 	for _, run := range background {
@@ -337,7 +354,7 @@ func consumerOptions(cfg config.Config, log *zap.Logger, m *consumer.Metrics, km
 // newApplier builds the worker's pipeline for cfg's topics: their decoders,
 // the reference handlers, the parking bounds. It refuses a changed key
 // strategy as the worker does.
-func (a *App) newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log *zap.Logger, metrics *pipeline.Metrics) (*pipeline.Applier, error) {
+func (a *App) newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log *zap.Logger, metrics *pipeline.Metrics, tr *tracing.Tracing) (*pipeline.Applier, error) {
 	decoders, err := newDecoders(cfg, log)
 	if err != nil {
 		return nil, err
@@ -352,12 +369,46 @@ func (a *App) newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.P
 	if err := a.checkTables(ctx, cfg, pool); err != nil {
 		return nil, err
 	}
+	reg, env := &a.Registry, a.env(cfg)
+	if tr.Enabled() {
+		// A span per event's handling and per prefetch call.
+		reg = a.Registry.Wrapped(tr.WrapHandler)
+		env.HTTPClient.Transport = tr.WrapTransport(env.HTTPClient.Transport)
+	}
 	return pipeline.NewApplier(pool, pipeline.Options{
 		Decoders:             decoders,
-		Handlers:             &a.Registry,
-		Env:                  a.env(cfg),
+		Handlers:             reg,
+		Env:                  env,
 		Logger:               log.Named("pipeline"),
 		Metrics:              metrics,
 		MaxParkedPerResource: cfg.Parking.MaxPerResource,
+		SettledFunc:          tr.Settled(),
 	}), nil
+}
+
+// newTracing turns tracing on when an OTEL_* exporter variable asks for it
+// (see package tracing): service.name is the build's name.
+func newTracing(ctx context.Context, a *App, cfg config.Config, log *zap.Logger) (*tracing.Tracing, error) {
+	instance := cfg.Kafka.InstanceID
+	if instance == "" {
+		instance, _ = os.Hostname()
+	}
+	tr, err := tracing.New(ctx, tracing.Options{
+		ServiceName: a.name(), Version: buildVersion(a.Version), InstanceID: instance, Logger: log.Named("tracing"),
+	})
+	if err != nil {
+		return nil, UsageError(err)
+	}
+	if tr.Enabled() {
+		log.Info("tracing on: exporting spans over OTLP/HTTP (OTEL_* variables)")
+	}
+	return tr, nil
+}
+
+// wrapTransport is the outbox's WrapTransportFunc: nil when tracing is off.
+func wrapTransport(tr *tracing.Tracing) func(http.RoundTripper) http.RoundTripper {
+	if !tr.Enabled() {
+		return nil
+	}
+	return tr.WrapTransport
 }

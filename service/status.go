@@ -297,7 +297,7 @@ func (c *CLI) kafkaStatus(ctx context.Context) ([]replay.Member, kadm.OffsetResp
 func (c *CLI) postgresStatus(ctx context.Context, st *GroupStatus, stored map[string]map[int32]dedupe.Position) error {
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	pool, err := openPool(ctx, c.cfg.Postgres, 1)
+	pool, err := openPool(ctx, c.cfg.Postgres, 1, nil)
 	if err != nil {
 		return err
 	}

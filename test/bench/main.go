@@ -16,6 +16,9 @@
 //   - E-sink: the real binary as a config-only sink on an upsert-only topic
 //     with re-sends and disorder, checked against the newest version
 //     produced of every key (sink.go).
+//   - T (with -trace): E with tracing on, exporting over OTLP/HTTP to a
+//     sink in this process that discards what it receives; T/E is what
+//     tracing costs (E itself runs with tracing off, the default).
 //   - replay: after a first pass of E on a schema of its own, `effectively
 //     replay --replay-group` over the same range (every record a duplicate).
 //
@@ -60,10 +63,11 @@ type options struct {
 	pruneClaims     int // -prune-claims: the pruning measurement (prune.go), off when 0
 	sinkEvents      int // E-sink's records (0: -events)
 	sinkProducts    int // E-sink's products (0: a tenth of its records)
+	trace           bool
 }
 
 // kinds are the measurements, in the order a round runs them.
-var kinds = []string{"B1", "B2", "B0", "B3", "E", "E-sink"}
+var kinds = []string{"B1", "B2", "B0", "B3", "E", "E-sink", "T"}
 
 func parseFlags(args []string) (options, error) {
 	var o options
@@ -82,7 +86,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.pruneClaims, "prune-claims", 0, "also measure the worker's throughput while the pruner deletes this many expired claims, in -runs pairs of runs without and with it (e.g. 5000000; 0: off)")
 	fs.IntVar(&o.sinkEvents, "sink-events", 0, "records in E-sink's upsert-only topic (re-sends included; 0: -events)")
 	fs.IntVar(&o.sinkProducts, "sink-products", 0, "products E-sink's topic updates (0: a tenth of -sink-events)")
-	fs.StringVar(&skip, "skip", "", "comma-separated measurements to skip: B1,B2,B0,B3,E,E-sink,latency,replay")
+	fs.BoolVar(&o.trace, "trace", false, "also run T: E with tracing on (OTLP/HTTP to a discarding sink), in each round")
+	fs.StringVar(&skip, "skip", "", "comma-separated measurements to skip: B1,B2,B0,B3,E,E-sink,T,latency,replay")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -128,6 +133,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.sinkProducts == 0 {
 		o.sinkProducts = max(1, o.sinkEvents/10)
+	}
+	if !o.trace {
+		o.skip["T"] = true
 	}
 	return o, nil
 }

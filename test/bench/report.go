@@ -212,6 +212,12 @@ func (b *bench) measure(ctx context.Context, kind string, data *memData, rep *re
 	case "B3":
 		return worker(b.runWorker(ctx, "b3", int64(b.opts.naiveEvents), false,
 			"EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=1", "EFFECTIVELY_CONSUMER_BATCH_LINGER=0s"))
+	case "T":
+		sink, err := b.otlpSink()
+		if err != nil {
+			return measurement{}, err
+		}
+		return worker(b.runWorker(ctx, "t", int64(b.opts.events), true, "OTEL_EXPORTER_OTLP_ENDPOINT="+sink))
 	case "E":
 		return worker(b.runWorker(ctx, "e", int64(b.opts.events), true))
 	case "E-sink":
@@ -325,7 +331,7 @@ func (r *report) print(out io.Writer) {
 	hdr += "\tmedian start→done\tmedian steady"
 	fmt.Fprintln(w, hdr)
 	names := map[string]string{"B1": "B1 consume-only", "B2": "B2 database ceiling (pipeline, no Kafka)", "B0": "B0 database limit (E's SQL only)",
-		"B3": "B3 naive worker", "E": "E effectively", "E-sink": "E-sink config-only sink"}
+		"B3": "B3 naive worker", "E": "E effectively", "E-sink": "E-sink config-only sink", "T": "T effectively, tracing on"}
 	for _, k := range kinds {
 		ms := r.runs[k]
 		if len(ms) == 0 {
@@ -383,6 +389,9 @@ func (r *report) print(out io.Writer) {
 		} else {
 			fmt.Fprintf(w, "E/%s\t%.2f\t(none)\n", x.base, ratio)
 		}
+	}
+	if t := r.medianRate("T"); t > 0 && e > 0 {
+		fmt.Fprintf(w, "T/E (tracing on / off)\t%.2f\t(none)\n", t/e)
 	}
 	w.Flush()
 

@@ -78,6 +78,7 @@ type bench struct {
 	schemaVersions map[string]int64 // by migrator
 	versionWarned  bool
 	warnings       []string
+	sinkURL        string // otlpSink's
 }
 
 func newBench(ctx context.Context, opts options) (*bench, error) {
