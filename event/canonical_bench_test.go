@@ -74,7 +74,7 @@ func BenchmarkPayloadHash(b *testing.B) {
 				if err != nil || len(doc.issues) > 0 {
 					b.Fatal(err)
 				}
-				_ = payloadHash("account.opened", "acct-000042", 1, &doc.root)
+				_ = payloadHash("account.opened", "acct-000042", 1, doc, doc.root)
 			}
 		})
 	}

@@ -299,48 +299,55 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 	if err != nil {
 		return Event{}, notJSON("the value", err)
 	}
-	root := &doc.root
-	if root.kind != kindObject {
-		return Event{}, decodeErr(ReasonNotCloudEvents, "the value is %s, not a JSON object", article(root.kind))
+	root := doc.root
+	if k := doc.kind(root); k != kindObject {
+		return Event{}, decodeErr(ReasonNotCloudEvents, "the value is %s, not a JSON object", article(k))
 	}
 	if msg, ok := doc.rootIssue(); ok {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "the envelope has a %s", msg)
 	}
-	attrs := make(map[string]attribute, len(root.members))
-	var data *jsonValue
+	type rootMember struct {
+		name  string
+		value int
+	}
+	// In input order, so that the messages are deterministic.
+	members := make([]rootMember, 0, len(doc.objectMembers(root)))
+	doc.eachMember(root, func(name, value int) {
+		members = append(members, rootMember{name: doc.str(name), value: value})
+	})
+	attrs := make(map[string]attribute, len(members))
+	data := -1
 	var base64 bool
-	for i := range root.members {
-		m := &root.members[i]
+	for _, m := range members {
+		kind := doc.kind(m.value)
 		switch m.name {
 		case "data":
-			if m.value.kind != kindNull {
-				data = &m.value
+			if kind != kindNull {
+				data = m.value
 			}
 			continue
 		case "data_base64":
-			base64 = m.value.kind != kindNull
+			base64 = kind != kindNull
 			continue
 		}
 		if !validAttributeName(m.name) {
 			return Event{}, decodeErr(ReasonNotCloudEvents, "attribute name %s: CloudEvents attribute names are lowercase letters and digits", Excerpt(m.name))
 		}
-		if m.value.kind == kindNull {
+		if kind == kindNull {
 			continue // null is absent (CloudEvents JSON format)
 		}
-		attrs[m.name] = attribute{present: true, kind: m.value.kind, text: m.value.text, raw: head(m.value.raw)}
+		attrs[m.name] = attribute{present: true, kind: kind, text: doc.text(m.value), raw: doc.head(m.value)}
 	}
 	if sv, ok := attrs["specversion"]; !ok {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "the object has no specversion: not a CloudEvent")
 	} else if sv.kind != kindString || sv.text != "1.0" {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "specversion %s: only CloudEvents 1.0 is supported", Excerpt(sv.raw))
 	}
-	for i := range root.members {
-		// In input order, so that the message is deterministic.
-		m := &root.members[i]
+	for _, m := range members {
 		if m.name == "data" || m.name == "data_base64" {
 			continue
 		}
-		if k := m.value.kind; k == kindArray || k == kindObject {
+		if k := doc.kind(m.value); k == kindArray || k == kindObject {
 			return Event{}, decodeErr(ReasonInvalidAttribute, "attribute %s is %s; CloudEvents attributes are strings, numbers or booleans", m.name, article(k))
 		}
 		if msg, ok := doc.memberIssue(m.name); ok {
@@ -354,13 +361,13 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 	if base64 {
 		return Event{}, decodeErr(ReasonUnsupportedData, "data_base64: only JSON data is supported")
 	}
-	if msg, ok := doc.memberIssue("data"); ok && data != nil {
+	if msg, ok := doc.memberIssue("data"); ok && data >= 0 {
 		return Event{}, decodeErr(ReasonInvalidData, "data is not I-JSON: %s", msg)
 	}
-	if data != nil {
-		ev.Data = bytes.Clone(data.raw)
+	if data >= 0 {
+		ev.Data = bytes.Clone(doc.raw(data))
 	}
-	return d.finish(ev, data)
+	return d.finish(ev, doc, data)
 }
 
 func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
@@ -401,7 +408,7 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 		return Event{}, decodeErr(ReasonInvalidData, "data is not I-JSON: %s", doc.issues[0].msg)
 	}
 	ev.Data = bytes.Clone(r.Value)
-	return d.finish(ev, &doc.root)
+	return d.finish(ev, doc, doc.root)
 }
 
 // envelope validates the CloudEvents attributes common to both modes, in
@@ -484,17 +491,17 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 	if len(doc.issues) > 0 {
 		return Event{}, decodeErr(ReasonInvalidData, "the payload is not I-JSON: %s", doc.issues[0].msg)
 	}
-	root := &doc.root
+	root := doc.root
 	ev := Event{Source: d.topic}
 	if d.idPtr != nil {
-		if ev.ID, err = field(root, d.idPtr, "id", ReasonMissingID, true); err != nil {
+		if ev.ID, err = field(doc, root, d.idPtr, "id", ReasonMissingID, true); err != nil {
 			return Event{}, err
 		}
 	}
-	if ev.Type, err = field(root, d.typePtr, "type", ReasonMissingType, false); err != nil {
+	if ev.Type, err = field(doc, root, d.typePtr, "type", ReasonMissingType, false); err != nil {
 		return Event{}, err
 	}
-	if ev.Subject, err = field(root, d.subjectPtr, "subject", ReasonMissingSubject, true); err != nil {
+	if ev.Subject, err = field(doc, root, d.subjectPtr, "subject", ReasonMissingSubject, true); err != nil {
 		return Event{}, err
 	}
 	// The ID defaults to the key (bounded by MaxKeyBytes) when unmapped.
@@ -513,17 +520,17 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 		}
 	}
 	if d.versionPtr != nil {
-		if v := d.versionPtr.resolve(root); v != nil && v.kind != kindNull {
-			if v.kind != kindNumber {
-				return Event{}, decodeErr(ReasonInvalidVersion, "version %s is %s; want an integer ≥ 1", Excerpt(head(v.raw)), article(v.kind))
+		if v, ok := doc.resolve(d.versionPtr, root); ok && doc.kind(v) != kindNull {
+			if k := doc.kind(v); k != kindNumber {
+				return Event{}, decodeErr(ReasonInvalidVersion, "version %s is %s; want an integer ≥ 1", Excerpt(doc.head(v)), article(k))
 			}
-			if ev.Version, err = parseVersion(v.text); err != nil {
+			if ev.Version, err = parseVersion(string(doc.raw(v))); err != nil {
 				return Event{}, err
 			}
 		}
 	}
 	ev.Data = bytes.Clone(r.Value)
-	ev, err = d.finish(ev, root)
+	ev, err = d.finish(ev, doc, root)
 	if err != nil {
 		return Event{}, err
 	}
@@ -535,28 +542,33 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 
 // field reads a required event field of format json through p: a non-empty
 // string or, when integers is set, an integer literal.
-func field(root *jsonValue, p *pointer, name string, reason Reason, integers bool) (string, error) {
-	v := p.resolve(root)
+func field(doc *jsonDoc, root int, p *pointer, name string, reason Reason, integers bool) (string, error) {
+	v, found := doc.resolve(p, root)
+	var k jsonKind
+	if found {
+		k = doc.kind(v)
+	}
 	switch {
-	case v == nil || v.kind == kindNull || (v.kind == kindString && v.text == ""):
+	case !found || k == kindNull || (k == kindString && doc.data[v+1] == '"'):
 		return "", decodeErr(reason, "the payload has no %s at %s", name, Excerpt(p.text))
-	case v.kind == kindString:
-		return v.text, nil
-	case integers && v.kind == kindNumber && isIntegerLiteral(v.text):
-		return v.canon, nil
+	case k == kindString:
+		return doc.str(v), nil
+	case integers && doc.isInteger(v):
+		return doc.integer(v), nil
 	default:
 		want := "a non-empty string"
 		if integers {
 			want += " or an integer"
 		}
-		return "", decodeErr(ReasonInvalidAttribute, "%s at %s is %s %s; want %s", name, Excerpt(p.text), article(v.kind), Excerpt(head(v.raw)), want)
+		return "", decodeErr(ReasonInvalidAttribute, "%s at %s is %s %s; want %s", name, Excerpt(p.text), article(k), Excerpt(doc.head(v)), want)
 	}
 }
 
-// finish computes the payload hash and the key.
-func (d *Decoder) finish(ev Event, payload *jsonValue) (Event, error) {
-	ev.PayloadHash = payloadHash(ev.Type, ev.Subject, ev.Version, payload)
-	if err := d.deriveKey(&ev, payload); err != nil {
+// finish computes the payload hash and the key. payload is the offset of
+// the event's data in doc, -1 for none.
+func (d *Decoder) finish(ev Event, doc *jsonDoc, payload int) (Event, error) {
+	ev.PayloadHash = payloadHash(ev.Type, ev.Subject, ev.Version, doc, payload)
+	if err := d.deriveKey(&ev, doc, payload); err != nil {
 		return Event{}, err
 	}
 	return ev, nil
