@@ -224,16 +224,23 @@ func appendCanonicalString(b []byte, s string) []byte {
 // fraction, no exponent) is its own canonical form, "-0" aside: up to ±2^53
 // that is exactly what ECMAScript prints for it, and beyond, keeping the
 // digits is the extension Canonicalize documents. Any other literal is
-// parsed as a double and printed as ECMAScript does.
+// parsed as a double and printed as ECMAScript does. A number beyond the
+// range of a double (an I-JSON issue: such a text is never hashed) appends
+// nothing.
 func appendCanonicalNumber(b, lit []byte) []byte {
-	if isIntegerLiteral(lit) {
-		if string(lit) == "-0" {
-			return append(b, '0')
+	if len(lit) > 300 || !isIntegerLiteral(lit) {
+		f, err := strconv.ParseFloat(string(lit), 64)
+		if err != nil {
+			return b
 		}
-		return append(b, lit...)
+		if !isIntegerLiteral(lit) {
+			return appendES6(b, f)
+		}
 	}
-	f, _ := strconv.ParseFloat(string(lit), 64)
-	return appendES6(b, f)
+	if string(lit) == "-0" {
+		return append(b, '0')
+	}
+	return append(b, lit...)
 }
 
 // appendES6 appends a finite double as ECMAScript's Number.prototype.
