@@ -285,7 +285,38 @@ type attribute struct {
 	present bool
 	kind    jsonKind
 	text    string // decoded string, number literal or "true"/"false"
-	raw     string // the start of the JSON text, for messages
+	raw     []byte // the start of the JSON text (the header value), for messages
+}
+
+// attributes are an event's attributes by name, in the order found: a
+// handful, looked up by a dozen fixed names, for which a slice does better
+// than a map. Names are unique (the decoder refuses a repeated one).
+type attributes []namedAttribute
+
+type namedAttribute struct {
+	// name is a sub-slice of the record where it can be.
+	name []byte
+	attribute
+}
+
+// get returns the attribute called name, or the zero attribute.
+func (as attributes) get(name string) attribute {
+	for i := range as {
+		if string(as[i].name) == name {
+			return as[i].attribute
+		}
+	}
+	return attribute{}
+}
+
+// index returns the position of the attribute called name, or -1.
+func (as attributes) index(name string) int {
+	for i := range as {
+		if string(as[i].name) == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // head returns enough of b for an excerpt.
@@ -306,52 +337,53 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 	if msg, ok := doc.rootIssue(); ok {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "the envelope has a %s", msg)
 	}
-	type rootMember struct {
-		name  string
-		value int
-	}
-	// In input order, so that the messages are deterministic.
-	members := make([]rootMember, 0, len(doc.objectMembers(root)))
-	doc.eachMember(root, func(name, value int) {
-		members = append(members, rootMember{name: doc.str(name), value: value})
-	})
-	attrs := make(map[string]attribute, len(members))
+	attrs := make(attributes, 0, 10)
 	data := -1
 	var base64 bool
-	for _, m := range members {
-		kind := doc.kind(m.value)
-		switch m.name {
+	var err2 error
+	// In input order, so that the messages are deterministic.
+	doc.eachMember(root, func(nameAt, value int) bool {
+		name := doc.strBytes(nameAt)
+		kind := doc.kind(value)
+		switch string(name) {
 		case "data":
 			if kind != kindNull {
-				data = m.value
+				data = value
 			}
-			continue
+			return true
 		case "data_base64":
 			base64 = kind != kindNull
-			continue
+			return true
 		}
-		if !validAttributeName(m.name) {
-			return Event{}, decodeErr(ReasonNotCloudEvents, "attribute name %s: CloudEvents attribute names are lowercase letters and digits", Excerpt(m.name))
+		if !validAttributeName(string(name)) {
+			err2 = decodeErr(ReasonNotCloudEvents, "attribute name %s: CloudEvents attribute names are lowercase letters and digits", Excerpt(string(name)))
+			return false
 		}
 		if kind == kindNull {
-			continue // null is absent (CloudEvents JSON format)
+			return true // null is absent (CloudEvents JSON format)
 		}
-		attrs[m.name] = attribute{present: true, kind: kind, text: doc.text(m.value), raw: doc.head(m.value)}
+		attrs = append(attrs, namedAttribute{name: name, attribute: attribute{present: true, kind: kind, text: doc.text(value), raw: doc.headBytes(value)}})
+		return true
+	})
+	if err2 != nil {
+		return Event{}, err2
 	}
-	if sv, ok := attrs["specversion"]; !ok {
+	if sv := attrs.get("specversion"); !sv.present {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "the object has no specversion: not a CloudEvent")
 	} else if sv.kind != kindString || sv.text != "1.0" {
-		return Event{}, decodeErr(ReasonNotCloudEvents, "specversion %s: only CloudEvents 1.0 is supported", Excerpt(sv.raw))
+		return Event{}, decodeErr(ReasonNotCloudEvents, "specversion %s: only CloudEvents 1.0 is supported", Excerpt(string(sv.raw)))
 	}
-	for _, m := range members {
-		if m.name == "data" || m.name == "data_base64" {
+	// Every member but data, data_base64 and those that are null (which
+	// can be neither): in input order.
+	for _, a := range attrs {
+		if k := a.kind; k == kindArray || k == kindObject {
+			return Event{}, decodeErr(ReasonInvalidAttribute, "attribute %s is %s; CloudEvents attributes are strings, numbers or booleans", a.name, article(k))
+		}
+		if len(doc.issues) == 0 {
 			continue
 		}
-		if k := doc.kind(m.value); k == kindArray || k == kindObject {
-			return Event{}, decodeErr(ReasonInvalidAttribute, "attribute %s is %s; CloudEvents attributes are strings, numbers or booleans", m.name, article(k))
-		}
-		if msg, ok := doc.memberIssue(m.name); ok {
-			return Event{}, decodeErr(ReasonInvalidAttribute, "attribute %s: %s", m.name, msg)
+		if msg, ok := doc.memberIssue(string(a.name)); ok {
+			return Event{}, decodeErr(ReasonInvalidAttribute, "attribute %s: %s", a.name, msg)
 		}
 	}
 	ev, err := d.envelope(r, attrs, false)
@@ -371,7 +403,11 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 }
 
 func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
-	attrs := make(map[string]attribute)
+	var attrs attributes
+	// Repeated headers are found by a linear search while there are few,
+	// by a map beyond.
+	const fewHeaders = 16
+	var seen map[string]bool
 	for _, h := range r.Headers {
 		name, ok := strings.CutPrefix(h.Key, "ce_")
 		if !ok {
@@ -383,18 +419,29 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 		if !utf8.Valid(h.Value) {
 			return Event{}, decodeErr(ReasonInvalidUTF8, "header %s is not valid UTF-8", h.Key)
 		}
-		if _, dup := attrs[name]; dup {
+		if seen[name] || (seen == nil && attrs.index(name) >= 0) {
 			return Event{}, decodeErr(ReasonNotCloudEvents, "header %s appears twice", h.Key)
 		}
-		attrs[name] = attribute{present: true, kind: kindString, text: string(h.Value), raw: string(h.Value)}
+		attrs = append(attrs, namedAttribute{name: []byte(name), attribute: attribute{present: true, kind: kindString, text: string(h.Value), raw: h.Value}})
+		switch {
+		case seen != nil:
+			seen[name] = true
+		case len(attrs) > fewHeaders:
+			seen = make(map[string]bool, 2*len(attrs))
+			for _, a := range attrs {
+				seen[string(a.name)] = true
+			}
+		}
 	}
-	if sv := attrs["specversion"]; sv.text != "1.0" {
+	if sv := attrs.get("specversion"); sv.text != "1.0" {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "header ce_specversion %s: only CloudEvents 1.0 is supported", Excerpt(sv.text))
 	}
+	// The binding carries the data content type in content-type only.
+	if i := attrs.index("datacontenttype"); i >= 0 {
+		attrs = append(attrs[:i], attrs[i+1:]...)
+	}
 	if hasCT {
-		attrs["datacontenttype"] = attribute{present: true, kind: kindString, text: ct, raw: ct}
-	} else {
-		delete(attrs, "datacontenttype") // the binding carries it in content-type only
+		attrs = append(attrs, namedAttribute{name: []byte("datacontenttype"), attribute: attribute{present: true, kind: kindString, text: ct, raw: []byte(ct)}})
 	}
 	ev, err := d.envelope(r, attrs, true)
 	if err != nil {
@@ -416,19 +463,19 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 // forbidden characters, time, resourceversion, datacontenttype. In binary mode every attribute is a string, so
 // resourceversion arrives as decimal text; in structured mode it must be a
 // JSON number.
-func (d *Decoder) envelope(r Record, attrs map[string]attribute, binary bool) (Event, error) {
+func (d *Decoder) envelope(r Record, attrs attributes, binary bool) (Event, error) {
 	var ev Event
 	var err error
 	req := func(name string, reason Reason) string {
 		if err != nil {
 			return ""
 		}
-		a := attrs[name]
+		a := attrs.get(name)
 		switch {
 		case !a.present || (a.kind == kindString && a.text == ""):
 			err = decodeErr(reason, "the event has no %s", name)
 		case a.kind != kindString:
-			err = decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(a.raw), article(a.kind))
+			err = decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(string(a.raw)), article(a.kind))
 		}
 		return a.text
 	}
@@ -445,32 +492,32 @@ func (d *Decoder) envelope(r Record, attrs map[string]attribute, binary bool) (E
 		return Event{}, err
 	}
 	for _, name := range []string{"id", "source", "type", "subject", "partitionkey", "datacontenttype"} {
-		if a := attrs[name]; a.present && a.kind == kindString {
+		if a := attrs.get(name); a.present && a.kind == kindString {
 			if err := checkChars(name, a.text); err != nil {
 				return Event{}, err
 			}
 		}
 	}
-	if a := attrs["time"]; a.present {
+	if a := attrs.get("time"); a.present {
 		t, terr := time.Parse(time.RFC3339Nano, a.text)
 		if a.kind != kindString || terr != nil {
-			return Event{}, decodeErr(ReasonInvalidAttribute, "time %s is not an RFC 3339 timestamp", Excerpt(a.raw))
+			return Event{}, decodeErr(ReasonInvalidAttribute, "time %s is not an RFC 3339 timestamp", Excerpt(string(a.raw)))
 		}
 		ev.Time = t
 	}
-	if a := attrs["resourceversion"]; a.present {
+	if a := attrs.get("resourceversion"); a.present {
 		if !binary && a.kind != kindNumber {
-			return Event{}, decodeErr(ReasonInvalidVersion, "resourceversion %s is %s; want an integer ≥ 1", Excerpt(a.raw), article(a.kind))
+			return Event{}, decodeErr(ReasonInvalidVersion, "resourceversion %s is %s; want an integer ≥ 1", Excerpt(string(a.raw)), article(a.kind))
 		}
 		if ev.Version, err = parseVersion(a.text); err != nil {
 			return Event{}, err
 		}
 	}
-	if a := attrs["datacontenttype"]; a.present {
+	if a := attrs.get("datacontenttype"); a.present {
 		mt := a.text
 		if !binary {
 			if a.kind != kindString {
-				return Event{}, decodeErr(ReasonInvalidAttribute, "datacontenttype %s is %s, not a string", Excerpt(a.raw), article(a.kind))
+				return Event{}, decodeErr(ReasonInvalidAttribute, "datacontenttype %s is %s, not a string", Excerpt(string(a.raw)), article(a.kind))
 			}
 			if parsed, _, perr := mime.ParseMediaType(mt); perr == nil {
 				mt = parsed
@@ -578,15 +625,15 @@ func (d *Decoder) finish(ev Event, doc *jsonDoc, payload int) (Event, error) {
 // extension (what the CloudEvents Kafka binding keys records by), else the
 // record key. Every one of them that is present must name the same
 // resource, or the record's partition may not be its resource's.
-func (d *Decoder) resourceID(attrs map[string]attribute, key []byte) (string, error) {
+func (d *Decoder) resourceID(attrs attributes, key []byte) (string, error) {
 	var id, from string
 	for _, name := range []string{"subject", "partitionkey"} {
-		a := attrs[name]
+		a := attrs.get(name)
 		if !a.present || (a.kind == kindString && a.text == "") {
 			continue
 		}
 		if a.kind != kindString {
-			return "", decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(a.raw), article(a.kind))
+			return "", decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(string(a.raw)), article(a.kind))
 		}
 		switch {
 		case from == "":

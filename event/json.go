@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -662,7 +661,13 @@ func (d *jsonDoc) raw(v int) []byte {
 
 // head returns enough of the value at v for an excerpt.
 func (d *jsonDoc) head(v int) string {
-	return head(d.raw(v))
+	return string(d.headBytes(v))
+}
+
+// headBytes is head, a sub-slice of the text.
+func (d *jsonDoc) headBytes(v int) []byte {
+	b := d.raw(v)
+	return b[:min(len(b), excerptBytes+utf8.UTFMax)]
 }
 
 // text returns the decoded string, the number literal or "true"/"false" of
@@ -681,22 +686,39 @@ func (d *jsonDoc) text(v int) string {
 // str returns the string at v (the offset of its opening quote) decoded. A
 // lone surrogate decodes to U+FFFD.
 func (d *jsonDoc) str(v int) string {
+	if b, ok := d.plainString(v); ok {
+		return string(b)
+	}
+	return string(d.decodeString(v))
+}
+
+// strBytes is str without a copy where the text holds the string as is.
+func (d *jsonDoc) strBytes(v int) []byte {
+	if b, ok := d.plainString(v); ok {
+		return b
+	}
+	return d.decodeString(v)
+}
+
+// plainString returns the string at v when it has no escapes.
+func (d *jsonDoc) plainString(v int) ([]byte, bool) {
 	i := v + 1
 	j := i
 	for d.data[j] != '"' && d.data[j] != '\\' {
 		j++
 	}
-	if d.data[j] == '"' {
-		return string(d.data[i:j])
-	}
-	var b strings.Builder
-	b.Grow(stringEnd(d.data, v) - i)
+	return d.data[i:j], d.data[j] == '"'
+}
+
+func (d *jsonDoc) decodeString(v int) []byte {
+	i := v + 1
+	b := make([]byte, 0, stringEnd(d.data, v)-i)
 	for {
 		r, next := nextRune(d.data, i)
 		if r < 0 {
-			return b.String()
+			return b
 		}
-		b.WriteRune(r)
+		b = utf8.AppendRune(b, r)
 		i = next
 	}
 }
@@ -729,8 +751,9 @@ func (d *jsonDoc) objectMembers(v int) []member {
 	return d.members[c.first : c.first+c.n]
 }
 
-// eachMember calls fn for every member of the object at v, in input order.
-func (d *jsonDoc) eachMember(v int, fn func(name, value int)) {
+// eachMember calls fn for every member of the object at v, in input order,
+// until fn returns false.
+func (d *jsonDoc) eachMember(v int, fn func(name, value int) bool) {
 	i := skipSpace(d.data, v+1)
 	if d.data[i] == '}' {
 		return
@@ -739,7 +762,9 @@ func (d *jsonDoc) eachMember(v int, fn func(name, value int)) {
 		name := i
 		i = skipSpace(d.data, stringEnd(d.data, i))
 		value := skipSpace(d.data, i+1) // past the colon
-		fn(name, value)
+		if !fn(name, value) {
+			return
+		}
 		i = skipSpace(d.data, d.end(value))
 		if d.data[i] == '}' {
 			return
