@@ -103,9 +103,13 @@ func (w *canonWriter) write(v int) int {
 	data := d.data
 	switch data[v] {
 	case '{':
-		c := d.container(v)
+		o, ok := d.object(v)
+		if !ok {
+			w.b = append(w.b, "{}"...)
+			return skipSpace(data, v+1) + 1
+		}
 		w.b = append(w.b, '{')
-		for i, m := range d.members[c.first : c.first+c.n] {
+		for i, m := range d.members[o.first : o.first+o.n] {
 			if i > 0 {
 				w.b = append(w.b, ',')
 			}
@@ -114,7 +118,7 @@ func (w *canonWriter) write(v int) int {
 			w.value(int(m.value))
 		}
 		w.b = append(w.b, '}')
-		return int(c.end)
+		return int(o.end)
 	case '[':
 		w.b = append(w.b, '[')
 		i := skipSpace(data, v+1)

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/effectively-io/effectively/event/internal/canonicaltree"
 )
 
 // The canonical hash benchmarks: bytes allocated and time per payload hash
@@ -11,7 +13,7 @@ import (
 // below, and per Decode of a typical reference event (the hot path: every
 // record goes through it). Run them with
 //
-//	go test -run '^$' -bench 'PayloadHash|DecodeTypical' -benchmem ./event/
+//	go test -run '^$' -bench 'PayloadHash|Decode|ParseWorst' -benchmem ./event/
 //
 // docs/explanation/benchmarks.md ("Canonical hash") has the figures.
 
@@ -46,12 +48,45 @@ func benchInputs() []benchInput {
 	}
 }
 
+// worstInputs are the densest texts for the index (containers, members,
+// issues per byte) and for its presizing (brackets and colons in strings).
+func worstInputs() []benchInput {
+	var names strings.Builder
+	names.WriteByte('{')
+	for i := range 100_000 {
+		if i > 0 {
+			names.WriteByte(',')
+		}
+		names.WriteString(`"` + strconv.Itoa(i) + `":0`)
+	}
+	names.WriteByte('}')
+	return []benchInput{
+		{"empty-arrays-1MiB", []byte("[" + strings.Repeat("[],", 350_000) + "[]]")},
+		{"members-1MiB", []byte(names.String())},
+		{"repeated-names-1MiB", []byte("{" + strings.Repeat(`"":0,`, 200_000) + `"":0}`)},
+		{"lone-surrogates-1MiB", []byte("[" + strings.Repeat(`"\ud800",`, 110_000) + "0]")},
+		{"brackets-in-a-string-1MiB", []byte(`"` + strings.Repeat("[{:", 350_000) + `"`)},
+	}
+}
+
 func BenchmarkDecodeTypical(b *testing.B) {
+	benchmarkDecode(b, []byte(typicalEvent))
+}
+
+// BenchmarkDecodeLarge decodes a record of 1 MiB: an event whose data is
+// [0,0,…].
+func BenchmarkDecodeLarge(b *testing.B) {
+	value := strings.Replace(typicalEvent, `{"name":"Ada Lovelace","email":"ada.lovelace.42@example.com","plan":"pro"}`,
+		"["+strings.Repeat("0,", 512*1024-200)+"0]", 1)
+	benchmarkDecode(b, []byte(value))
+}
+
+func benchmarkDecode(b *testing.B, value []byte) {
 	d, err := NewDecoder(DecoderConfig{Topic: "accounts"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	rec := Record{Topic: "accounts", Key: []byte("acct-000042"), Value: []byte(typicalEvent),
+	rec := Record{Topic: "accounts", Key: []byte("acct-000042"), Value: value,
 		Headers: []Header{{Key: "content-type", Value: []byte("application/cloudevents+json")}}}
 	b.SetBytes(int64(len(rec.Value)))
 	b.ReportAllocs()
@@ -62,19 +97,45 @@ func BenchmarkDecodeTypical(b *testing.B) {
 	}
 }
 
-// BenchmarkPayloadHash reports the payload hash of each input: bytes/op
+// BenchmarkPayloadHash reports the payload hash of each input (parse,
+// canonicalise, hash), streaming and with the tree it replaced: bytes/op
 // divided by the input's size is the allocation per input byte.
 func BenchmarkPayloadHash(b *testing.B) {
 	for _, in := range benchInputs() {
-		b.Run(in.name, func(b *testing.B) {
+		b.Run(in.name+"/tree", func(b *testing.B) {
 			b.SetBytes(int64(len(in.data)))
 			b.ReportAllocs()
 			for b.Loop() {
-				doc, err := parseJSON(in.data, MaxNesting+1)
+				if _, err := canonicaltree.PayloadHash("account.opened", "acct-000042", 1, in.data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(in.name+"/stream", func(b *testing.B) {
+			b.SetBytes(int64(len(in.data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				doc, err := parseJSON(in.data, MaxNesting)
 				if err != nil || len(doc.issues) > 0 {
 					b.Fatal(err)
 				}
 				_ = payloadHash("account.opened", "acct-000042", 1, doc, doc.root)
+			}
+		})
+	}
+}
+
+// BenchmarkParseWorst reports what parseJSON allocates for the densest
+// texts.
+func BenchmarkParseWorst(b *testing.B) {
+	for _, in := range worstInputs() {
+		b.Run(in.name, func(b *testing.B) {
+			b.SetBytes(int64(len(in.data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := parseJSON(in.data, MaxNesting); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

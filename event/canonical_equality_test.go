@@ -194,6 +194,15 @@ func TestCanonicalMatchesTreeShapes(t *testing.T) {
 	}
 	many.WriteString(`"k0":0}`)
 	_ = requireMatchesTree(t, []byte(many.String()), "/k1/x")
+	// Repeated names found at their object's close, after issues that
+	// follow them in the text, in arrays and in members, past the limit.
+	for _, in := range []string{
+		`[{"a":1,"b":"\ud800","a":2,"c":1e999},` + strings.Repeat(`"\udc00",`, 40) + `{"x":{"y":0,"y":1}}]`,
+		strings.Repeat(`[{"a":1,"a":2,"b":"\ud800"},`, 40) + `0` + strings.Repeat(`]`, 40),
+		`{"m":[{"a":1,"b":"\ud800","a":2}],"m":{"z":1e999},"n":"\ud800",` + strings.Repeat(`"x":{"q":1,"q":2},`, 40) + `"\ud800":0}`,
+	} {
+		_ = requireMatchesTree(t, []byte(in), "/0")
+	}
 }
 
 var genNames = []string{`a`, `b`, `\u0061`, `é`, `\u00e9`, `\ud83d\ude00`, `\ufb33`, `\uffff`, ``, `a\u0000`, `\ud800`, `\udc00x`, `\\`, `\/`, `/`, `\n`, `aa`, `\ud83d\ude01`}

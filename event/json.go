@@ -11,18 +11,19 @@ import (
 )
 
 // The decoder reads JSON without building a tree of values. parseJSON checks
-// a text once, strictly, and leaves an index of it: the offsets of every
-// array and object, and the members of every object sorted in canonical
-// order (RFC 8785: by the UTF-16 code units of their names), as offsets into
-// the text. A value is named by the offset of its first byte; strings and
-// numbers are read from the text when they are needed. The canonical form is
-// written from the text and the index (canonical.go), the envelope's
+// a text once, strictly, and leaves an index of it: where every object with
+// members starts and ends, and its members sorted in canonical order (RFC
+// 8785: by the UTF-16 code units of their names), as offsets into the text.
+// A value is named by the offset of its first byte; strings, numbers and
+// arrays are read from the text when they are needed. The canonical form is
+// written from the text and the index (canonical.go); the envelope's
 // attributes and JSON pointers are read through it.
 //
-// What it costs: 16 bytes per array or object and 8 per object member, about
-// 2 bytes per input byte for the densest text ([[],[],…] or {"":0,"":0,…});
-// a tree of values took 100 and more per value (120 MB for a 1 MiB array of
-// zeros).
+// What it costs: 16 bytes per object with members and 8 per member, at most
+// about 3.4 bytes per input byte ([{"":0},{"":0},…]), the index sized up
+// front from a count of the text's colons and braces; arrays, scalars and
+// the issues found cost nothing per value. A tree of values took 100 bytes
+// and more per value (117 MiB for a 1 MiB array of zeros).
 
 type jsonKind uint8
 
@@ -57,9 +58,9 @@ type jsonDoc struct {
 	data []byte
 	// root is the offset of the top-level value.
 	root int
-	// containers lists every array and object in the order they open (so
+	// objects lists every object with members in the order they open (so
 	// by offset).
-	containers []container
+	objects []object
 	// members holds the members of every object, each object's in one run
 	// sorted canonically: by name, then (equal names) in input order.
 	members []member
@@ -69,12 +70,12 @@ type jsonDoc struct {
 	issues []jsonIssue
 }
 
-// container is one array or object of the text.
-type container struct {
-	// start and end are the offsets of its opening bracket and just past
-	// its closing one.
+// object is one object of the text that has members.
+type object struct {
+	// start and end are the offsets of its opening brace and just past its
+	// closing one.
 	start, end int32
-	// first and n locate an object's members: members[first:first+n].
+	// first and n locate its members: members[first:first+n].
 	first, n int32
 }
 
@@ -137,7 +138,7 @@ const (
 
 // rawIssue is an I-JSON violation as the parser finds it. Repeated member
 // names are found when their object closes, after what follows them, so the
-// issues are put in text order (pos) before they are kept or dropped.
+// issues are put in text order (pos) before they are kept.
 type rawIssue struct {
 	// pos orders the issue where a one-pass parser would have met it.
 	pos int32
@@ -163,7 +164,12 @@ type jsonParser struct {
 	// fill it from the front up to nf: a member is in one or the other,
 	// so one slice as long as the number of members holds both.
 	sp, nf int
-	raw    []rawIssue
+	// raw holds the first maxIssues issues in text order found so far
+	// (of the top-level members finished, their first each), pending the
+	// first of the top-level member being parsed.
+	raw        []rawIssue
+	pending    rawIssue
+	hasPending bool
 }
 
 // parseJSON parses data strictly by RFC 8259 and indexes it. Syntax errors
@@ -180,16 +186,16 @@ func parseJSON(data []byte, maxDepth int) (*jsonDoc, error) {
 		return nil, &syntaxError{off: math.MaxInt32, msg: "text longer than 2 GiB"}
 	}
 	doc := &jsonDoc{data: data}
-	// Every member has a colon, every container a bracket: counted (fast)
-	// they size the index in one allocation each. Text inside strings
-	// inflates the counts; the bounds are what the densest JSON needs
-	// (`"":0,` is 5 bytes; nesting 128 deep, [[[…]]] approaches 2).
+	// Every member has a colon, every object a brace: counted (fast) they
+	// size the index in one allocation each. Text inside strings inflates
+	// the counts; the bounds are what the densest JSON needs (`"":0,` is 5
+	// bytes, `{"":0},` 7).
 	nm := min(bytes.Count(data, []byte{':'}), len(data)/4+1)
-	nc := min(bytes.Count(data, []byte{'{'})+bytes.Count(data, []byte{'['}), len(data)/2+1, 64)
 	if nm > 0 {
 		doc.members = make([]member, nm)
+		no := min(bytes.Count(data, []byte{'{'}), len(data)/6+1)
+		doc.objects = make([]object, 0, no)
 	}
-	doc.containers = make([]container, 0, nc)
 	p := &jsonParser{data: data, maxDepth: maxDepth, member: -1, doc: doc, sp: nm}
 	p.skipSpace()
 	doc.root = p.pos
@@ -201,6 +207,7 @@ func parseJSON(data []byte, maxDepth int) (*jsonDoc, error) {
 		return nil, p.syntax("unexpected data after the top-level value")
 	}
 	doc.members = doc.members[:p.nf:p.nf]
+	p.flushIssue()
 	p.keepIssues()
 	return doc, nil
 }
@@ -220,13 +227,54 @@ func (p *jsonParser) syntax(msg string) error {
 	return &syntaxError{off: p.pos, msg: msg}
 }
 
+// issue records an issue. A one-pass parser keeps the first maxIssues in
+// text order, but of several in a row in the same top-level member only the
+// first. The issues of a top-level member are all found while its value is
+// parsed (in text order but for repeated names, found when their object
+// closes), so the first of them, pending until the value ends, is the only
+// one it keeps; and then, the issues of other members and those outside any
+// member never being in a row with the same member (a repeated top-level
+// name is an issue outside between the two), the first maxIssues of those
+// left in text order are what it keeps.
 func (p *jsonParser) issue(kind issueKind, pos, at int) {
-	p.raw = append(p.raw, rawIssue{pos: int32(pos), at: int32(at), member: p.member, kind: kind})
+	r := rawIssue{pos: int32(pos), at: int32(at), member: p.member, kind: kind}
+	if r.member < 0 {
+		p.keepFirst(r)
+		return
+	}
+	if !p.hasPending || r.pos < p.pending.pos {
+		p.pending, p.hasPending = r, true
+	}
 }
 
-// keepIssues puts the issues found in text order and keeps, as a one-pass
-// parser would have: at most one per top-level member in a row (the first),
-// at most maxIssues in all.
+// flushIssue passes on the pending issue of a top-level member whose value
+// is parsed.
+func (p *jsonParser) flushIssue() {
+	if p.hasPending {
+		p.keepFirst(p.pending)
+		p.hasPending = false
+	}
+}
+
+// keepFirst adds r to the first maxIssues issues in text order.
+func (p *jsonParser) keepFirst(r rawIssue) {
+	if len(p.raw) < maxIssues {
+		p.raw = append(p.raw, r)
+		return
+	}
+	last := 0
+	for i := range p.raw {
+		if p.raw[i].pos > p.raw[last].pos {
+			last = i
+		}
+	}
+	if r.pos < p.raw[last].pos {
+		p.raw[last] = r
+	}
+}
+
+// keepIssues puts the issues kept in text order, as a one-pass parser would
+// have found them.
 func (p *jsonParser) keepIssues() {
 	if len(p.raw) == 0 {
 		return
@@ -319,23 +367,15 @@ func (p *jsonParser) enter() error {
 	return nil
 }
 
-// open records the container opening at p.pos and returns its index.
-func (p *jsonParser) open() int {
-	p.doc.containers = appendDoubling(p.doc.containers, container{start: int32(p.pos)})
-	return len(p.doc.containers) - 1
-}
-
 func (p *jsonParser) array() error {
 	if err := p.enter(); err != nil {
 		return err
 	}
-	ci := p.open()
 	p.pos++ // [
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == ']' {
 		p.pos++
 		p.depth--
-		p.doc.containers[ci].end = int32(p.pos)
 		return nil
 	}
 	for {
@@ -353,7 +393,6 @@ func (p *jsonParser) array() error {
 		case ']':
 			p.pos++
 			p.depth--
-			p.doc.containers[ci].end = int32(p.pos)
 			return nil
 		default:
 			return p.syntax("expected ',' or ']' in array")
@@ -365,16 +404,17 @@ func (p *jsonParser) object() error {
 	if err := p.enter(); err != nil {
 		return err
 	}
-	ci := p.open()
+	start := p.pos
 	p.pos++ // {
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == '}' {
 		p.pos++
 		p.depth--
-		c := &p.doc.containers[ci]
-		c.end, c.first = int32(p.pos), int32(p.nf)
 		return nil
 	}
+	// Recorded now, so that objects stay in the order they open.
+	p.doc.objects = appendDoubling(p.doc.objects, object{start: int32(start)})
+	oi := len(p.doc.objects) - 1
 	top := p.depth == 1
 	mark := p.sp
 	for {
@@ -401,6 +441,7 @@ func (p *jsonParser) object() error {
 		}
 		if top {
 			p.member = -1
+			p.flushIssue()
 		}
 		p.push(member{name: int32(name), value: int32(value)})
 		p.skipSpace()
@@ -413,7 +454,7 @@ func (p *jsonParser) object() error {
 		case '}':
 			p.pos++
 			p.depth--
-			p.closeObject(ci, mark)
+			p.closeObject(oi, mark)
 			return nil
 		default:
 			return p.syntax("expected ',' or '}' in object")
@@ -437,15 +478,15 @@ func (p *jsonParser) push(m member) {
 	p.doc.members[p.sp] = m
 }
 
-// closeObject moves the members of the object ci (the stack above mark) to
+// closeObject moves the members of the object oi (the stack above mark) to
 // the finished runs, sorts them canonically and reports repeated names.
-func (p *jsonParser) closeObject(ci, mark int) {
+func (p *jsonParser) closeObject(oi, mark int) {
 	ms := p.doc.members
 	n := mark - p.sp
 	run := ms[p.nf : p.nf+n]
 	copy(run, ms[p.sp:mark]) // may overlap: copy is a memmove
 	p.sp = mark
-	obj := &p.doc.containers[ci]
+	obj := &p.doc.objects[oi]
 	obj.end, obj.first, obj.n = int32(p.pos), int32(p.nf), int32(n)
 	p.nf += n
 	data := p.data
@@ -632,17 +673,25 @@ func (d *jsonDoc) kind(v int) jsonKind {
 	}
 }
 
-// container returns the array or object at v.
-func (d *jsonDoc) container(v int) *container {
-	i, _ := slices.BinarySearchFunc(d.containers, int32(v), func(c container, v int32) int { return cmp.Compare(c.start, v) })
-	return &d.containers[i]
+// object returns the object at v; false when it has no members.
+func (d *jsonDoc) object(v int) (*object, bool) {
+	i, found := slices.BinarySearchFunc(d.objects, int32(v), func(o object, v int32) int { return cmp.Compare(o.start, v) })
+	if !found {
+		return nil, false
+	}
+	return &d.objects[i], true
 }
 
 // end returns the offset just past the value at v.
 func (d *jsonDoc) end(v int) int {
 	switch d.data[v] {
-	case '{', '[':
-		return int(d.container(v).end)
+	case '{':
+		if o, ok := d.object(v); ok {
+			return int(o.end)
+		}
+		return skipSpace(d.data, v+1) + 1 // {}
+	case '[':
+		return arrayEnd(d.data, v)
 	case '"':
 		return stringEnd(d.data, v)
 	case 't', 'n':
@@ -747,8 +796,11 @@ func isIntegerLiteral(lit []byte) bool {
 
 // objectMembers returns the members of the object at v, in canonical order.
 func (d *jsonDoc) objectMembers(v int) []member {
-	c := d.container(v)
-	return d.members[c.first : c.first+c.n]
+	o, ok := d.object(v)
+	if !ok {
+		return nil
+	}
+	return d.members[o.first : o.first+o.n]
 }
 
 // eachMember calls fn for every member of the object at v, in input order,
@@ -833,6 +885,25 @@ func stringEnd(data []byte, v int) int {
 			return i + 1
 		case '\\':
 			i++
+		}
+	}
+}
+
+// arrayEnd returns the offset just past the array whose opening bracket is
+// at data[v], found by counting brackets outside strings.
+func arrayEnd(data []byte, v int) int {
+	depth := 0
+	for i := v; ; i++ {
+		switch data[i] {
+		case '[', '{':
+			depth++
+		case ']', '}':
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case '"':
+			i = stringEnd(data, i) - 1
 		}
 	}
 }
