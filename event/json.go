@@ -791,7 +791,12 @@ func (d *jsonDoc) isInteger(v int) bool {
 // isIntegerLiteral reports whether a valid JSON number literal has neither a
 // fraction nor an exponent.
 func isIntegerLiteral(lit []byte) bool {
-	return bytes.IndexAny(lit, ".eE") < 0
+	for _, c := range lit {
+		if c == '.' || c == 'e' || c == 'E' {
+			return false
+		}
+	}
+	return true
 }
 
 // objectMembers returns the members of the object at v, in canonical order.
