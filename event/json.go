@@ -982,8 +982,20 @@ func compareNames(data []byte, a, b int) int {
 			i++
 			j++
 		}
-		if data[i] == '"' && data[j] == '"' {
+		ca, cb := data[i], data[j]
+		if ca == '"' && cb == '"' {
 			return 0
+		}
+		if ca < utf8.RuneSelf && cb < utf8.RuneSelf && ca != '\\' && cb != '\\' {
+			// ASCII or the end of a string (the shorter string first):
+			// byte order is code unit order.
+			switch {
+			case ca == '"':
+				return -1
+			case cb == '"':
+				return 1
+			}
+			return cmp.Compare(ca, cb)
 		}
 		// data[a+1:i] == data[b+1:j] holds whole characters up to the
 		// last escape decoded: back off to where the differing one starts.
