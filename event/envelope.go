@@ -340,7 +340,7 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 	attrs := make(attributes, 0, 10)
 	data := -1
 	var base64 bool
-	var err2 error
+	var nameErr error
 	// In input order, so that the messages are deterministic.
 	doc.eachMember(root, func(nameAt, value int) bool {
 		name := doc.strBytes(nameAt)
@@ -356,7 +356,7 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 			return true
 		}
 		if !validAttributeName(string(name)) {
-			err2 = decodeErr(ReasonNotCloudEvents, "attribute name %s: CloudEvents attribute names are lowercase letters and digits", Excerpt(string(name)))
+			nameErr = decodeErr(ReasonNotCloudEvents, "attribute name %s: CloudEvents attribute names are lowercase letters and digits", Excerpt(string(name)))
 			return false
 		}
 		if kind == kindNull {
@@ -365,8 +365,8 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 		attrs = append(attrs, namedAttribute{name: name, attribute: attribute{present: true, kind: kind, text: doc.text(value), raw: doc.headBytes(value)}})
 		return true
 	})
-	if err2 != nil {
-		return Event{}, err2
+	if nameErr != nil {
+		return Event{}, nameErr
 	}
 	if sv := attrs.get("specversion"); !sv.present {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "the object has no specversion: not a CloudEvent")
