@@ -1,12 +1,10 @@
 package event
 
 import (
-	"cmp"
+	"crypto/sha256"
 	"errors"
-	"slices"
+	"hash"
 	"strconv"
-	"strings"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -39,699 +37,275 @@ func Canonicalize(data []byte) ([]byte, error) {
 	if len(doc.issues) > 0 {
 		return nil, errors.New(doc.issues[0].msg)
 	}
-	return doc.root.appendCanonical(make([]byte, 0, len(data))), nil
+	w := canonWriter{doc: doc, b: make([]byte, 0, len(data))}
+	w.value(doc.root)
+	return w.b, nil
 }
 
-type jsonKind uint8
-
-const (
-	kindNull jsonKind = iota
-	kindBool
-	kindNumber
-	kindString
-	kindArray
-	kindObject
-)
-
-func (k jsonKind) String() string {
-	switch k {
-	case kindNull:
-		return "null"
-	case kindBool:
-		return "boolean"
-	case kindNumber:
-		return "number"
-	case kindString:
-		return "string"
-	case kindArray:
-		return "array"
-	default:
-		return "object"
-	}
+// canonWriter writes the canonical form of values of a parsed text, from the
+// text and its index: nothing is built but the output. With sum set it
+// streams the output into a SHA-256 in pieces of about hashChunk bytes, so
+// that the whole canonical form never sits in memory.
+type canonWriter struct {
+	doc *jsonDoc
+	b   []byte
+	// sum, when set, hashes the output: b holds only what was not hashed
+	// yet, h is created at the first flush.
+	sum bool
+	h   hash.Hash
 }
 
-// jsonValue is one parsed JSON value. The tree keeps what canonicalisation,
-// JSON pointers and the envelope need: the decoded strings, the literal and
-// canonical text of numbers, members in input order, and the raw bytes.
-type jsonValue struct {
-	kind jsonKind
-	// raw is the value as it appears in the input (a sub-slice of it).
-	raw []byte
-	// text is the decoded string (kindString), the number literal
-	// (kindNumber) or "true"/"false" (kindBool).
-	text string
-	// canon is the canonical form of a number.
-	canon   string
-	elems   []jsonValue
-	members []jsonMember
+// hashChunk is the buffer of a hashing canonWriter.
+const hashChunk = 4096
+
+// newHashWriter returns a writer that hashes, with a buffer for size bytes
+// of output (up to hashChunk).
+func newHashWriter(doc *jsonDoc, size int) canonWriter {
+	return canonWriter{doc: doc, b: make([]byte, 0, min(size, hashChunk)), sum: true}
 }
 
-type jsonMember struct {
-	name  string
-	value jsonValue
-}
-
-// member returns the value of the member called name, or nil.
-func (v *jsonValue) member(name string) *jsonValue {
-	for i := range v.members {
-		if v.members[i].name == name {
-			return &v.members[i].value
-		}
-	}
-	return nil
-}
-
-// jsonIssue is a violation of I-JSON in otherwise well-formed JSON.
-type jsonIssue struct {
-	// member is the top-level member the issue lies in, when inMember.
-	member   string
-	inMember bool
-	msg      string
-}
-
-// jsonDoc is a parsed JSON text.
-type jsonDoc struct {
-	root jsonValue
-	// issues lists I-JSON violations in input order: at most one per
-	// top-level member, at most maxIssues in all. Syntax errors are not
-	// issues: they fail the parse.
-	issues []jsonIssue
-}
-
-// memberIssue returns the first issue inside the top-level member name.
-func (d *jsonDoc) memberIssue(name string) (string, bool) {
-	for _, is := range d.issues {
-		if is.inMember && is.member == name {
-			return is.msg, true
-		}
-	}
-	return "", false
-}
-
-// rootIssue returns the first issue that lies in no top-level member's value
-// (a repeated top-level member name, or anything when the root is no object).
-func (d *jsonDoc) rootIssue() (string, bool) {
-	for _, is := range d.issues {
-		if !is.inMember {
-			return is.msg, true
-		}
-	}
-	return "", false
-}
-
-const maxIssues = 32
-
-// syntaxError reports text that is not JSON, or (tooDeep) JSON that nests
-// deeper than the parse allows.
-type syntaxError struct {
-	off     int
-	msg     string
-	tooDeep bool
-}
-
-func (e *syntaxError) Error() string {
-	return e.msg + " at byte " + strconv.Itoa(e.off)
-}
-
-type jsonParser struct {
-	data     []byte
-	pos      int
-	depth    int
-	maxDepth int
-	member   string
-	inMember bool
-	issues   []jsonIssue
-}
-
-// parseJSON parses data strictly by RFC 8259. Syntax errors (including
-// invalid UTF-8) fail it, and so does nesting deeper than maxDepth (a
-// syntaxError with tooDeep set, found as soon as the parser gets there);
-// I-JSON violations are collected in the document's issues and parsing goes
-// on, so that a syntax error later in the text still wins.
-func parseJSON(data []byte, maxDepth int) (*jsonDoc, error) {
-	if !utf8.Valid(data) {
-		return nil, &syntaxError{off: invalidUTF8Offset(data), msg: "invalid UTF-8"}
-	}
-	p := &jsonParser{data: data, maxDepth: maxDepth}
-	p.skipSpace()
-	root, err := p.value()
-	if err != nil {
-		return nil, err
-	}
-	p.skipSpace()
-	if p.pos != len(p.data) {
-		return nil, p.syntax("unexpected data after the top-level value")
-	}
-	return &jsonDoc{root: root, issues: p.issues}, nil
-}
-
-func invalidUTF8Offset(b []byte) int {
-	for i := 0; i < len(b); {
-		r, n := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && n == 1 {
-			return i
-		}
-		i += n
-	}
-	return len(b)
-}
-
-func (p *jsonParser) syntax(msg string) error {
-	return &syntaxError{off: p.pos, msg: msg}
-}
-
-func (p *jsonParser) issue(msg string) {
-	if len(p.issues) >= maxIssues {
-		return
-	}
-	if n := len(p.issues); p.inMember && n > 0 {
-		last := p.issues[n-1]
-		if last.inMember && last.member == p.member {
-			return
-		}
-	}
-	p.issues = append(p.issues, jsonIssue{member: p.member, inMember: p.inMember, msg: msg})
-}
-
-func (p *jsonParser) skipSpace() {
-	for p.pos < len(p.data) {
-		switch p.data[p.pos] {
-		case ' ', '\t', '\n', '\r':
-			p.pos++
-		default:
-			return
-		}
+// flush hashes what the buffer holds once it is about full.
+func (w *canonWriter) flush() {
+	if w.sum && len(w.b) >= hashChunk-64 {
+		w.hashOut()
 	}
 }
 
-func (p *jsonParser) value() (jsonValue, error) {
-	if p.pos >= len(p.data) {
-		return jsonValue{}, p.syntax("unexpected end of input")
+func (w *canonWriter) hashOut() {
+	if w.h == nil {
+		w.h = sha256.New()
 	}
-	start := p.pos
-	switch c := p.data[p.pos]; {
-	case c == '{':
-		return p.object()
-	case c == '[':
-		return p.array()
-	case c == '"':
-		s, err := p.str()
-		if err != nil {
-			return jsonValue{}, err
-		}
-		return jsonValue{kind: kindString, raw: p.data[start:p.pos], text: s}, nil
-	case c == 't':
-		return p.literal("true", kindBool)
-	case c == 'f':
-		return p.literal("false", kindBool)
-	case c == 'n':
-		return p.literal("null", kindNull)
-	case c == '-' || (c >= '0' && c <= '9'):
-		return p.number()
-	default:
-		return jsonValue{}, p.syntax("unexpected character " + strconv.QuoteRune(rune(c)))
-	}
+	w.h.Write(w.b)
+	w.b = w.b[:0]
 }
 
-func (p *jsonParser) literal(word string, kind jsonKind) (jsonValue, error) {
-	if !strings.HasPrefix(string(p.data[p.pos:min(len(p.data), p.pos+len(word))]), word) {
-		return jsonValue{}, p.syntax("invalid literal")
+// digest returns the SHA-256 of everything written.
+func (w *canonWriter) digest() [32]byte {
+	if w.h == nil {
+		return sha256.Sum256(w.b)
 	}
-	start := p.pos
-	p.pos += len(word)
-	v := jsonValue{kind: kind, raw: p.data[start:p.pos]}
-	if kind == kindBool {
-		v.text = word
-	}
-	return v, nil
+	w.hashOut()
+	var sum [32]byte
+	w.h.Sum(sum[:0])
+	return sum
 }
 
-func (p *jsonParser) enter() error {
-	p.depth++
-	if p.depth > p.maxDepth {
-		return &syntaxError{off: p.pos, msg: "nesting deeper than " + strconv.Itoa(p.maxDepth), tooDeep: true}
-	}
-	return nil
+// value writes the canonical form of the value at v and returns the offset
+// just past it in the text.
+func (w *canonWriter) value(v int) int {
+	end := w.write(v)
+	w.flush()
+	return end
 }
 
-func (p *jsonParser) array() (jsonValue, error) {
-	if err := p.enter(); err != nil {
-		return jsonValue{}, err
-	}
-	start := p.pos
-	p.pos++ // [
-	v := jsonValue{kind: kindArray}
-	p.skipSpace()
-	if p.pos < len(p.data) && p.data[p.pos] == ']' {
-		p.pos++
-		p.depth--
-		v.raw = p.data[start:p.pos]
-		return v, nil
-	}
-	for {
-		p.skipSpace()
-		elem, err := p.value()
-		if err != nil {
-			return jsonValue{}, err
+func (w *canonWriter) write(v int) int {
+	d := w.doc
+	data := d.data
+	switch data[v] {
+	case '{':
+		o, ok := d.object(v)
+		if !ok {
+			w.b = append(w.b, "{}"...)
+			return skipSpace(data, v+1) + 1
 		}
-		v.elems = appendDoubling(v.elems, elem)
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return jsonValue{}, p.syntax("unexpected end of input in array")
-		}
-		switch p.data[p.pos] {
-		case ',':
-			p.pos++
-		case ']':
-			p.pos++
-			p.depth--
-			v.raw = p.data[start:p.pos]
-			return v, nil
-		default:
-			return jsonValue{}, p.syntax("expected ',' or ']' in array")
-		}
-	}
-}
-
-func (p *jsonParser) object() (jsonValue, error) {
-	if err := p.enter(); err != nil {
-		return jsonValue{}, err
-	}
-	start := p.pos
-	p.pos++ // {
-	v := jsonValue{kind: kindObject}
-	p.skipSpace()
-	if p.pos < len(p.data) && p.data[p.pos] == '}' {
-		p.pos++
-		p.depth--
-		v.raw = p.data[start:p.pos]
-		return v, nil
-	}
-	var seen map[string]struct{}
-	top := p.depth == 1
-	for {
-		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
-			return jsonValue{}, p.syntax("expected a member name")
-		}
-		name, err := p.str()
-		if err != nil {
-			return jsonValue{}, err
-		}
-		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
-			return jsonValue{}, p.syntax("expected ':' after a member name")
-		}
-		p.pos++
-		p.skipSpace()
-		if seen == nil {
-			seen = make(map[string]struct{})
-		}
-		if _, dup := seen[name]; dup {
-			// Recorded before the value is parsed, so that a repeated
-			// top-level name is a root issue, not one inside the member.
-			p.issue("duplicate member name " + Excerpt(name))
-		}
-		seen[name] = struct{}{}
-		if top {
-			p.member, p.inMember = name, true
-		}
-		val, err := p.value()
-		if err != nil {
-			return jsonValue{}, err
-		}
-		if top {
-			p.member, p.inMember = "", false
-		}
-		v.members = appendDoubling(v.members, jsonMember{name: name, value: val})
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return jsonValue{}, p.syntax("unexpected end of input in object")
-		}
-		switch p.data[p.pos] {
-		case ',':
-			p.pos++
-		case '}':
-			p.pos++
-			p.depth--
-			v.raw = p.data[start:p.pos]
-			return v, nil
-		default:
-			return jsonValue{}, p.syntax("expected ',' or '}' in object")
-		}
-	}
-}
-
-// appendDoubling appends x to s, doubling the capacity when it is full.
-// append grows large slices by a quarter, which for a long array (a
-// 400 kB array of numbers is 200,000 elements) allocates and copies about
-// five times the final slice; doubling keeps it to two.
-func appendDoubling[T any](s []T, x T) []T {
-	if len(s) == cap(s) {
-		grown := make([]T, len(s), max(1, 2*cap(s)))
-		copy(grown, s)
-		s = grown
-	}
-	return append(s, x)
-}
-
-// str parses a string starting at the opening quote and returns it decoded.
-// The input is known to be valid UTF-8.
-func (p *jsonParser) str() (string, error) {
-	p.pos++ // opening quote
-	start := p.pos
-	// Fast path: no escapes.
-	for p.pos < len(p.data) {
-		c := p.data[p.pos]
-		if c == '"' {
-			s := string(p.data[start:p.pos])
-			p.pos++
-			return s, nil
-		}
-		if c == '\\' {
-			break
-		}
-		if c < 0x20 {
-			return "", p.syntax("control character in string")
-		}
-		p.pos++
-	}
-	var b strings.Builder
-	b.Write(p.data[start:p.pos])
-	for p.pos < len(p.data) {
-		c := p.data[p.pos]
-		switch {
-		case c == '"':
-			p.pos++
-			return b.String(), nil
-		case c < 0x20:
-			return "", p.syntax("control character in string")
-		case c != '\\':
-			b.WriteByte(c)
-			p.pos++
-			continue
-		}
-		p.pos++ // backslash
-		if p.pos >= len(p.data) {
-			break
-		}
-		e := p.data[p.pos]
-		p.pos++
-		switch e {
-		case '"', '\\', '/':
-			b.WriteByte(e)
-		case 'b':
-			b.WriteByte('\b')
-		case 'f':
-			b.WriteByte('\f')
-		case 'n':
-			b.WriteByte('\n')
-		case 'r':
-			b.WriteByte('\r')
-		case 't':
-			b.WriteByte('\t')
-		case 'u':
-			r, err := p.hex4()
-			if err != nil {
-				return "", err
-			}
-			switch {
-			case utf16.IsSurrogate(r) && r < 0xdc00:
-				// A high surrogate must be followed by an escaped low one.
-				if p.pos+1 < len(p.data) && p.data[p.pos] == '\\' && p.data[p.pos+1] == 'u' {
-					save := p.pos
-					p.pos += 2
-					r2, err := p.hex4()
-					if err != nil {
-						return "", err
-					}
-					if r2 >= 0xdc00 && r2 <= 0xdfff {
-						b.WriteRune(utf16.DecodeRune(r, r2))
-						continue
-					}
-					p.pos = save // parse the next escape on its own
-				}
-				p.issue("lone surrogate in string")
-				b.WriteRune(utf8.RuneError)
-			case utf16.IsSurrogate(r):
-				p.issue("lone surrogate in string")
-				b.WriteRune(utf8.RuneError)
-			default:
-				b.WriteRune(r)
-			}
-		default:
-			return "", p.syntax("invalid escape in string")
-		}
-	}
-	return "", p.syntax("unterminated string")
-}
-
-func (p *jsonParser) hex4() (rune, error) {
-	if p.pos+4 > len(p.data) {
-		return 0, p.syntax("short \\u escape")
-	}
-	var r rune
-	for _, c := range p.data[p.pos : p.pos+4] {
-		r <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			r |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			r |= rune(c - 'a' + 10)
-		case c >= 'A' && c <= 'F':
-			r |= rune(c - 'A' + 10)
-		default:
-			return 0, p.syntax("invalid \\u escape")
-		}
-	}
-	p.pos += 4
-	return r, nil
-}
-
-func (p *jsonParser) number() (jsonValue, error) {
-	start := p.pos
-	if p.data[p.pos] == '-' {
-		p.pos++
-	}
-	digits := func() int {
-		n := 0
-		for p.pos < len(p.data) && p.data[p.pos] >= '0' && p.data[p.pos] <= '9' {
-			p.pos++
-			n++
-		}
-		return n
-	}
-	switch {
-	case p.pos < len(p.data) && p.data[p.pos] == '0':
-		p.pos++
-	case digits() == 0:
-		return jsonValue{}, p.syntax("invalid number")
-	}
-	if p.pos < len(p.data) && p.data[p.pos] == '.' {
-		p.pos++
-		if digits() == 0 {
-			return jsonValue{}, p.syntax("invalid number: no digits after '.'")
-		}
-	}
-	if p.pos < len(p.data) && (p.data[p.pos] == 'e' || p.data[p.pos] == 'E') {
-		p.pos++
-		if p.pos < len(p.data) && (p.data[p.pos] == '+' || p.data[p.pos] == '-') {
-			p.pos++
-		}
-		if digits() == 0 {
-			return jsonValue{}, p.syntax("invalid number: no digits in exponent")
-		}
-	}
-	lit := string(p.data[start:p.pos])
-	canon, ok := canonicalNumber(lit)
-	if !ok {
-		p.issue("number " + Excerpt(lit) + " is beyond the range of a double")
-	}
-	return jsonValue{kind: kindNumber, raw: p.data[start:p.pos], text: lit, canon: canon}, nil
-}
-
-// canonicalNumber returns the canonical form of a valid JSON number literal,
-// false when it is beyond the range of a double (an integer literal too:
-// found by FuzzCanonicalize). An integer literal (no
-// fraction, no exponent) is its own canonical form, "-0" aside: up to ±2^53
-// that is exactly what ECMAScript prints for it, and beyond, keeping the
-// digits is the extension Canonicalize documents. Any other literal is
-// parsed as a double and printed as ECMAScript does.
-func canonicalNumber(lit string) (string, bool) {
-	f, err := strconv.ParseFloat(lit, 64)
-	if err != nil {
-		// Beyond the range of a double, integer or not: not I-JSON.
-		return "", false
-	}
-	if isIntegerLiteral(lit) {
-		if lit == "-0" {
-			return "0", true
-		}
-		return lit, true
-	}
-	return formatES6(f), true
-}
-
-// isIntegerLiteral reports whether a valid JSON number literal has neither a
-// fraction nor an exponent.
-func isIntegerLiteral(lit string) bool {
-	return !strings.ContainsAny(lit, ".eE")
-}
-
-// formatES6 serializes a finite double as ECMAScript's Number.prototype.
-// toString does (ECMA-262 Number::toString), which RFC 8785 prescribes. Go's
-// shortest formatting yields the same digits (the shortest that round-trip,
-// the closest when there is a choice); only the layout differs.
-func formatES6(f float64) string {
-	if f == 0 {
-		return "0" // also for -0
-	}
-	s := strconv.FormatFloat(f, 'e', -1, 64) // -d.ddddde±xx
-	neg := s[0] == '-'
-	if neg {
-		s = s[1:]
-	}
-	mant, exp, _ := strings.Cut(s, "e")
-	e, _ := strconv.Atoi(exp)
-	digits := strings.Replace(mant, ".", "", 1)
-	k := len(digits)
-	n := e + 1 // the decimal point sits after n digits
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	switch {
-	case k <= n && n <= 21:
-		b.WriteString(digits)
-		b.WriteString(strings.Repeat("0", n-k))
-	case 0 < n && n <= 21:
-		b.WriteString(digits[:n])
-		b.WriteByte('.')
-		b.WriteString(digits[n:])
-	case -6 < n && n <= 0:
-		b.WriteString("0.")
-		b.WriteString(strings.Repeat("0", -n))
-		b.WriteString(digits)
-	default:
-		b.WriteByte(digits[0])
-		if k > 1 {
-			b.WriteByte('.')
-			b.WriteString(digits[1:])
-		}
-		b.WriteByte('e')
-		if n-1 >= 0 {
-			b.WriteByte('+')
-		}
-		b.WriteString(strconv.Itoa(n - 1))
-	}
-	return b.String()
-}
-
-// appendCanonical appends the RFC 8785 serialization of v to b.
-func (v *jsonValue) appendCanonical(b []byte) []byte {
-	switch v.kind {
-	case kindNull:
-		return append(b, "null"...)
-	case kindBool:
-		return append(b, v.text...)
-	case kindNumber:
-		return append(b, v.canon...)
-	case kindString:
-		return appendCanonicalString(b, v.text)
-	case kindArray:
-		b = append(b, '[')
-		for i := range v.elems {
+		w.b = append(w.b, '{')
+		for i, m := range d.members[o.first : o.first+o.n] {
 			if i > 0 {
-				b = append(b, ',')
+				w.b = append(w.b, ',')
 			}
-			b = v.elems[i].appendCanonical(b)
+			w.str(int(m.name))
+			w.b = append(w.b, ':')
+			w.value(int(m.value))
 		}
-		return append(b, ']')
+		w.b = append(w.b, '}')
+		return int(o.end)
+	case '[':
+		w.b = append(w.b, '[')
+		i := skipSpace(data, v+1)
+		if data[i] != ']' {
+			for {
+				i = skipSpace(data, w.value(i))
+				if data[i] == ']' {
+					break
+				}
+				w.b = append(w.b, ',')
+				i = skipSpace(data, i+1)
+			}
+		}
+		w.b = append(w.b, ']')
+		return i + 1
+	case '"':
+		return w.str(v)
+	case 't':
+		w.b = append(w.b, "true"...)
+		return v + 4
+	case 'f':
+		w.b = append(w.b, "false"...)
+		return v + 5
+	case 'n':
+		w.b = append(w.b, "null"...)
+		return v + 4
 	default:
-		order := make([]int, len(v.members))
-		names := make([]string, len(v.members)) // compact, for the sort's sake
-		for i := range order {
-			order[i] = i
-			names[i] = v.members[i].name
-		}
-		slices.SortFunc(order, func(i, j int) int {
-			return compareUTF16(names[i], names[j])
-		})
-		b = append(b, '{')
-		for n, i := range order {
-			if n > 0 {
-				b = append(b, ',')
-			}
-			b = appendCanonicalString(b, v.members[i].name)
-			b = append(b, ':')
-			b = v.members[i].value.appendCanonical(b)
-		}
-		return append(b, '}')
+		end := numberEnd(data, v)
+		w.b = appendCanonicalNumber(w.b, data[v:end])
+		return end
 	}
 }
 
-// compareUTF16 orders strings by their UTF-16 code units, as RFC 8785
-// sorts member names. It differs from Go's byte order only where a
-// supplementary-plane character meets one in U+E000–U+FFFF.
-func compareUTF16(a, b string) int {
-	for i := 0; i < len(a) && i < len(b); i++ {
-		if a[i] == b[i] {
-			continue
+// str writes the string whose opening quote is at v as RFC 8785 (and
+// JSON.stringify) writes it and returns the offset past its closing quote:
+// the two-character escapes for '"', '\\', \b, \f, \n, \r and \t, \u00xx
+// (lowercase hex) for the other control characters, everything else as is.
+func (w *canonWriter) str(v int) int {
+	data := w.doc.data
+	w.b = append(w.b, '"')
+	i := v + 1
+	for {
+		// A run of characters written as they are.
+		j := i
+		for data[j] != '"' && data[j] != '\\' {
+			j++
 		}
-		// a[:i] == b[:i], so the character holding the first difference
-		// starts at the same offset in both.
-		start := i
-		for start > 0 && !utf8.RuneStart(a[start]) {
-			start--
+		if w.sum && j-i > hashChunk {
+			w.hashOut()
+			w.h.Write(data[i:j])
+		} else {
+			w.b = append(w.b, data[i:j]...)
 		}
-		ra, _ := utf8.DecodeRuneInString(a[start:])
-		rb, _ := utf8.DecodeRuneInString(b[start:])
-		a1, a2 := utf16Units(ra)
-		b1, b2 := utf16Units(rb)
-		if a1 != b1 {
-			return cmp.Compare(a1, b1)
+		if data[j] == '"' {
+			w.b = append(w.b, '"')
+			w.flush()
+			return j + 1
 		}
-		return cmp.Compare(a2, b2)
+		r, next := nextRune(data, j)
+		w.b = appendCanonicalRune(w.b, r)
+		i = next
+		w.flush()
 	}
-	return cmp.Compare(len(a), len(b))
 }
 
-// utf16Units returns the UTF-16 code units of r; the second is 0 for a
-// character of the Basic Multilingual Plane.
-func utf16Units(r rune) (rune, rune) {
-	if r < 0x10000 {
-		return r, 0
+const hexDigits = "0123456789abcdef"
+
+// appendCanonicalRune appends r as a character of a canonical string.
+func appendCanonicalRune(b []byte, r rune) []byte {
+	switch {
+	case r == '"' || r == '\\':
+		return append(b, '\\', byte(r))
+	case r == '\b':
+		return append(b, '\\', 'b')
+	case r == '\f':
+		return append(b, '\\', 'f')
+	case r == '\n':
+		return append(b, '\\', 'n')
+	case r == '\r':
+		return append(b, '\\', 'r')
+	case r == '\t':
+		return append(b, '\\', 't')
+	case r < 0x20:
+		return append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xf])
+	case r < utf8.RuneSelf:
+		return append(b, byte(r))
+	default:
+		return utf8.AppendRune(b, r)
 	}
-	return utf16.EncodeRune(r)
 }
 
-// appendCanonicalString appends s as a JSON string the way RFC 8785 (and
-// JSON.stringify) writes it: the two-character escapes for '"', '\\', \b, \f,
-// \n, \r and \t, \u00xx (lowercase hex) for the other control characters,
-// everything else as is.
+// appendCanonicalString appends s (valid UTF-8) as a canonical string.
 func appendCanonicalString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c == '\b':
-			b = append(b, '\\', 'b')
-		case c == '\f':
-			b = append(b, '\\', 'f')
-		case c == '\n':
-			b = append(b, '\\', 'n')
-		case c == '\r':
-			b = append(b, '\\', 'r')
-		case c == '\t':
-			b = append(b, '\\', 't')
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+			b = appendCanonicalRune(b, rune(c))
+		} else {
 			b = append(b, c)
 		}
 	}
 	return append(b, '"')
+}
+
+// appendCanonicalNumber appends the canonical form of a valid JSON number
+// literal that is within the range of a double. An integer literal (no
+// fraction, no exponent) is its own canonical form, "-0" aside: up to ±2^53
+// that is exactly what ECMAScript prints for it, and beyond, keeping the
+// digits is the extension Canonicalize documents. Any other literal is
+// parsed as a double and printed as ECMAScript does. A number beyond the
+// range of a double (an I-JSON issue: such a text is never hashed) appends
+// nothing.
+func appendCanonicalNumber(b, lit []byte) []byte {
+	if len(lit) > 300 || !isIntegerLiteral(lit) {
+		f, err := strconv.ParseFloat(string(lit), 64)
+		if err != nil {
+			return b
+		}
+		if !isIntegerLiteral(lit) {
+			return appendES6(b, f)
+		}
+	}
+	if string(lit) == "-0" {
+		return append(b, '0')
+	}
+	return append(b, lit...)
+}
+
+// appendES6 appends a finite double as ECMAScript's Number.prototype.
+// toString writes it (ECMA-262 Number::toString), which RFC 8785 prescribes.
+// Go's shortest formatting yields the same digits (the shortest that
+// round-trip, the closest when there is a choice); only the layout differs.
+func appendES6(b []byte, f float64) []byte {
+	if f == 0 {
+		return append(b, '0') // also for -0
+	}
+	var buf [32]byte
+	s := strconv.AppendFloat(buf[:0], f, 'e', -1, 64) // -d.ddddde±xx
+	if s[0] == '-' {
+		b = append(b, '-')
+		s = s[1:]
+	}
+	// The digits (the mantissa without its point) and the exponent.
+	var digitBuf [24]byte
+	digits := digitBuf[:0]
+	i := 0
+	for ; s[i] != 'e'; i++ {
+		if s[i] != '.' {
+			digits = append(digits, s[i])
+		}
+	}
+	e := 0
+	for _, c := range s[i+2:] {
+		e = e*10 + int(c-'0')
+	}
+	if s[i+1] == '-' {
+		e = -e
+	}
+	k := len(digits)
+	n := e + 1 // the decimal point sits after n digits
+	switch {
+	case k <= n && n <= 21:
+		b = append(b, digits...)
+		for range n - k {
+			b = append(b, '0')
+		}
+	case 0 < n && n <= 21:
+		b = append(b, digits[:n]...)
+		b = append(b, '.')
+		b = append(b, digits[n:]...)
+	case -6 < n && n <= 0:
+		b = append(b, '0', '.')
+		for range -n {
+			b = append(b, '0')
+		}
+		b = append(b, digits...)
+	default:
+		b = append(b, digits[0])
+		if k > 1 {
+			b = append(b, '.')
+			b = append(b, digits[1:]...)
+		}
+		b = append(b, 'e')
+		if n-1 >= 0 {
+			b = append(b, '+')
+		}
+		b = strconv.AppendInt(b, int64(n-1), 10)
+	}
+	return b
 }

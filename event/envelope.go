@@ -285,7 +285,38 @@ type attribute struct {
 	present bool
 	kind    jsonKind
 	text    string // decoded string, number literal or "true"/"false"
-	raw     string // the start of the JSON text, for messages
+	raw     []byte // the start of the JSON text (the header value), for messages
+}
+
+// attributes are an event's attributes by name, in the order found: a
+// handful, looked up by a dozen fixed names, for which a slice does better
+// than a map. Names are unique (the decoder refuses a repeated one).
+type attributes []namedAttribute
+
+type namedAttribute struct {
+	// name is a sub-slice of the record where it can be.
+	name []byte
+	attribute
+}
+
+// get returns the attribute called name, or the zero attribute.
+func (as attributes) get(name string) attribute {
+	for i := range as {
+		if string(as[i].name) == name {
+			return as[i].attribute
+		}
+	}
+	return attribute{}
+}
+
+// index returns the position of the attribute called name, or -1.
+func (as attributes) index(name string) int {
+	for i := range as {
+		if string(as[i].name) == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // head returns enough of b for an excerpt.
@@ -299,52 +330,60 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 	if err != nil {
 		return Event{}, notJSON("the value", err)
 	}
-	root := &doc.root
-	if root.kind != kindObject {
-		return Event{}, decodeErr(ReasonNotCloudEvents, "the value is %s, not a JSON object", article(root.kind))
+	root := doc.root
+	if k := doc.kind(root); k != kindObject {
+		return Event{}, decodeErr(ReasonNotCloudEvents, "the value is %s, not a JSON object", article(k))
 	}
 	if msg, ok := doc.rootIssue(); ok {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "the envelope has a %s", msg)
 	}
-	attrs := make(map[string]attribute, len(root.members))
-	var data *jsonValue
+	attrs := make(attributes, 0, 10)
+	data := -1
 	var base64 bool
-	for i := range root.members {
-		m := &root.members[i]
-		switch m.name {
+	var nameErr error
+	// In input order, so that the messages are deterministic.
+	doc.eachMember(root, func(nameAt, value int) bool {
+		name := doc.strBytes(nameAt)
+		kind := doc.kind(value)
+		switch string(name) {
 		case "data":
-			if m.value.kind != kindNull {
-				data = &m.value
+			if kind != kindNull {
+				data = value
 			}
-			continue
+			return true
 		case "data_base64":
-			base64 = m.value.kind != kindNull
-			continue
+			base64 = kind != kindNull
+			return true
 		}
-		if !validAttributeName(m.name) {
-			return Event{}, decodeErr(ReasonNotCloudEvents, "attribute name %s: CloudEvents attribute names are lowercase letters and digits", Excerpt(m.name))
+		if !validAttributeName(string(name)) {
+			nameErr = decodeErr(ReasonNotCloudEvents, "attribute name %s: CloudEvents attribute names are lowercase letters and digits", Excerpt(string(name)))
+			return false
 		}
-		if m.value.kind == kindNull {
-			continue // null is absent (CloudEvents JSON format)
+		if kind == kindNull {
+			return true // null is absent (CloudEvents JSON format)
 		}
-		attrs[m.name] = attribute{present: true, kind: m.value.kind, text: m.value.text, raw: head(m.value.raw)}
+		attrs = append(attrs, namedAttribute{name: name, attribute: attribute{present: true, kind: kind, text: doc.text(value), raw: doc.headBytes(value)}})
+		return true
+	})
+	if nameErr != nil {
+		return Event{}, nameErr
 	}
-	if sv, ok := attrs["specversion"]; !ok {
+	if sv := attrs.get("specversion"); !sv.present {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "the object has no specversion: not a CloudEvent")
 	} else if sv.kind != kindString || sv.text != "1.0" {
-		return Event{}, decodeErr(ReasonNotCloudEvents, "specversion %s: only CloudEvents 1.0 is supported", Excerpt(sv.raw))
+		return Event{}, decodeErr(ReasonNotCloudEvents, "specversion %s: only CloudEvents 1.0 is supported", Excerpt(string(sv.raw)))
 	}
-	for i := range root.members {
-		// In input order, so that the message is deterministic.
-		m := &root.members[i]
-		if m.name == "data" || m.name == "data_base64" {
+	// Every member but data, data_base64 and those that are null (which
+	// can be neither): in input order.
+	for _, a := range attrs {
+		if k := a.kind; k == kindArray || k == kindObject {
+			return Event{}, decodeErr(ReasonInvalidAttribute, "attribute %s is %s; CloudEvents attributes are strings, numbers or booleans", a.name, article(k))
+		}
+		if len(doc.issues) == 0 {
 			continue
 		}
-		if k := m.value.kind; k == kindArray || k == kindObject {
-			return Event{}, decodeErr(ReasonInvalidAttribute, "attribute %s is %s; CloudEvents attributes are strings, numbers or booleans", m.name, article(k))
-		}
-		if msg, ok := doc.memberIssue(m.name); ok {
-			return Event{}, decodeErr(ReasonInvalidAttribute, "attribute %s: %s", m.name, msg)
+		if msg, ok := doc.memberIssue(string(a.name)); ok {
+			return Event{}, decodeErr(ReasonInvalidAttribute, "attribute %s: %s", a.name, msg)
 		}
 	}
 	ev, err := d.envelope(r, attrs, false)
@@ -354,17 +393,21 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 	if base64 {
 		return Event{}, decodeErr(ReasonUnsupportedData, "data_base64: only JSON data is supported")
 	}
-	if msg, ok := doc.memberIssue("data"); ok && data != nil {
+	if msg, ok := doc.memberIssue("data"); ok && data >= 0 {
 		return Event{}, decodeErr(ReasonInvalidData, "data is not I-JSON: %s", msg)
 	}
-	if data != nil {
-		ev.Data = bytes.Clone(data.raw)
+	if data >= 0 {
+		ev.Data = bytes.Clone(doc.raw(data))
 	}
-	return d.finish(ev, data)
+	return d.finish(ev, doc, data)
 }
 
 func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
-	attrs := make(map[string]attribute)
+	var attrs attributes
+	// Repeated headers are found by a linear search while there are few,
+	// by a map beyond.
+	const fewHeaders = 16
+	var seen map[string]bool
 	for _, h := range r.Headers {
 		name, ok := strings.CutPrefix(h.Key, "ce_")
 		if !ok {
@@ -376,18 +419,29 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 		if !utf8.Valid(h.Value) {
 			return Event{}, decodeErr(ReasonInvalidUTF8, "header %s is not valid UTF-8", h.Key)
 		}
-		if _, dup := attrs[name]; dup {
+		if seen[name] || (seen == nil && attrs.index(name) >= 0) {
 			return Event{}, decodeErr(ReasonNotCloudEvents, "header %s appears twice", h.Key)
 		}
-		attrs[name] = attribute{present: true, kind: kindString, text: string(h.Value), raw: string(h.Value)}
+		attrs = append(attrs, namedAttribute{name: []byte(name), attribute: attribute{present: true, kind: kindString, text: string(h.Value), raw: h.Value}})
+		switch {
+		case seen != nil:
+			seen[name] = true
+		case len(attrs) > fewHeaders:
+			seen = make(map[string]bool, 2*len(attrs))
+			for _, a := range attrs {
+				seen[string(a.name)] = true
+			}
+		}
 	}
-	if sv := attrs["specversion"]; sv.text != "1.0" {
+	if sv := attrs.get("specversion"); sv.text != "1.0" {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "header ce_specversion %s: only CloudEvents 1.0 is supported", Excerpt(sv.text))
 	}
+	// The binding carries the data content type in content-type only.
+	if i := attrs.index("datacontenttype"); i >= 0 {
+		attrs = append(attrs[:i], attrs[i+1:]...)
+	}
 	if hasCT {
-		attrs["datacontenttype"] = attribute{present: true, kind: kindString, text: ct, raw: ct}
-	} else {
-		delete(attrs, "datacontenttype") // the binding carries it in content-type only
+		attrs = append(attrs, namedAttribute{name: []byte("datacontenttype"), attribute: attribute{present: true, kind: kindString, text: ct, raw: []byte(ct)}})
 	}
 	ev, err := d.envelope(r, attrs, true)
 	if err != nil {
@@ -401,7 +455,7 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 		return Event{}, decodeErr(ReasonInvalidData, "data is not I-JSON: %s", doc.issues[0].msg)
 	}
 	ev.Data = bytes.Clone(r.Value)
-	return d.finish(ev, &doc.root)
+	return d.finish(ev, doc, doc.root)
 }
 
 // envelope validates the CloudEvents attributes common to both modes, in
@@ -409,19 +463,19 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 // forbidden characters, time, resourceversion, datacontenttype. In binary mode every attribute is a string, so
 // resourceversion arrives as decimal text; in structured mode it must be a
 // JSON number.
-func (d *Decoder) envelope(r Record, attrs map[string]attribute, binary bool) (Event, error) {
+func (d *Decoder) envelope(r Record, attrs attributes, binary bool) (Event, error) {
 	var ev Event
 	var err error
 	req := func(name string, reason Reason) string {
 		if err != nil {
 			return ""
 		}
-		a := attrs[name]
+		a := attrs.get(name)
 		switch {
 		case !a.present || (a.kind == kindString && a.text == ""):
 			err = decodeErr(reason, "the event has no %s", name)
 		case a.kind != kindString:
-			err = decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(a.raw), article(a.kind))
+			err = decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(string(a.raw)), article(a.kind))
 		}
 		return a.text
 	}
@@ -438,32 +492,32 @@ func (d *Decoder) envelope(r Record, attrs map[string]attribute, binary bool) (E
 		return Event{}, err
 	}
 	for _, name := range []string{"id", "source", "type", "subject", "partitionkey", "datacontenttype"} {
-		if a := attrs[name]; a.present && a.kind == kindString {
+		if a := attrs.get(name); a.present && a.kind == kindString {
 			if err := checkChars(name, a.text); err != nil {
 				return Event{}, err
 			}
 		}
 	}
-	if a := attrs["time"]; a.present {
+	if a := attrs.get("time"); a.present {
 		t, terr := time.Parse(time.RFC3339Nano, a.text)
 		if a.kind != kindString || terr != nil {
-			return Event{}, decodeErr(ReasonInvalidAttribute, "time %s is not an RFC 3339 timestamp", Excerpt(a.raw))
+			return Event{}, decodeErr(ReasonInvalidAttribute, "time %s is not an RFC 3339 timestamp", Excerpt(string(a.raw)))
 		}
 		ev.Time = t
 	}
-	if a := attrs["resourceversion"]; a.present {
+	if a := attrs.get("resourceversion"); a.present {
 		if !binary && a.kind != kindNumber {
-			return Event{}, decodeErr(ReasonInvalidVersion, "resourceversion %s is %s; want an integer ≥ 1", Excerpt(a.raw), article(a.kind))
+			return Event{}, decodeErr(ReasonInvalidVersion, "resourceversion %s is %s; want an integer ≥ 1", Excerpt(string(a.raw)), article(a.kind))
 		}
 		if ev.Version, err = parseVersion(a.text); err != nil {
 			return Event{}, err
 		}
 	}
-	if a := attrs["datacontenttype"]; a.present {
+	if a := attrs.get("datacontenttype"); a.present {
 		mt := a.text
 		if !binary {
 			if a.kind != kindString {
-				return Event{}, decodeErr(ReasonInvalidAttribute, "datacontenttype %s is %s, not a string", Excerpt(a.raw), article(a.kind))
+				return Event{}, decodeErr(ReasonInvalidAttribute, "datacontenttype %s is %s, not a string", Excerpt(string(a.raw)), article(a.kind))
 			}
 			if parsed, _, perr := mime.ParseMediaType(mt); perr == nil {
 				mt = parsed
@@ -485,17 +539,17 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 	if len(doc.issues) > 0 {
 		return Event{}, decodeErr(ReasonInvalidData, "the payload is not I-JSON: %s", doc.issues[0].msg)
 	}
-	root := &doc.root
+	root := doc.root
 	ev := Event{Source: d.topic}
 	if d.idPtr != nil {
-		if ev.ID, err = field(root, d.idPtr, "id", ReasonMissingID, true); err != nil {
+		if ev.ID, err = field(doc, root, d.idPtr, "id", ReasonMissingID, true); err != nil {
 			return Event{}, err
 		}
 	}
-	if ev.Type, err = field(root, d.typePtr, "type", ReasonMissingType, false); err != nil {
+	if ev.Type, err = field(doc, root, d.typePtr, "type", ReasonMissingType, false); err != nil {
 		return Event{}, err
 	}
-	if ev.Subject, err = field(root, d.subjectPtr, "subject", ReasonMissingSubject, true); err != nil {
+	if ev.Subject, err = field(doc, root, d.subjectPtr, "subject", ReasonMissingSubject, true); err != nil {
 		return Event{}, err
 	}
 	// The ID defaults to the key (bounded by MaxKeyBytes) when unmapped.
@@ -514,17 +568,17 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 		}
 	}
 	if d.versionPtr != nil {
-		if v := d.versionPtr.resolve(root); v != nil && v.kind != kindNull {
-			if v.kind != kindNumber {
-				return Event{}, decodeErr(ReasonInvalidVersion, "version %s is %s; want an integer ≥ 1", Excerpt(head(v.raw)), article(v.kind))
+		if v, ok := doc.resolve(d.versionPtr, root); ok && doc.kind(v) != kindNull {
+			if k := doc.kind(v); k != kindNumber {
+				return Event{}, decodeErr(ReasonInvalidVersion, "version %s is %s; want an integer ≥ 1", Excerpt(doc.head(v)), article(k))
 			}
-			if ev.Version, err = parseVersion(v.text); err != nil {
+			if ev.Version, err = parseVersion(string(doc.raw(v))); err != nil {
 				return Event{}, err
 			}
 		}
 	}
 	ev.Data = bytes.Clone(r.Value)
-	ev, err = d.finish(ev, root)
+	ev, err = d.finish(ev, doc, root)
 	if err != nil {
 		return Event{}, err
 	}
@@ -537,28 +591,33 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 
 // field reads a required event field of format json through p: a non-empty
 // string or, when integers is set, an integer literal.
-func field(root *jsonValue, p *pointer, name string, reason Reason, integers bool) (string, error) {
-	v := p.resolve(root)
+func field(doc *jsonDoc, root int, p *pointer, name string, reason Reason, integers bool) (string, error) {
+	v, found := doc.resolve(p, root)
+	var k jsonKind
+	if found {
+		k = doc.kind(v)
+	}
 	switch {
-	case v == nil || v.kind == kindNull || (v.kind == kindString && v.text == ""):
+	case !found || k == kindNull || (k == kindString && doc.data[v+1] == '"'):
 		return "", decodeErr(reason, "the payload has no %s at %s", name, Excerpt(p.text))
-	case v.kind == kindString:
-		return v.text, nil
-	case integers && v.kind == kindNumber && isIntegerLiteral(v.text):
-		return v.canon, nil
+	case k == kindString:
+		return doc.str(v), nil
+	case integers && doc.isInteger(v):
+		return doc.integer(v), nil
 	default:
 		want := "a non-empty string"
 		if integers {
 			want += " or an integer"
 		}
-		return "", decodeErr(ReasonInvalidAttribute, "%s at %s is %s %s; want %s", name, Excerpt(p.text), article(v.kind), Excerpt(head(v.raw)), want)
+		return "", decodeErr(ReasonInvalidAttribute, "%s at %s is %s %s; want %s", name, Excerpt(p.text), article(k), Excerpt(doc.head(v)), want)
 	}
 }
 
-// finish computes the payload hash and the key.
-func (d *Decoder) finish(ev Event, payload *jsonValue) (Event, error) {
-	ev.PayloadHash = payloadHash(ev.Type, ev.Subject, ev.Version, payload)
-	if err := d.deriveKey(&ev, payload); err != nil {
+// finish computes the payload hash and the key. payload is the offset of
+// the event's data in doc, -1 for none.
+func (d *Decoder) finish(ev Event, doc *jsonDoc, payload int) (Event, error) {
+	ev.PayloadHash = payloadHash(ev.Type, ev.Subject, ev.Version, doc, payload)
+	if err := d.deriveKey(&ev, doc, payload); err != nil {
 		return Event{}, err
 	}
 	return ev, nil
@@ -568,15 +627,15 @@ func (d *Decoder) finish(ev Event, payload *jsonValue) (Event, error) {
 // extension (what the CloudEvents Kafka binding keys records by), else the
 // record key. Every one of them that is present must name the same
 // resource, or the record's partition may not be its resource's.
-func (d *Decoder) resourceID(attrs map[string]attribute, key []byte) (string, error) {
+func (d *Decoder) resourceID(attrs attributes, key []byte) (string, error) {
 	var id, from string
 	for _, name := range []string{"subject", "partitionkey"} {
-		a := attrs[name]
+		a := attrs.get(name)
 		if !a.present || (a.kind == kindString && a.text == "") {
 			continue
 		}
 		if a.kind != kindString {
-			return "", decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(a.raw), article(a.kind))
+			return "", decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(string(a.raw)), article(a.kind))
 		}
 		switch {
 		case from == "":

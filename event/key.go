@@ -66,37 +66,37 @@ func boundKey(k string) string {
 }
 
 // deriveKey sets ev.Key and ev.Strategy. payload is what key pointers resolve
-// against: the data of a CloudEvent, the whole value for format json; nil
-// when the event has no data. ev.PayloadHash must be set.
-func (d *Decoder) deriveKey(ev *Event, payload *jsonValue) error {
+// against in doc: the data of a CloudEvent, the whole value for format json;
+// -1 when the event has no data. ev.PayloadHash must be set.
+func (d *Decoder) deriveKey(ev *Event, doc *jsonDoc, payload int) error {
 	var k string
 	switch d.strategy {
 	case StrategyCloudEvents:
 		k = scopedKey("ce", ev.Source, ev.ID)
 	case StrategyField:
-		v, err := keyValue(payload, d.keyPointer)
+		v, err := keyValue(doc, payload, d.keyPointer)
 		if err != nil {
 			return err
 		}
-		if v.kind == kindString {
-			k = scopedKey("field", ev.Source, v.text)
+		if doc.kind(v) == kindString {
+			k = scopedKey("field", ev.Source, doc.str(v))
 		} else {
-			k = scopedKey("field", ev.Source, v.canon)
+			k = scopedKey("field", ev.Source, doc.integer(v))
 		}
 	case StrategyNatural:
-		buf := []byte{'['}
+		w := canonWriter{doc: doc, b: []byte{'['}}
 		for i, p := range d.natural {
-			v, err := keyValue(payload, p)
+			v, err := keyValue(doc, payload, p)
 			if err != nil {
 				return err
 			}
 			if i > 0 {
-				buf = append(buf, ',')
+				w.b = append(w.b, ',')
 			}
-			buf = v.appendCanonical(buf)
+			w.value(v)
 		}
-		buf = append(buf, ']')
-		sum := sha256.Sum256(buf)
+		w.b = append(w.b, ']')
+		sum := sha256.Sum256(w.b)
 		k = scopedKey("natural", ev.Source, hex.EncodeToString(sum[:]))
 	case StrategyContentHash:
 		k = scopedKey("content", ev.Source, hex.EncodeToString(ev.PayloadHash[:]))
@@ -111,23 +111,23 @@ func (d *Decoder) deriveKey(ev *Event, payload *jsonValue) error {
 // (kept digit for digit, so large provider IDs never round together). A
 // fraction, a boolean, null, an array or an object is more likely a wrong
 // pointer than an identity, and is refused.
-func keyValue(payload *jsonValue, p *pointer) (*jsonValue, error) {
-	if payload == nil {
-		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: the event has no data", Excerpt(p.text))
+func keyValue(doc *jsonDoc, payload int, p *pointer) (int, error) {
+	if payload < 0 {
+		return 0, decodeErr(ReasonMissingKeyField, "key pointer %s: the event has no data", Excerpt(p.text))
 	}
-	v := p.resolve(payload)
+	v, found := doc.resolve(p, payload)
 	switch {
-	case v == nil:
-		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: not found", Excerpt(p.text))
-	case v.kind == kindString && v.text != "":
+	case !found:
+		return 0, decodeErr(ReasonMissingKeyField, "key pointer %s: not found", Excerpt(p.text))
+	case doc.kind(v) == kindString && doc.data[v+1] != '"':
 		return v, nil
-	case v.kind == kindNumber && isIntegerLiteral(v.text):
+	case doc.isInteger(v):
 		return v, nil
-	case v.kind == kindString:
-		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: empty string", Excerpt(p.text))
+	case doc.kind(v) == kindString:
+		return 0, decodeErr(ReasonMissingKeyField, "key pointer %s: empty string", Excerpt(p.text))
 	default:
-		return nil, decodeErr(ReasonMissingKeyField, "key pointer %s: found %s %s, want a non-empty string or an integer",
-			Excerpt(p.text), article(v.kind), Excerpt(head(v.raw)))
+		return 0, decodeErr(ReasonMissingKeyField, "key pointer %s: found %s %s, want a non-empty string or an integer",
+			Excerpt(p.text), article(doc.kind(v)), Excerpt(doc.head(v)))
 	}
 }
 
@@ -142,24 +142,29 @@ func article(k jsonKind) string {
 
 // payloadHash computes Event.PayloadHash: the SHA-256 of the RFC 8785
 // canonical JSON of {"data","resourceversion","subject","type"} (members in
-// canonical order). data nil stands for JSON null.
-func payloadHash(typ, subject string, version int64, data *jsonValue) [32]byte {
-	b := make([]byte, 0, 128+len(subject)+len(typ))
-	b = append(b, `{"data":`...)
-	if data == nil {
-		b = append(b, "null"...)
-	} else {
-		b = data.appendCanonical(b)
+// canonical order), data being the value at offset data in doc; -1 stands
+// for JSON null. The canonical form is streamed into the hash, never held
+// whole.
+func payloadHash(typ, subject string, version int64, doc *jsonDoc, data int) [32]byte {
+	size := 64 + len(subject) + len(typ)
+	if data >= 0 {
+		size += len(doc.data)
 	}
-	b = append(b, `,"resourceversion":`...)
-	v, _ := canonicalNumber(strconv.FormatInt(version, 10))
-	b = append(b, v...)
-	b = append(b, `,"subject":`...)
-	b = appendCanonicalString(b, subject)
-	b = append(b, `,"type":`...)
-	b = appendCanonicalString(b, typ)
-	b = append(b, '}')
-	return sha256.Sum256(b)
+	w := newHashWriter(doc, size)
+	w.b = append(w.b, `{"data":`...)
+	if data < 0 {
+		w.b = append(w.b, "null"...)
+	} else {
+		w.value(data)
+	}
+	w.b = append(w.b, `,"resourceversion":`...)
+	w.b = strconv.AppendInt(w.b, version, 10)
+	w.b = append(w.b, `,"subject":`...)
+	w.b = appendCanonicalString(w.b, subject)
+	w.b = append(w.b, `,"type":`...)
+	w.b = appendCanonicalString(w.b, typ)
+	w.b = append(w.b, '}')
+	return w.digest()
 }
 
 // pointer is a parsed JSON pointer (RFC 6901).
@@ -194,28 +199,6 @@ func parsePointer(s string) (*pointer, error) {
 		p.tokens = append(p.tokens, tok)
 	}
 	return p, nil
-}
-
-// resolve returns the value p refers to in v, or nil.
-func (p *pointer) resolve(v *jsonValue) *jsonValue {
-	for _, tok := range p.tokens {
-		switch v.kind {
-		case kindObject:
-			v = v.member(tok)
-		case kindArray:
-			i, ok := arrayIndex(tok)
-			if !ok || i >= len(v.elems) {
-				return nil
-			}
-			v = &v.elems[i]
-		default:
-			return nil
-		}
-		if v == nil {
-			return nil
-		}
-	}
-	return v
 }
 
 // arrayIndex parses an RFC 6901 array index: "0" or digits without a leading

@@ -19,10 +19,10 @@ const maxTraceParentBytes = 256
 // traceContext returns the event's trace context: from the CloudEvents
 // attributes when they carry a traceparent, else from the record headers.
 // The tracestate is taken only from where the traceparent was found.
-func traceContext(attrs map[string]attribute, headers []Header) (parent, state string) {
-	if a := attrs["traceparent"]; a.present && a.kind == kindString && validTraceParent(a.text) {
+func traceContext(attrs attributes, headers []Header) (parent, state string) {
+	if a := attrs.get("traceparent"); a.present && a.kind == kindString && validTraceParent(a.text) {
 		parent = a.text
-		if s := attrs["tracestate"]; s.present && s.kind == kindString && validTraceState(s.text) {
+		if s := attrs.get("tracestate"); s.present && s.kind == kindString && validTraceState(s.text) {
 			state = s.text
 		}
 		return parent, state
