@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/effectively-io/effectively/event/internal/canonicaltree"
+	"github.com/effectively-io/effectively/test/canonicaltree"
 )
 
 // The canonical hash benchmarks: bytes allocated and time per payload hash
@@ -17,10 +17,10 @@ import (
 //
 // docs/explanation/benchmarks.md ("Canonical hash") has the figures.
 
-// typicalEvent is a record of the reference workload
-// (examples/accounts/workload): an account.opened, 300 bytes.
+// typicalEvent is shaped like a record of the reference workload: an
+// item.created, 300 bytes.
 const typicalEvent = `{"specversion":"1.0","id":"evt-7-000000000042","source":"urn:effectively:workload",` +
-	`"type":"account.opened","subject":"acct-000042","time":"2026-03-01T12:00:02.520Z",` +
+	`"type":"item.created","subject":"item-000042","time":"2026-03-01T12:00:02.520Z",` +
 	`"datacontenttype":"application/json","resourceversion":1,` +
 	`"data":{"name":"Ada Lovelace","email":"ada.lovelace.42@example.com","plan":"pro"}}`
 
@@ -82,11 +82,11 @@ func BenchmarkDecodeLarge(b *testing.B) {
 }
 
 func benchmarkDecode(b *testing.B, value []byte) {
-	d, err := NewDecoder(DecoderConfig{Topic: "accounts"})
+	d, err := NewDecoder(DecoderConfig{Topic: "items"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	rec := Record{Topic: "accounts", Key: []byte("acct-000042"), Value: value,
+	rec := Record{Topic: "items", Key: []byte("item-000042"), Value: value,
 		Headers: []Header{{Key: "content-type", Value: []byte("application/cloudevents+json")}}}
 	b.SetBytes(int64(len(rec.Value)))
 	b.ReportAllocs()
@@ -106,7 +106,7 @@ func BenchmarkPayloadHash(b *testing.B) {
 			b.SetBytes(int64(len(in.data)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := canonicaltree.PayloadHash("account.opened", "acct-000042", 1, in.data); err != nil {
+				if _, err := canonicaltree.PayloadHash("item.created", "item-000042", 1, in.data); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -119,7 +119,7 @@ func BenchmarkPayloadHash(b *testing.B) {
 				if err != nil || len(doc.issues) > 0 {
 					b.Fatal(err)
 				}
-				_ = payloadHash("account.opened", "acct-000042", 1, doc, doc.root)
+				_ = payloadHash("item.created", "item-000042", 1, doc, doc.root)
 			}
 		})
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/effectively-io/effectively/event/internal/canonicaltree"
+	"github.com/effectively-io/effectively/test/canonicaltree"
 )
 
 // The streaming canonicaliser against the tree it replaced
@@ -72,9 +72,9 @@ func requireMatchesTree(t *testing.T, data []byte, ptr string) bool {
 		require.Equal(t, string(want), string(got), "%q", data)
 		doc, err := parseJSON(data, MaxNesting)
 		require.NoError(t, err)
-		wantSum, err := canonicaltree.PayloadHash("account.opened", "acct-1\n\"", 7, data)
+		wantSum, err := canonicaltree.PayloadHash("item.created", "item-1\n\"", 7, data)
 		require.NoError(t, err)
-		require.Equal(t, wantSum, payloadHash("account.opened", "acct-1\n\"", 7, doc, doc.root), "%q", data)
+		require.Equal(t, wantSum, payloadHash("item.created", "item-1\n\"", 7, doc, doc.root), "%q", data)
 	}
 	return werr == nil
 }

@@ -1,4 +1,4 @@
-package event_test
+package workload_test
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-io/effectively/event"
-	"github.com/effectively-io/effectively/event/internal/canonicaltree"
+	"github.com/effectively-io/effectively/test/canonicaltree"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
 )
 
