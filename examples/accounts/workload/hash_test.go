@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-io/effectively/event"
-	"github.com/effectively-io/effectively/test/canonicaltree"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
+	"github.com/effectively-io/effectively/test/canonicaltree"
 )
 
 // TestWorkloadHashesMatchTree decodes the reference workload's events (what
