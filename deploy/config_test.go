@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/effectively-io/effectively/test/proctest"
+	"github.com/effectively-io/effectively/test/stacktest"
 )
 
 // TestChartConfigIsAcceptedByTheWorker hands what the chart gives a pod —
@@ -162,4 +163,33 @@ func newTestPKI(t *testing.T) testPKI {
 	require.NoError(t, err)
 	enc := func(typ string, b []byte) string { return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b})) }
 	return testPKI{caPEM: enc("CERTIFICATE", caDER), certPEM: enc("CERTIFICATE", der), keyPEM: enc("PRIVATE KEY", keyDER)}
+}
+
+// TestComposeStillMatches: docker-compose.yml (the laptop path) runs the
+// images the tests use, and its worker's environment is configuration the
+// binary accepts, with the admin server reachable from the host.
+func TestComposeStillMatches(t *testing.T) {
+	bin := buildBinary(t)
+	b, err := os.ReadFile("../docker-compose.yml")
+	require.NoError(t, err)
+	var compose struct {
+		Services map[string]struct {
+			Image       string            `json:"image"`
+			Environment map[string]string `json:"environment"`
+			Ports       []string          `json:"ports"`
+		} `json:"services"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &compose))
+	require.Equal(t, stacktest.PostgresImage, compose.Services["postgres"].Image)
+	require.Equal(t, stacktest.KafkaImage, compose.Services["kafka"].Image)
+	worker, ok := compose.Services["worker"]
+	require.True(t, ok, "docker-compose.yml has a worker")
+	var env []string
+	for k, v := range worker.Environment {
+		env = append(env, k+"="+v)
+	}
+	eff := effectiveConfig(t, bin, env)
+	_, port, _ := strings.Cut(get(eff, "http.addr"), ":")
+	require.Equal(t, "0.0.0.0:"+port, get(eff, "http.addr"), "the worker's admin server listens beyond the container")
+	require.Contains(t, worker.Ports, "127.0.0.1:"+port+":"+port, "the admin port is published to the host")
 }
