@@ -413,6 +413,12 @@ func checkWorker(t *testing.T, r rendered) {
 	require.Equal(t, r.str("kafka.group"), env["EFFECTIVELY_KAFKA_GROUP"].Value)
 	require.Equal(t, strings.Join(toStrings(r.value("kafka.topics")), ","), env["EFFECTIVELY_KAFKA_TOPICS"].Value)
 	require.Equal(t, []string{"run", "--config", "/etc/effectively/config/config.yaml"}, c.Args)
+	// A scale-down moves partitions at once where KEDA removes members.
+	leave := r.value("keda.enabled") == true
+	if v := r.str("kafka.leaveOnShutdown"); v != "" {
+		leave = v == "true"
+	}
+	require.Equal(t, strconv.FormatBool(leave), env["EFFECTIVELY_KAFKA_LEAVE_ON_SHUTDOWN"].Value)
 
 	// Credentials are files from the right Secrets; no password in the URL.
 	files := checkPodSpec(t, spec, c)

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -52,6 +53,7 @@ func TestChartConfigIsAcceptedByTheWorker(t *testing.T) {
 			require.Equal(t, "0.0.0.0:9090", get(eff, "http.addr"))
 			require.Equal(t, r.str("kafka.group"), get(eff, "kafka.group"))
 			require.Equal(t, r.str("kafka.sasl.mechanism"), get(eff, "kafka.sasl.mechanism"))
+			require.Equal(t, envOf(worker)["EFFECTIVELY_KAFKA_LEAVE_ON_SHUTDOWN"].Value, get(eff, "kafka.leave_on_shutdown"))
 			require.Contains(t, get(eff, "postgres.url"), "//"+r.str("postgres.worker.user")+":xxxxx@", "the worker connects as the worker role, with the password from its file")
 
 			// The migrate Job's environment alone (it has no ConfigMap).
@@ -85,8 +87,7 @@ func get(m map[string]any, path string) string {
 	if v == nil {
 		return ""
 	}
-	s, _ := v.(string)
-	return s
+	return fmt.Sprint(v)
 }
 
 // podEnv turns a container's environment into a process environment: the

@@ -100,3 +100,12 @@ that), sslrootcert pointing at the mounted CA when one is given.
 {{- define "effectively.saslUsesPassword" -}}
 {{- if has .Values.kafka.sasl.mechanism (list "plain" "scram-sha-256" "scram-sha-512") -}}true{{- end -}}
 {{- end -}}
+
+{{/* kafka.leave_on_shutdown: the value, or on exactly when KEDA scales the group. */}}
+{{- define "effectively.leaveOnShutdown" -}}
+{{- if eq (toString .Values.kafka.leaveOnShutdown) "" -}}
+{{- .Values.keda.enabled -}}
+{{- else -}}
+{{- .Values.kafka.leaveOnShutdown -}}
+{{- end -}}
+{{- end -}}
