@@ -284,13 +284,16 @@ func (c *Console) finish(w http.ResponseWriter, r *http.Request, se *session, ac
 
 type outboxData struct {
 	Intents []outbox.Stored
-	Counts  map[outbox.State]int64
-	States  []outbox.State
+	Counts  map[string]int64
+	States  []string
 	State   string
 }
 
 func (c *Console) outbox(w http.ResponseWriter, r *http.Request, se *session) {
-	d := outboxData{State: r.URL.Query().Get("state"), States: outbox.States}
+	d := outboxData{State: r.URL.Query().Get("state"), Counts: map[string]int64{}}
+	for _, st := range outbox.States {
+		d.States = append(d.States, string(st))
+	}
 	is, err := outbox.List(r.Context(), c.opts.Pool, outbox.Filter{State: outbox.State(d.State), Limit: 500})
 	if err != nil {
 		status := http.StatusInternalServerError
@@ -308,7 +311,10 @@ func (c *Console) outbox(w http.ResponseWriter, r *http.Request, se *session) {
 	for i := range is {
 		is[i].Target = redactURL(is[i].Target)
 	}
-	d.Intents, d.Counts = is, counts
+	for st, n := range counts {
+		d.Counts[string(st)] = n
+	}
+	d.Intents = is
 	c.render(w, r, http.StatusOK, "outbox", se, "Outbox", d)
 }
 

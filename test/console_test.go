@@ -128,8 +128,6 @@ VALUES ($1, 'notify.welcome', 'c1', 'POST', 'https://notify.example/send', '{"to
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
 	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 5*time.Minute) // a hang guard
-	defer cancelTimeout()
 	shot := func(name string) chromedp.Action[chromedp.Void] {
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			buf, err := chromedp.FullScreenshot(100)(ctx, tg)
@@ -139,13 +137,21 @@ VALUES ($1, 'notify.welcome', 'c1', 'POST', 'https://notify.example/send', '{"to
 			return os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644)
 		})
 	}
+	// Each step gets a hang guard of its own (derived from the browser's
+	// context once it has run, as chromedp asks).
+	_, err = chromedp.Run(bctx, chromedp.Title())
+	require.NoError(t, err)
 	do := func(steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		require.NoError(t, chromedp.Do(bctx, steps...))
+		sctx, cancel := context.WithTimeout(bctx, time.Minute)
+		defer cancel()
+		require.NoError(t, chromedp.Do(sctx, steps...))
 	}
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		sctx, cancel := context.WithTimeout(bctx, time.Minute)
+		defer cancel()
+		s, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS(sel)))
 		require.NoError(t, err)
 		return s
 	}
