@@ -79,7 +79,7 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		cetest.Account(r.topic, "open-poison", "account.opened", "p1", 1, "poison"),
 		{Topic: r.topic, Key: []byte("junk"), Value: []byte(`{"not": "an event"`), Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/cloudevents+json")}}},
 	}
-	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	require.NoError(t, kafkatest.Producer(t).ProduceSync(pctx, recs...).FirstErr())
 	waitUntil(t, "both dead letters", 2*time.Minute, func(context.Context) bool {
@@ -161,9 +161,21 @@ VALUES ($1, 'notify.welcome', 'c1', 'POST', 'https://notify.example/send', '{"to
 	do(chromedp.Navigate(base+"/console/"), visible("token"), shot("login"),
 		chromedp.SendKeys(chromedp.ID("token"), consoleToken), chromedp.Submit(chromedp.ID("token")), visible("operator"))
 	require.Equal(t, "alice", text("#operator"))
-	// Let the chart gather a few points, then the overview, wide and on a
-	// phone's width.
-	time.Sleep(3 * time.Second)
+	// Traffic for the chart: waves of new accounts a second apart, then the
+	// overview, wide and on a phone's width.
+	for wave := range 6 {
+		var batch []*kgo.Record
+		for i := range 40 * (wave%3 + 1) {
+			id := fmt.Sprintf("w%d-%d", wave, i)
+			batch = append(batch, cetest.Account(r.topic, "open-"+id, "account.opened", id, 1, "n-"+id))
+		}
+		require.NoError(t, kafkatest.Producer(t).ProduceSync(pctx, batch...).FirstErr())
+		time.Sleep(time.Second)
+	}
+	waitUntil(t, "the waves applied", time.Minute, func(context.Context) bool {
+		return r.db.Count(t, `SELECT count(*) FROM accounts`) == 2+40*(1+2+3)*2
+	})
+	time.Sleep(1500 * time.Millisecond)
 	do(chromedp.Reload(), visible("partitions"), shot("overview"))
 	require.Contains(t, text("main"), "applied: ")
 	do(chromedp.EmulateViewport(390, 844), chromedp.Reload(), visible("partitions"), shot("overview-phone"), chromedp.EmulateViewport(1200, 900))
