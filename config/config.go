@@ -132,7 +132,8 @@ type Postgres struct {
 type HTTP struct {
 	// Addr is the admin server's listen address, host:port; empty disables
 	// it. It serves only /healthz, /readyz, /metrics and /status (and
-	// /debug/pprof when http.pprof is on), nothing that changes state. The
+	// /debug/pprof when http.pprof is on), nothing that changes state —
+	// and, when console.enabled is on, the console under /console/. The
 	// default, 127.0.0.1:9410, keeps it on the laptop; in a pod set
 	// 0.0.0.0:<admin port> (the chart uses 0.0.0.0:9090) so probes and
 	// scrapes reach it, on a port that carries nothing else.
