@@ -117,7 +117,7 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request, se *session) {
 		return
 	}
 	if len(ids) > maxSelected {
-		c.fail(w, r, se, http.StatusBadRequest, fmt.Errorf("%d dead letters selected: redrive at most %d at once (or use `dlq redrive` with a filter)", len(ids), maxSelected))
+		c.fail(w, r, se, http.StatusBadRequest, fmt.Errorf("%d dead letters selected: redrive at most %d at once (or use the CLI's dlq redrive with a filter)", len(ids), maxSelected))
 		return
 	}
 	if r.PostFormValue("confirm") != "yes" {
@@ -143,7 +143,7 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request, se *session) {
 		}
 		c.render(w, r, http.StatusOK, "confirm", se, "Redrive dead letters?", confirmData{
 			Consequence: []string{
-				fmt.Sprintf("Each of these %d dead letters is applied again through the same claim as the worker (as `dlq redrive` does), one transaction each:", len(ids)),
+				fmt.Sprintf("Each of these %d dead letters is applied again through the same claim as the worker (as the CLI's dlq redrive does), one transaction each:", len(ids)),
 				"• one whose cause is fixed is applied once and marked resolved (applied, stale or parked);",
 				"• one whose event was applied since is marked resolved as a duplicate: nothing applies twice;",
 				"• one that fails again stays a dead letter, with the new error and one more attempt.",
@@ -248,7 +248,7 @@ func (c *Console) parkedDrop(w http.ResponseWriter, r *http.Request, se *session
 		}
 		c.render(w, r, http.StatusOK, "confirm", se, "Drop parked events?", confirmData{
 			Consequence: []string{
-				fmt.Sprintf("The parked events of %s stop waiting for their prerequisite: each becomes a dead letter with reason dropped and the error %q (as `parked drop` does).", parkedTarget(f), why),
+				fmt.Sprintf("The parked events of %s stop waiting for their prerequisite: each becomes a dead letter with reason dropped and the error %q (as the CLI's parked drop does).", parkedTarget(f), why),
 				"Their effects are not applied. A dead letter can be redriven later, from the Dead letters page, once the prerequisite exists.",
 			},
 			Items: items, Action: Prefix + "parked/drop",
