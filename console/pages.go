@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/effectively-io/effectively/audit"
+	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/pipeline"
@@ -309,24 +310,13 @@ func (c *Console) outbox(w http.ResponseWriter, r *http.Request, se *session) {
 		return
 	}
 	for i := range is {
-		is[i].Target = redactURL(is[i].Target)
+		is[i].Target = config.RedactURL(is[i].Target)
 	}
 	for st, n := range counts {
 		d.Counts[string(st)] = n
 	}
 	d.Intents = is
 	c.render(w, r, http.StatusOK, "outbox", se, "Outbox", d)
-}
-
-// redactURL drops a URL's user information (rows from before named
-// targets may carry credentials).
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	u.User = url.User("redacted")
-	return u.String()
 }
 
 func (c *Console) intent(w http.ResponseWriter, r *http.Request, se *session) {
@@ -344,7 +334,7 @@ func (c *Console) intent(w http.ResponseWriter, r *http.Request, se *session) {
 		c.fail(w, r, se, status, err)
 		return
 	}
-	s.Target = redactURL(s.Target)
+	s.Target = config.RedactURL(s.Target)
 	c.render(w, r, http.StatusOK, "intent", se, fmt.Sprintf("Outbox intent %d", id), s)
 }
 
