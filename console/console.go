@@ -59,7 +59,7 @@ type Options struct {
 	// [RefusedError] when a check refuses (members in the group, a target
 	// ahead).
 	ReplayExecute func(ctx context.Context, group, topic string, from replay.From) (replay.Plan, replay.Executed, error)
-	// Audit is `audit`: accounts for a range of a topic.
+	// Audit is `audit`: what became of each record of a range of a topic.
 	Audit func(ctx context.Context, topic string, from, to time.Time) (audit.Report, error)
 	// Logger logs each action.
 	Logger *zap.Logger
