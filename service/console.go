@@ -89,10 +89,10 @@ func (c *CLI) consoleReplayPlan(ctx context.Context, group, topic string, from r
 	return plan, members, err
 }
 
-// consoleReplayExecute is `replay --execute` (rewind): the same checks in
-// the same order — no members, no target ahead of the position, no members
-// again right before — then replay.Execute. A check that says no is a
-// console.RefusedError.
+// consoleReplayExecute is `replay --execute` (rewind) through the same
+// code: planRewind's checks (no members, no target ahead), then
+// executeRewind (no members again, then replay.Execute). A check that says
+// no is a console.RefusedError.
 func (c *CLI) consoleReplayExecute(ctx context.Context, group, topic string, from replay.From) (replay.Plan, replay.Executed, error) {
 	r, err := newReplayer(ctx, c, topic)
 	if err != nil {
@@ -106,25 +106,15 @@ func (c *CLI) consoleReplayExecute(ctx context.Context, group, topic string, fro
 		}
 		return err
 	}
-	if err := replay.RequireNoMembers(ctx, r.adm, group); err != nil {
-		return replay.Plan{}, replay.Executed{}, refused(err)
-	}
-	plan, err := r.planner.Plan(ctx, group, topic, from)
-	if err != nil {
-		return plan, replay.Executed{}, err
-	}
-	if ahead := plan.WithAction(replay.ActionAhead); len(ahead) > 0 && from.Offsets != nil {
-		parts := make([]string, len(ahead))
-		for i, pp := range ahead {
-			parts[i] = fmt.Sprintf("partition %d: target %d > current %d", pp.Partition, pp.TargetOffset, pp.CurrentOffset)
-		}
-		return plan, replay.Executed{}, &console.RefusedError{Err: fmt.Errorf("the offsets ask to move forward (%s): replay only rewinds; give offsets at or below the current positions", strings.Join(parts, "; "))}
-	}
-	if err := replay.RequireNoMembers(ctx, r.adm, group); err != nil {
+	plan, ahead, err := r.planRewind(ctx, group, topic, from)
+	switch {
+	case err != nil:
 		return plan, replay.Executed{}, refused(err)
+	case ahead != nil:
+		return plan, replay.Executed{}, &console.RefusedError{Err: ahead}
 	}
-	done, err := replay.Execute(ctx, r.pool, r.adm, plan, replay.ExecuteOptions{})
-	return plan, done, err
+	done, err := r.executeRewind(ctx, plan)
+	return plan, done, refused(err)
 }
 
 // consoleAudit is `audit --topic T [--from-time] [--to-time]` for the

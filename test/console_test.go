@@ -77,13 +77,15 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		cetest.Account(r.topic, "open-c1", "account.opened", "c1", 1, "Ada"),
 		cetest.Account(r.topic, "open-c2", "account.opened", "c2", 1, "Grace"),
 		cetest.Account(r.topic, "open-poison", "account.opened", "p1", 1, "poison"),
+		// A ledger entry for an account never opened: parked.
+		cetest.Ledger(r.topic, "g1", "ledger.credited", "ghost", 5, "EUR"),
 		{Topic: r.topic, Key: []byte("junk"), Value: []byte(`{"not": "an event"`), Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/cloudevents+json")}}},
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	require.NoError(t, kafkatest.Producer(t).ProduceSync(pctx, recs...).FirstErr())
-	waitUntil(t, "both dead letters", 2*time.Minute, func(context.Context) bool {
-		return r.db.Count(t, `SELECT count(*) FROM dead_letters`) == 2
+	waitUntil(t, "both dead letters and the parked entry", 2*time.Minute, func(context.Context) bool {
+		return r.db.Count(t, `SELECT count(*) FROM dead_letters`) == 2 && r.db.Count(t, `SELECT count(*) FROM parked_events WHERE state = 'parked'`) == 1
 	})
 	var poisonID, junkID int64
 	require.NoError(t, r.db.Pool.QueryRow(ctx, `SELECT id FROM dead_letters WHERE event_key = $1`, cetest.Key("open-poison")).Scan(&poisonID))
@@ -224,19 +226,30 @@ VALUES ($1, 'notify.welcome', 'c1', 'POST', 'https://notify.example/send', '{"to
 	require.Contains(t, text("#outcome"), "refused")
 	require.Equal(t, before, positions(), "the refused rewind moved nothing")
 
-	// Parked, audit and the action log.
-	do(chromedp.Navigate(base+"/console/parked"), visible("main"), shot("parked"),
-		chromedp.Navigate(base+"/console/audit?run=1&topic="+r.topic), visible("audit-counts"), shot("audit"),
+	// The parked entry, dropped from the page with a reason: a dead letter
+	// with reason dropped, carrying it.
+	do(chromedp.Navigate(base+"/console/parked?resource=ghost"), visible("drop"), shot("parked"),
+		chromedp.SendKeys(chromedp.ID("drop-reason"), "the account was never opened"), chromedp.Click(chromedp.ID("drop")),
+		visible("consequence"))
+	require.Contains(t, text("#consequence"), "dead letter with reason dropped")
+	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM parked_events WHERE state = 'parked'`), "the confirmation does nothing")
+	do(chromedp.Click(chromedp.ID("confirm")), visible("outcome"))
+	require.Contains(t, text("#outcome"), "1 parked events dead-lettered")
+	require.Zero(t, r.db.Count(t, `SELECT count(*) FROM parked_events WHERE state = 'parked'`))
+	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'dropped' AND error LIKE '%the account was never opened%'`))
+
+	// The audit and the action log.
+	do(chromedp.Navigate(base+"/console/audit?run=1&topic="+r.topic), visible("audit-counts"), shot("audit"),
 		chromedp.Navigate(base+"/console/actions"), visible("actions"), shot("actions"))
 	log := text("#actions")
-	for _, want := range []string{"dlq.redrive", "outbox.resolve.sent", "replay.execute", "refused", "alice"} {
+	for _, want := range []string{"dlq.redrive", "outbox.resolve.sent", "replay.execute", "refused", "parked.drop", "alice"} {
 		require.Contains(t, log, want)
 	}
-	require.Equal(t, int64(3), r.db.Count(t, `SELECT count(*) FROM operator_actions WHERE operator = 'alice'`))
+	require.Equal(t, int64(4), r.db.Count(t, `SELECT count(*) FROM operator_actions WHERE operator = 'alice'`))
 	code, out, stderr := runCmd(t, r.env, "actions")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "replay.execute")
-	require.Contains(t, out, "3 actions")
+	require.Contains(t, out, "4 actions")
 
 	// A forged cross-site POST: a page on another origin submits a form to
 	// the console in the signed-in browser. Refused; the dead letter it
@@ -254,7 +267,7 @@ VALUES ($1, 'notify.welcome', 'c1', 'POST', 'https://notify.example/send', '{"to
 	landed := text("body")
 	require.Contains(t, landed, "cross-origin request refused")
 	require.Equal(t, attempts, r.db.Count(t, `SELECT attempts FROM dead_letters WHERE id = $1`, junkID), "the forged redrive did nothing")
-	require.Equal(t, int64(3), r.db.Count(t, `SELECT count(*) FROM operator_actions`))
+	require.Equal(t, int64(4), r.db.Count(t, `SELECT count(*) FROM operator_actions`))
 
 	// The same with a signed-in Go client: a foreign Origin is refused, and
 	// so is a same-origin POST without the session's CSRF token.
@@ -280,7 +293,7 @@ VALUES ($1, 'notify.welcome', 'c1', 'POST', 'https://notify.example/send', '{"to
 	resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode, "no CSRF token: %s", body)
 	require.Equal(t, attempts, r.db.Count(t, `SELECT attempts FROM dead_letters WHERE id = $1`, junkID))
-	require.Equal(t, int64(3), r.db.Count(t, `SELECT count(*) FROM operator_actions`))
+	require.Equal(t, int64(4), r.db.Count(t, `SELECT count(*) FROM operator_actions`))
 
 	w.signal(t, syscall.SIGTERM)
 	require.Equal(t, 0, w.wait(t, time.Minute), tail(w.stderr.String(), 20))
