@@ -142,6 +142,10 @@ func (c *CLI) consoleAudit(ctx context.Context, pool *pgxpool.Pool, topic string
 	})
 }
 
+// consolePoolSize is the `console` command's pool: a few operators' pages
+// and actions at once.
+const consolePoolSize = 4
+
 // newConsoleCmd serves the console on its own, against postgres.url and
 // kafka.brokers, without running a worker (no throughput history).
 func newConsoleCmd(c *CLI) *cobra.Command {
@@ -170,27 +174,35 @@ server when console.enabled is on; only theirs draws the throughput chart.`,
 				return usageError{fmt.Errorf("the console requires a token; fix: set console.token_file / %s to a file of name:token lines, or on a loopback --addr set console.localhost_without_token / %s",
 					config.EnvName("console.token_file"), config.EnvName("console.localhost_without_token"))}
 			}
-			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				h, _, err := c.app.newConsole(cfg, c.log, pool, nil)
-				if err != nil {
-					return err
-				}
-				mux := http.NewServeMux()
-				mux.Handle(console.Prefix, h)
-				mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusSeeOther))
-				srv := &http.Server{Addr: cfg.HTTP.Addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute}
-				errc := make(chan error, 1)
-				go func() { errc <- srv.ListenAndServe() }()
-				fmt.Fprintf(c.stderr, "console at http://%s%s\n", cfg.HTTP.Addr, console.Prefix)
-				select {
-				case err := <-errc:
-					return fmt.Errorf("console at %s: %w; fix: free the port or give another --addr", cfg.HTTP.Addr, err)
-				case <-ctx.Done():
-				}
-				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				return srv.Shutdown(sctx)
-			})
+			ctx := cmd.Context()
+			if err := c.app.checkSchema(ctx, cfg); err != nil {
+				return err
+			}
+			// A few connections: pages and actions of several operators.
+			pool, err := openPool(ctx, cfg.Postgres, consolePoolSize, nil)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			h, _, err := c.app.newConsole(cfg, c.log, pool, nil)
+			if err != nil {
+				return err
+			}
+			mux := http.NewServeMux()
+			mux.Handle(console.Prefix, h)
+			mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusSeeOther))
+			srv := &http.Server{Addr: cfg.HTTP.Addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+			errc := make(chan error, 1)
+			go func() { errc <- srv.ListenAndServe() }()
+			fmt.Fprintf(c.stderr, "console at http://%s%s\n", cfg.HTTP.Addr, console.Prefix)
+			select {
+			case err := <-errc:
+				return fmt.Errorf("console at %s: %w; fix: free the port or give another --addr", cfg.HTTP.Addr, err)
+			case <-ctx.Done():
+			}
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			return srv.Shutdown(sctx)
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", "", "listen address, host:port (default http.addr)")

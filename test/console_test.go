@@ -79,7 +79,7 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		cetest.Account(r.topic, "open-poison", "account.opened", "p1", 1, "poison"),
 		// A ledger entry for an account never opened: parked.
 		cetest.Ledger(r.topic, "g1", "ledger.credited", "ghost", 5, "EUR"),
-		{Topic: r.topic, Key: []byte("junk"), Value: []byte(`{"not": "an event"`), Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/cloudevents+json")}}},
+		{Topic: r.topic, Key: []byte("junk"), Value: []byte(`{"not": "an event", "x": "<script>document.title='pwned'</script>"`), Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/cloudevents+json")}}},
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -187,6 +187,13 @@ VALUES ($1, 'notify.welcome', 'c1', 'POST', 'https://notify.example/send', '{"to
 	require.Contains(t, text("#letters"), "integrity_constraint_violation")
 	do(chromedp.Navigate(fmt.Sprintf("%s/console/dead-letters/%d", base, poisonID)), visible("payload"), shot("dead-letter"))
 	require.Contains(t, text("#payload"), `"name":"poison"`)
+	// A hostile payload is shown as text, never run.
+	do(chromedp.Navigate(fmt.Sprintf("%s/console/dead-letters/%d", base, junkID)), visible("payload"))
+	require.Contains(t, text("#payload"), "<script>document.title='pwned'</script>")
+	title, err := chromedp.Run(bctx, chromedp.Title())
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("Dead letter %d · effectively console", junkID), title)
+	do(chromedp.Navigate(fmt.Sprintf("%s/console/dead-letters/%d", base, poisonID)), visible("payload"))
 
 	// The cause is fixed; the redrive from the page says what it will do,
 	// then does it.
@@ -310,4 +317,42 @@ func findBrowser() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no Chromium or Chrome on PATH")
+}
+
+// `effectively console` serves the same console without a worker: refused
+// without a token (exit 2, naming the keys), or without one on a
+// non-loopback address; with a token file, every page asks for it.
+func TestConsoleCommand(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 1)
+	addr := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
+	code, _, stderr := runCmd(t, r.env, "console", "--addr", addr)
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "console.token_file")
+	code, _, stderr = runCmd(t, append(r.env, "EFFECTIVELY_CONSOLE_LOCALHOST_WITHOUT_TOKEN=true"), "console", "--addr", "0.0.0.0:0")
+	require.Equal(t, 2, code, stderr)
+
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte(consoleToken+"\n"), 0o600))
+	p := start(t, append(r.env, "EFFECTIVELY_CONSOLE_TOKEN_FILE="+tokens), "console", "--addr", addr)
+	waitUntil(t, "the console serves", time.Minute, func(context.Context) bool {
+		return strings.Contains(p.stderr.String(), "console at") || p.exited()
+	})
+	require.False(t, p.exited(), tail(p.stderr.String(), 10))
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	client := &http.Client{Jar: jar}
+	resp, err := client.Get("http://" + addr + "/console/outbox")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	resp, err = client.PostForm("http://"+addr+"/console/login", url.Values{"token": {consoleToken}, "next": {"/console/outbox"}})
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(body), `id="operator">operator<`, "a lone token's operator")
+	require.Contains(t, string(body), "No intent")
+	p.signal(t, syscall.SIGTERM)
+	require.Equal(t, 0, p.wait(t, time.Minute), tail(p.stderr.String(), 10))
 }
