@@ -25,6 +25,7 @@ test:
 EXAMPLE_MODULES := examples/orders-go
 
 test-on-stack: vet build
+	test/ensure-chromium.sh
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) test -count=1 -tags crashpoint ./crashpoint/
 	for m in $(EXAMPLE_MODULES); do (cd $$m && $(GO) test $(TEST_FLAGS) ./...) || exit 1; done

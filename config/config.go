@@ -23,6 +23,9 @@ type Config struct {
 	Postgres Postgres `mapstructure:"postgres"`
 	// HTTP is the health, readiness and metrics server.
 	HTTP HTTP `mapstructure:"http"`
+	// Console is the operations console in the browser, served by the
+	// admin server (http.addr) under /console/; off by default.
+	Console Console `mapstructure:"console"`
 	// Log is the process log.
 	Log Log `mapstructure:"log"`
 	// Shutdown is the graceful stop on SIGTERM/SIGINT.
@@ -129,7 +132,8 @@ type Postgres struct {
 type HTTP struct {
 	// Addr is the admin server's listen address, host:port; empty disables
 	// it. It serves only /healthz, /readyz, /metrics and /status (and
-	// /debug/pprof when http.pprof is on), nothing that changes state. The
+	// /debug/pprof when http.pprof is on), nothing that changes state —
+	// and, when console.enabled is on, the console under /console/. The
 	// default, 127.0.0.1:9410, keeps it on the laptop; in a pod set
 	// 0.0.0.0:<admin port> (the chart uses 0.0.0.0:9090) so probes and
 	// scrapes reach it, on a port that carries nothing else.
@@ -140,6 +144,35 @@ type HTTP struct {
 	// on only where Addr is reachable by operators alone; off by default.
 	Pprof bool `mapstructure:"pprof"`
 }
+
+// Console configures the operations console: pages of the group's state
+// (the data of `status`, dead letters, parked events, outbox intents, a
+// replay planner, an audit, the operator-action log) and the actions of the
+// CLI's commands, each recorded in the operator-action log.
+type Console struct {
+	// Enabled serves the console at /console/ on the admin server
+	// (http.addr). Off by default: when off, no console route exists.
+	Enabled bool `mapstructure:"enabled"`
+	// TokenFile is a file of the tokens that may sign in: one per line,
+	// name:token (the name is the operator the action log records) or a
+	// lone token (recorded as operator). Blank lines and lines starting
+	// with # are skipped. It is read at each sign-in, so a token can be
+	// added or revoked without a restart (signed-in sessions last 12 h).
+	// Required when the console is on, unless
+	// console.localhost_without_token allows a loopback http.addr without.
+	TokenFile string `mapstructure:"token_file"`
+	// LocalhostWithoutToken lets the console run without a token when
+	// http.addr is a loopback address (127.0.0.1, ::1, localhost): whoever
+	// can reach the port is the operator "localhost". For a laptop only.
+	LocalhostWithoutToken bool `mapstructure:"localhost_without_token"`
+	// HistoryInterval is how often the worker samples its throughput by
+	// disposition for the Overview's chart (an hour of samples is kept in
+	// memory, only while the console is on).
+	HistoryInterval time.Duration `mapstructure:"history_interval"`
+}
+
+// ConsoleHistoryIntervalDefault is the default of console.history_interval.
+const ConsoleHistoryIntervalDefault = 15 * time.Second
 
 // Shutdown configures the graceful stop.
 type Shutdown struct {
@@ -404,6 +437,7 @@ func Default() Config {
 			Migrations: []string{},
 		},
 		HTTP:     HTTP{Addr: "127.0.0.1:9410", Pprof: HTTPPprofDefault},
+		Console:  Console{HistoryInterval: ConsoleHistoryIntervalDefault},
 		Log:      Log{Level: "info", Format: "json"},
 		Shutdown: Shutdown{DrainTimeout: ShutdownDrainTimeoutDefault},
 		Consumer: Consumer{

@@ -267,6 +267,7 @@ func (c Config) validate() []*FieldError {
 		v.add("http.pprof", "true", "needs the HTTP server, which http.addr = \"\" disables",
 			fmt.Sprintf("set http.addr (%s) to e.g. %s, or set http.pprof (%s) to false", where("http.addr"), example("http.addr"), where("http.pprof")))
 	}
+	c.validateConsole(&v)
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "json", "console")
 

@@ -2,6 +2,7 @@ package httpserver
 
 import (
 	"context"
+	"net/http"
 	"time"
 )
 
@@ -40,6 +41,10 @@ type Options struct {
 	// Status, when set, is served as JSON at /status: the worker's own view
 	// of its partitions, for `effectively status`.
 	Status func(ctx context.Context) any
+	// Console, when set, is served under /console/ (the operations console,
+	// when console.enabled turns it on; it authenticates its own requests).
+	// Nil mounts nothing.
+	Console http.Handler
 	// ReadHeaderTimeout bounds reading a request's headers; 0 means
 	// [ReadHeaderTimeoutDefault].
 	ReadHeaderTimeout time.Duration

@@ -2,9 +2,11 @@
 // (Prometheus), /healthz (the process is alive), /readyz (the worker is a
 // working member: checked at most once a second; advisory checks are
 // reported without making it unready), /status (the worker's own view of
-// its partitions, JSON, when [Options.Status] is set) and, when
+// its partitions, JSON, when [Options.Status] is set), when
 // [Options.Pprof] turns it on, /debug/pprof (Go profiles,
-// unauthenticated). Nothing it serves changes the worker's state.
+// unauthenticated), and when [Options.Console] is set, the operations
+// console under /console/ (authenticated by the console itself). Nothing
+// else it serves changes the worker's state.
 package httpserver
 
 import (
@@ -84,6 +86,9 @@ func New(addr string, gatherer prometheus.Gatherer, checks []Check, log *zap.Log
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(opts.Status(r.Context()))
 		}))
+	}
+	if opts.Console != nil {
+		route("/console/", opts.Console)
 	}
 	return &Server{
 		srv: &http.Server{

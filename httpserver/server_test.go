@@ -207,3 +207,17 @@ func TestStatusRoute(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.JSONEq(t, `{"partitions":3}`, rec.Body.String())
 }
+
+// The console is mounted only when given: off (the default), /console/ does
+// not exist.
+func TestConsoleMountedOnlyWhenOn(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil, Options{})
+	for _, p := range []string{"/console/", "/console/login", "/console/dead-letters"} {
+		require.Equal(t, http.StatusNotFound, get(s, p).Code, p)
+	}
+	on := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	s = newServer(t, nil, Options{Console: on})
+	require.Equal(t, http.StatusTeapot, get(s, "/console/dead-letters").Code)
+	require.Equal(t, http.StatusOK, get(s, "/healthz").Code)
+}

@@ -134,13 +134,11 @@ same claim as the worker: nothing applies twice. Progress goes to stderr.`,
 			if len(ids) == 0 && f.Reason == "" && f.Topic == "" && since == 0 {
 				return usageError{fmt.Errorf("dlq redrive needs IDs, or a filter (--reason, --topic, --since) to redrive many")}
 			}
-			decoders, err := newDecoders(c.cfg, c.log)
-			if err != nil {
-				return err
-			}
 			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				applier := pipeline.NewApplier(pool, pipeline.Options{Decoders: decoders, Handlers: &c.app.Registry, Env: c.app.env(c.cfg), Logger: c.log.Named("redrive"),
-					MaxParkedPerResource: c.cfg.Parking.MaxPerResource})
+				applier, err := c.app.redriveApplier(c.cfg, pool, c.log)
+				if err != nil {
+					return err
+				}
 				if len(ids) == 0 {
 					fl := filter()
 					fl.Unresolved = true

@@ -145,10 +145,17 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	}
 	cons.Topics(counts, checkedTopics(cfg))
 
+	// Off by default: then nil, nil, and nothing is mounted or sampled.
+	consoleHandler, history, err := a.newConsole(cfg, log, pool, reg)
+	if err != nil {
+		cons.Close()
+		return err
+	}
 	var srv *httpserver.Server
 	if cfg.HTTP.Addr != "" {
 		srv, err = httpserver.New(cfg.HTTP.Addr, reg, readinessChecks(pool, cons), log.Named("http"), httpserver.Options{
-			Pprof: cfg.HTTP.Pprof,
+			Pprof:   cfg.HTTP.Pprof,
+			Console: consoleHandler,
 			Status: func(ctx context.Context) any {
 				return a.workerStatus(ctx, cfg, pool, cons)
 			},
@@ -195,6 +202,9 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	background := []func(context.Context) error{sweeper.Run, relay.Run, pruner.Run}
+	if history != nil {
+		background = append(background, history.Run)
+	}
 	if a.anyTargetConfigured(cfg) {
 		// Side effects leave through the outbox: intents were recorded with
 		// their effects; the dispatcher delivers them. Without a configured

@@ -76,6 +76,6 @@ func TestTheEngineMigrationsCreateNoDomainTables(t *testing.T) {
 		names = append(names, n)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"consumer_offsets", "dead_letter_relay_cursors", "dead_letters", "effectively_schema_version", "effectively_tombstones", "outbox",
-		"parked_events", "processed_events", "prune_watermarks", "pruned_offsets", "topic_partitions", "topic_strategies"}, names)
+	require.Equal(t, []string{"consumer_offsets", "dead_letter_relay_cursors", "dead_letters", "effectively_schema_version", "effectively_tombstones", "operator_actions",
+		"outbox", "parked_events", "processed_events", "prune_watermarks", "pruned_offsets", "topic_partitions", "topic_strategies"}, names)
 }
