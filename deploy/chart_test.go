@@ -439,6 +439,12 @@ func checkWorker(t *testing.T, r rendered) {
 		require.Equal(t, r.str("kafka.sasl.username"), env["EFFECTIVELY_KAFKA_SASL_USERNAME"].Value)
 		require.Equal(t, secretFile{r.str("kafka.sasl.existingSecret"), r.str("kafka.sasl.passwordKey")}, files["EFFECTIVELY_KAFKA_SASL_PASSWORD_FILE"])
 	}
+	if r.value("console.enabled") == true {
+		require.Equal(t, "true", env["EFFECTIVELY_CONSOLE_ENABLED"].Value)
+		require.Equal(t, secretFile{r.str("console.existingSecret"), r.str("console.tokensKey")}, files["EFFECTIVELY_CONSOLE_TOKEN_FILE"])
+	} else {
+		require.NotContains(t, env, "EFFECTIVELY_CONSOLE_ENABLED", "the console is off unless asked for")
+	}
 	if r.value("kafka.tls.enabled") == true {
 		require.Equal(t, "true", env["EFFECTIVELY_KAFKA_TLS_ENABLED"].Value)
 		if s := r.str("kafka.tls.existingSecret"); s != "" {
