@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -192,15 +190,14 @@ func workerPool(ctx context.Context, d *db, app string) (*pgxpool.Pool, error) {
 // runB0 sends the precomputed batches, one goroutine per partition, on a
 // pool like the worker's, and checks the result as B2's is checked.
 func (b *bench) runB0(ctx context.Context, data *b0Data) (baselineRun, error) {
-	var r baselineRun
 	d, err := b.newDB(ctx, "b0", migrateInProcess)
 	if err != nil {
-		return r, err
+		return baselineRun{}, err
 	}
 	defer d.drop(context.WithoutCancel(ctx))
 	pool, err := workerPool(ctx, d, "effectively-bench-b0")
 	if err != nil {
-		return r, err
+		return baselineRun{}, err
 	}
 	defer pool.Close()
 
@@ -208,47 +205,14 @@ func (b *bench) runB0(ctx context.Context, data *b0Data) (baselineRun, error) {
 	// schema on the first Flush, as the worker's do on its first batch.
 	env := referenceHandlers().Env(nil, outbox.Expiry{}, nil)
 	group := b.name("b0")
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	before := takeCPUSnapshot()
-	start := time.Now()
-	for p, batches := range data.parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for _, bt := range batches {
-				if err := b0Send(ctx, pool, env, group, b.topic, int32(p), bt); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("b0 partition %d at offset %d: %w", p, bt.first, err)
-					}
-					mu.Unlock()
-					cancel()
-					return
-				}
+	return b.fromMemory(ctx, d, "b0", group, len(data.parts), func(ctx context.Context, p int) (int64, error) {
+		for _, bt := range data.parts[p] {
+			if err := b0Send(ctx, pool, env, group, b.topic, int32(p), bt); err != nil {
+				return bt.first, err
 			}
-		}()
-	}
-	wg.Wait()
-	r.total = time.Since(start)
-	r.steady = r.total
-	r.cpu = cpuBetween(before, takeCPUSnapshot())
-	if firstErr != nil {
-		return r, firstErr
-	}
-	n, err := d.applied(ctx, group, b.topic)
-	if err != nil {
-		return r, err
-	}
-	r.records = n
-	if r.problems, err = d.check(ctx, b.exp); err != nil {
-		return r, err
-	}
-	return r, nil
+		}
+		return 0, nil
+	})
 }
 
 // b0Send is one batch's transaction.

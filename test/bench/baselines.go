@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/config"
@@ -141,33 +140,17 @@ func (b *bench) b2Records() (*b2Data, error) {
 // worker's (openPool: max(partitions, 4) + 4 connections, the same session
 // settings). No Kafka.
 func (b *bench) runB2(ctx context.Context, data *b2Data) (baselineRun, error) {
-	var r baselineRun
 	def := config.Default()
 	d, err := b.newDB(ctx, "b2", migrateInProcess)
 	if err != nil {
-		return r, err
+		return baselineRun{}, err
 	}
 	defer d.drop(context.WithoutCancel(ctx))
-
-	pcfg, err := pgxpool.ParseConfig(d.url)
+	pool, err := workerPool(ctx, d, "effectively-bench-b2")
 	if err != nil {
-		return r, err
-	}
-	rp := pcfg.ConnConfig.RuntimeParams
-	rp["lock_timeout"] = "10s"
-	rp["statement_timeout"] = "60s"
-	rp["idle_in_transaction_session_timeout"] = "30s"
-	rp["application_name"] = "effectively-bench-b2"
-	// The worker calls openPool with 0 partitions: max(0, 4) + 4.
-	pcfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return r, err
+		return baselineRun{}, err
 	}
 	defer pool.Close()
-	if err := pool.Ping(ctx); err != nil {
-		return r, err
-	}
 
 	ts := def.TopicSettings(b.topic)
 	dec, err := event.NewDecoder(event.DecoderConfig{
@@ -176,7 +159,7 @@ func (b *bench) runB2(ctx context.Context, data *b2Data) (baselineRun, error) {
 		MaxPayloadBytes: def.Consumer.MaxPayloadBytes,
 	})
 	if err != nil {
-		return r, err
+		return baselineRun{}, err
 	}
 	applier := pipeline.NewApplier(pool, pipeline.Options{
 		Decoders: map[string]*event.Decoder{b.topic: dec},
@@ -184,7 +167,24 @@ func (b *bench) runB2(ctx context.Context, data *b2Data) (baselineRun, error) {
 	})
 	group := b.name("b2")
 	size := def.Consumer.BatchMaxRecords
+	return b.fromMemory(ctx, d, "b2", group, len(data.parts), func(ctx context.Context, p int) (int64, error) {
+		recs := data.parts[p]
+		for i := 0; i < len(recs); i += size {
+			batch := consumer.Batch{Group: group, Topic: b.topic, Partition: int32(p), Records: recs[i:min(i+size, len(recs))]}
+			if _, err := applier.ApplyBatch(ctx, batch); err != nil {
+				return recs[i].Offset, err
+			}
+		}
+		return 0, nil
+	})
+}
 
+// fromMemory runs apply for each of parts partitions, one goroutine each
+// (the first failure cancels the others), times it with its CPU, and
+// checks the database d against the expected end state. apply returns the
+// offset it failed at.
+func (b *bench) fromMemory(ctx context.Context, d *db, kind, group string, parts int, apply func(ctx context.Context, p int) (int64, error)) (baselineRun, error) {
+	var r baselineRun
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -192,21 +192,17 @@ func (b *bench) runB2(ctx context.Context, data *b2Data) (baselineRun, error) {
 	var firstErr error
 	before := takeCPUSnapshot()
 	start := time.Now()
-	for p, recs := range data.parts {
+	for p := range parts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < len(recs); i += size {
-				batch := consumer.Batch{Group: group, Topic: b.topic, Partition: int32(p), Records: recs[i:min(i+size, len(recs))]}
-				if _, err := applier.ApplyBatch(ctx, batch); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("b2 partition %d at offset %d: %w", p, i, err)
-					}
-					mu.Unlock()
-					cancel()
-					return
+			if at, err := apply(ctx, p); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("%s partition %d at offset %d: %w", kind, p, at, err)
 				}
+				mu.Unlock()
+				cancel()
 			}
 		}()
 	}
