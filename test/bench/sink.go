@@ -369,22 +369,9 @@ func (b *bench) runSink(ctx context.Context) (workerRun, error) {
 		return r, err
 	}
 	defer w.stop(time.Minute)
-	first, done, n, err := w.waitApplied(ctx, d, group, b.sinkTopic, int64(b.sinkExp.Records))
-	if err != nil {
+	if r, err = b.sampleWorker(ctx, w, d, group, b.sinkTopic, int64(b.sinkExp.Records), before); err != nil {
 		return r, err
 	}
-	r.total, r.steady, r.records, r.pid = done.Sub(w.start), done.Sub(first), n, w.cmd.Process.Pid
-	if r.rss, err = peakRSS(w.cmd.Process.Pid); err != nil {
-		progress("warning: reading the worker's peak RSS: %v", err)
-	}
-	r.cpu = cpuBetween(before, takeCPUSnapshot())
-	if r.metrics, err = scrape(ctx, w.http); err != nil {
-		progress("warning: %v", err)
-	}
-	if code := w.stop(time.Minute); code != 0 {
-		progress("warning: the worker exited with code %d after SIGTERM", code)
-	}
-	b.deleteGroup(ctx, group)
 	got, err := readProducts(ctx, d)
 	if err != nil {
 		return r, err

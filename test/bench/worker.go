@@ -209,6 +209,30 @@ type workerRun struct {
 	sink          *sinkCheck
 }
 
+// sampleWorker waits until the worker w has applied target records of topic,
+// samples its times, peak RSS, CPU (since before) and metrics, stops it and
+// deletes its group.
+func (b *bench) sampleWorker(ctx context.Context, w *worker, d *db, group, topic string, target int64, before cpuSnapshot) (workerRun, error) {
+	var r workerRun
+	first, done, n, err := w.waitApplied(ctx, d, group, topic, target)
+	if err != nil {
+		return r, err
+	}
+	r.total, r.steady, r.records, r.pid = done.Sub(w.start), done.Sub(first), n, w.cmd.Process.Pid
+	if r.rss, err = peakRSS(w.cmd.Process.Pid); err != nil {
+		progress("warning: reading the worker's peak RSS: %v", err)
+	}
+	r.cpu = cpuBetween(before, takeCPUSnapshot())
+	if r.metrics, err = scrape(ctx, w.http); err != nil {
+		progress("warning: %v", err)
+	}
+	if code := w.stop(time.Minute); code != 0 {
+		progress("warning: the worker exited with code %d after SIGTERM", code)
+	}
+	b.deleteGroup(ctx, group)
+	return r, nil
+}
+
 // runWorker runs the binary on the main topic (fresh schema and group) until
 // target records are applied, then samples it and stops it.
 func (b *bench) runWorker(ctx context.Context, kind string, target int64, check bool, extraEnv ...string) (workerRun, error) {
@@ -226,22 +250,9 @@ func (b *bench) runWorker(ctx context.Context, kind string, target int64, check 
 		return r, err
 	}
 	defer w.stop(time.Minute)
-	first, done, n, err := w.waitApplied(ctx, d, group, b.topic, target)
-	if err != nil {
+	if r, err = b.sampleWorker(ctx, w, d, group, b.topic, target, before); err != nil {
 		return r, err
 	}
-	r.total, r.steady, r.records, r.pid = done.Sub(w.start), done.Sub(first), n, w.cmd.Process.Pid
-	if r.rss, err = peakRSS(w.cmd.Process.Pid); err != nil {
-		progress("warning: reading the worker's peak RSS: %v", err)
-	}
-	r.cpu = cpuBetween(before, takeCPUSnapshot())
-	if r.metrics, err = scrape(ctx, w.http); err != nil {
-		progress("warning: %v", err)
-	}
-	if code := w.stop(time.Minute); code != 0 {
-		progress("warning: the worker exited with code %d after SIGTERM", code)
-	}
-	b.deleteGroup(ctx, group)
 	if check {
 		if r.problems, err = d.check(ctx, b.exp); err != nil {
 			return r, err
