@@ -1,11 +1,11 @@
 package accounts
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/valyala/fastjson"
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
@@ -31,13 +31,20 @@ func invalidPayload(format string, args ...any) error {
 	return event.PermanentWithReason(ReasonInvalidPayload, fmt.Errorf(format, args...))
 }
 
+// parsers read the events' data: fastjson parses into reusable memory and
+// reads fields without building Go values (encoding/json was a tenth of the
+// worker's CPU in a profile).
+var parsers fastjson.ParserPool
+
 // ParseAccount validates an account event's data.
 func ParseAccount(ev event.Event) (AccountState, error) {
 	if ev.Version < 1 {
 		return AccountState{}, event.PermanentWithReason(ReasonMissingVersion, fmt.Errorf("%s needs the resourceversion extension (an integer ≥ 1)", ev.Type))
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(ev.Data, &raw); err != nil || raw == nil {
+	p := parsers.Get()
+	defer parsers.Put(p)
+	v, err := p.ParseBytes(ev.Data) // the decoder passed only valid JSON without repeated names
+	if err != nil || v.Type() != fastjson.TypeObject {
 		return AccountState{}, invalidPayload("%s data must be an object with name, email and plan", ev.Type)
 	}
 	var s AccountState
@@ -45,15 +52,14 @@ func ParseAccount(ev event.Event) (AccountState, error) {
 		name string
 		dst  *string
 	}{{"name", &s.Name}, {"email", &s.Email}, {"plan", &s.Plan}} {
-		v, ok := raw[f.name]
-		if !ok {
+		fv := v.Get(f.name)
+		if fv == nil {
 			return AccountState{}, invalidPayload("%s data lacks %s", ev.Type, f.name)
 		}
-		if len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
-			*f.dst = string(v[1 : len(v)-1]) // a string without escapes: no second decoder
-		} else if err := json.Unmarshal(v, f.dst); err != nil {
+		if fv.Type() != fastjson.TypeString {
 			return AccountState{}, invalidPayload("%s data.%s must be a non-empty string", ev.Type, f.name)
 		}
+		*f.dst = string(fv.GetStringBytes())
 		if strings.TrimSpace(*f.dst) == "" {
 			return AccountState{}, invalidPayload("%s data.%s must be a non-empty string", ev.Type, f.name)
 		}

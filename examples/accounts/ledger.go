@@ -1,14 +1,14 @@
 package accounts
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"golang.org/x/text/currency"
+
+	"github.com/valyala/fastjson"
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
@@ -23,23 +23,18 @@ type LedgerEntry struct {
 // ParseLedger validates a ledger event's data: amount_cents an integer > 0
 // that fits int64, currency an ISO 4217 code.
 func ParseLedger(ev event.Event) (LedgerEntry, error) {
-	var raw struct {
-		AmountCents json.RawMessage `json:"amount_cents"`
-		Currency    json.RawMessage `json:"currency"`
-	}
-	if err := json.Unmarshal(ev.Data, &raw); err != nil || bytes.Equal(bytes.TrimSpace(ev.Data), []byte("null")) {
+	p := parsers.Get()
+	defer parsers.Put(p)
+	v, err := p.ParseBytes(ev.Data) // the decoder passed only valid JSON without repeated names
+	if err != nil || v.Type() != fastjson.TypeObject {
 		return LedgerEntry{}, invalidPayload("%s data must be an object with amount_cents and currency", ev.Type)
 	}
-	if raw.AmountCents == nil {
+	av := v.Get("amount_cents")
+	if av == nil {
 		return LedgerEntry{}, invalidPayload("%s data lacks amount_cents", ev.Type)
 	}
-	if c := raw.AmountCents[0]; c != '-' && (c < '0' || c > '9') {
-		return LedgerEntry{}, invalidAmount("%s data.amount_cents must be an integer, got %s", ev.Type, event.Excerpt(string(raw.AmountCents)))
-	}
-	// raw.AmountCents is one valid JSON value starting with - or a digit:
-	// a number literal.
-	amount := string(raw.AmountCents)
-	if strings.ContainsAny(amount, ".eE") {
+	amount := string(av.MarshalTo(nil))
+	if av.Type() != fastjson.TypeNumber || strings.ContainsAny(amount, ".eE") {
 		return LedgerEntry{}, invalidAmount("%s data.amount_cents must be an integer, got %s", ev.Type, event.Excerpt(amount))
 	}
 	n, err := strconv.ParseInt(amount, 10, 64)
@@ -49,12 +44,11 @@ func ParseLedger(ev event.Event) (LedgerEntry, error) {
 	if n <= 0 {
 		return LedgerEntry{}, invalidAmount("%s data.amount_cents must be > 0, got %d", ev.Type, n)
 	}
-	var code string
-	if c := raw.Currency; len(c) == 5 && c[0] == '"' && c[4] == '"' && c[1] != '\\' {
-		code = string(c[1:4]) // the usual case, without a second decoder
-	} else if raw.Currency == nil || json.Unmarshal(raw.Currency, &code) != nil {
+	cv := v.Get("currency")
+	if cv == nil || cv.Type() != fastjson.TypeString {
 		return LedgerEntry{}, invalidPayload("%s data.currency must be an ISO 4217 code string", ev.Type)
 	}
+	code := string(cv.GetStringBytes())
 	if len(code) != 3 || code[0] < 'A' || code[0] > 'Z' || code[1] < 'A' || code[1] > 'Z' || code[2] < 'A' || code[2] > 'Z' {
 		return LedgerEntry{}, event.PermanentWithReason(ReasonInvalidCurrency, fmt.Errorf("%s data.currency %s is not an ISO 4217 code", ev.Type, event.Excerpt(code)))
 	}
