@@ -403,7 +403,7 @@ type job struct {
 
 // itemJobs are the batch's newly claimed events, in offset order.
 func (a *Applier) itemJobs(b consumer.Batch, items []*item) []job {
-	var jobs []job
+	jobs := make([]job, 0, len(items))
 	for _, it := range items {
 		if !it.claimed || it.disposition != "" {
 			continue // a repeat, or dead-lettered by its prefetch
@@ -431,11 +431,12 @@ func (a *Applier) itemJobs(b consumer.Batch, items []*item) []job {
 func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated bool, gate *gate) error {
 	effects := handlers.NewEffects(a.opts.Env)
 	type pending struct {
-		j   job
+		j   *job
 		out *handlers.Outcome
 	}
-	var queued []pending
-	for _, j := range jobs {
+	queued := make([]pending, 0, len(jobs))
+	for i := range jobs {
+		j := &jobs[i]
 		h, ok := a.opts.Handlers.Handler(j.ev.Type)
 		if !ok {
 			j.settle("", handlers.UnknownType(j.ev.Type))
@@ -454,7 +455,7 @@ func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated b
 			}
 		}
 		if park {
-			if err := queuePark(effects, j); err != nil {
+			if err := queuePark(effects, *j); err != nil {
 				return err
 			}
 		} else if err := h.Handle(ctx, effects, j.ev); err != nil {
