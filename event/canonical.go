@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -53,15 +54,35 @@ type canonWriter struct {
 	// yet, h is created at the first flush.
 	sum bool
 	h   hash.Hash
+	// pooled is the pool's buffer b came from (newHashWriter).
+	pooled *[]byte
 }
 
 // hashChunk is the buffer of a hashing canonWriter.
 const hashChunk = 4096
 
-// newHashWriter returns a writer that hashes, with a buffer for size bytes
-// of output (up to hashChunk).
-func newHashWriter(doc *jsonDoc, size int) canonWriter {
-	return canonWriter{doc: doc, b: make([]byte, 0, min(size, hashChunk)), sum: true}
+// newHashWriter returns a writer that hashes, with a buffer of hashChunk
+// bytes taken from a pool (every record is hashed: the buffer would
+// otherwise be the decoder's largest allocation); release returns it.
+func newHashWriter(doc *jsonDoc) canonWriter {
+	b, _ := hashBuffers.Get().(*[]byte)
+	if b == nil {
+		buf := make([]byte, 0, hashChunk)
+		b = &buf
+	}
+	return canonWriter{doc: doc, b: (*b)[:0], sum: true, pooled: b}
+}
+
+var hashBuffers sync.Pool
+
+// release returns the writer's buffer to the pool, unless it grew past the
+// chunk (a single string longer than the chunk is appended whole).
+func (w *canonWriter) release() {
+	if w.pooled != nil && cap(w.b) <= 2*hashChunk {
+		*w.pooled = w.b[:0]
+		hashBuffers.Put(w.pooled)
+	}
+	w.pooled, w.b = nil, nil
 }
 
 // flush hashes what the buffer holds once it is about full.

@@ -146,11 +146,8 @@ func article(k jsonKind) string {
 // for JSON null. The canonical form is streamed into the hash, never held
 // whole.
 func payloadHash(typ, subject string, version int64, doc *jsonDoc, data int) [32]byte {
-	size := 64 + len(subject) + len(typ)
-	if data >= 0 {
-		size += len(doc.data)
-	}
-	w := newHashWriter(doc, size)
+	w := newHashWriter(doc)
+	defer w.release()
 	w.b = append(w.b, `{"data":`...)
 	if data < 0 {
 		w.b = append(w.b, "null"...)
