@@ -142,8 +142,10 @@ func (e *Effects) Flush(ctx context.Context, tx pgx.Tx) error {
 			}
 		}
 	}
-	for i := range e.typed {
-		e.typed[i].out.settleGated()
+	for _, g := range gated {
+		for _, i := range g {
+			e.typed[i].out.settleGated() // idempotent: the counts are final
+		}
 	}
 	return nil
 }
@@ -334,25 +336,22 @@ func columns(width, n int) [][]any {
 func homogeneous(vals []any) any {
 	switch vals[0].(type) {
 	case string:
-		out := make([]string, len(vals))
-		for i, v := range vals {
-			s, ok := v.(string)
-			if !ok {
-				return vals
-			}
-			out[i] = s
-		}
-		return out
+		return typedOr[string](vals)
 	case int64:
-		out := make([]int64, len(vals))
-		for i, v := range vals {
-			n, ok := v.(int64)
-			if !ok {
-				return vals
-			}
-			out[i] = n
-		}
-		return out
+		return typedOr[int64](vals)
 	}
 	return vals
+}
+
+// typedOr returns vals as a []T when every value is a T, else vals.
+func typedOr[T any](vals []any) any {
+	out := make([]T, len(vals))
+	for i, v := range vals {
+		x, ok := v.(T)
+		if !ok {
+			return vals
+		}
+		out[i] = x
+	}
+	return out
 }

@@ -33,25 +33,8 @@ func TestCrashAtEachPointLosesAndDoublesNothing(t *testing.T) {
 			deadline := time.Now().Add(4 * time.Minute) // hang guard
 			for r.applied(t) < int64(exp.Records) {
 				w := r.startedWorker(t, fmt.Sprintf("%s=%s:%d", crashpoint.EnvVar, point, 1+rng.IntN(8)))
-				for {
-					require.True(t, time.Now().Before(deadline), "not done after %d kills", kills)
-					if w.exited() {
-						require.Contains(t, w.stderr.String(), "crashpoint: killing the process at "+point)
-						kills++
-						break
-					}
-					if r.applied(t) >= int64(exp.Records) {
-						// Done. The worker may be crashing at its point at
-						// this very moment (the last batch committed just
-						// before): then it dies by its own SIGKILL.
-						_ = w.cmd.Process.Signal(syscall.SIGTERM)
-						if code := w.wait(t, time.Minute); code != 0 {
-							require.Contains(t, w.stderr.String(), "crashpoint: killing the process at "+point, "exit %d", code)
-							kills++
-						}
-						break
-					}
-					time.Sleep(50 * time.Millisecond)
+				if untilCrashOrDone(t, w, point, deadline, func() bool { return r.applied(t) >= int64(exp.Records) }) {
+					kills++
 				}
 			}
 			samples := stopWatch()
@@ -176,4 +159,29 @@ func TestDuplicatesThroughTheBrokerHaveOneEffect(t *testing.T) {
 	require.Equal(t, float64(exp.Duplicates+exp.Records), d["duplicate"], "the first pass's re-sends and every record of the second")
 	require.Equal(t, float64(claims), d["applied"]+d["stale"])
 	require.Equal(t, float64(2*exp.Records), float64(claims)+d["duplicate"], "every record accounted for")
+}
+
+// untilCrashOrDone watches w, a worker started with a crash point: it
+// returns true once w has killed itself at point, or false when done()
+// holds and w stops on SIGTERM. A worker that is crashing at its point
+// just as it finishes (its last batch committed right before) dies by its
+// own SIGKILL instead: that is a kill too.
+func untilCrashOrDone(t *testing.T, w *proc, point string, deadline time.Time, done func() bool) bool {
+	t.Helper()
+	for {
+		require.True(t, time.Now().Before(deadline), "not done before the hang guard")
+		if w.exited() {
+			require.Contains(t, w.stderr.String(), "crashpoint: killing the process at "+point)
+			return true
+		}
+		if done() {
+			_ = w.cmd.Process.Signal(syscall.SIGTERM)
+			if code := w.wait(t, time.Minute); code != 0 {
+				require.Contains(t, w.stderr.String(), "crashpoint: killing the process at "+point, "exit %d", code)
+				return true
+			}
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

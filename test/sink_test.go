@@ -123,23 +123,8 @@ func TestOrdersExampleEndsAtTheNewestVersionThroughKills(t *testing.T) {
 			env = append(env[:len(env):len(env)], fmt.Sprintf("%s=%s:%d", crashpoint.EnvVar, point, 2+i%3))
 		}
 		w := start(t, env, "--config", r.config, "run")
-		for {
-			require.True(t, time.Now().Before(deadline), "not done after %d kills", kills)
-			if w.exited() {
-				require.Contains(t, w.stderr.String(), "crashpoint: killing the process at "+point)
-				kills++
-				break
-			}
-			if r.applied(t) >= int64(exp.Records) {
-				// Done; the worker may be crashing at its point right now.
-				_ = w.cmd.Process.Signal(syscall.SIGTERM)
-				if code := w.wait(t, time.Minute); code != 0 {
-					require.Contains(t, w.stderr.String(), "crashpoint: killing the process at "+point, "exit %d", code)
-					kills++
-				}
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
+		if untilCrashOrDone(t, w, point, deadline, func() bool { return r.applied(t) >= int64(exp.Records) }) {
+			kills++
 		}
 	}
 	t.Logf("%d records (%d re-sent, %d swapped, %d after their order's deletion, %d bad), %d kills",

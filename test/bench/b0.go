@@ -190,28 +190,19 @@ func workerPool(ctx context.Context, d *db, app string) (*pgxpool.Pool, error) {
 // runB0 sends the precomputed batches, one goroutine per partition, on a
 // pool like the worker's, and checks the result as B2's is checked.
 func (b *bench) runB0(ctx context.Context, data *b0Data) (baselineRun, error) {
-	d, err := b.newDB(ctx, "b0", migrateInProcess)
-	if err != nil {
-		return baselineRun{}, err
-	}
-	defer d.drop(context.WithoutCancel(ctx))
-	pool, err := workerPool(ctx, d, "effectively-bench-b0")
-	if err != nil {
-		return baselineRun{}, err
-	}
-	defer pool.Close()
-
 	// A registry of its own per run: the tables resolve against this
 	// schema on the first Flush, as the worker's do on its first batch.
 	env := referenceHandlers().Env(nil, outbox.Expiry{}, nil)
 	group := b.name("b0")
-	return b.fromMemory(ctx, d, "b0", group, len(data.parts), func(ctx context.Context, p int) (int64, error) {
-		for _, bt := range data.parts[p] {
-			if err := b0Send(ctx, pool, env, group, b.topic, int32(p), bt); err != nil {
-				return bt.first, err
+	return b.fromMemory(ctx, "b0", group, len(data.parts), func(pool *pgxpool.Pool) partitionFunc {
+		return func(ctx context.Context, p int) (int64, error) {
+			for _, bt := range data.parts[p] {
+				if err := b0Send(ctx, pool, env, group, b.topic, int32(p), bt); err != nil {
+					return bt.first, err
+				}
 			}
+			return 0, nil
 		}
-		return 0, nil
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/config"
@@ -141,17 +142,6 @@ func (b *bench) b2Records() (*b2Data, error) {
 // settings). No Kafka.
 func (b *bench) runB2(ctx context.Context, data *b2Data) (baselineRun, error) {
 	def := config.Default()
-	d, err := b.newDB(ctx, "b2", migrateInProcess)
-	if err != nil {
-		return baselineRun{}, err
-	}
-	defer d.drop(context.WithoutCancel(ctx))
-	pool, err := workerPool(ctx, d, "effectively-bench-b2")
-	if err != nil {
-		return baselineRun{}, err
-	}
-	defer pool.Close()
-
 	ts := def.TopicSettings(b.topic)
 	dec, err := event.NewDecoder(event.DecoderConfig{
 		Topic: b.topic, Format: ts.Format, KeyStrategy: ts.KeyStrategy, KeyPointer: ts.KeyPointer, NaturalKey: ts.NaturalKey,
@@ -161,30 +151,47 @@ func (b *bench) runB2(ctx context.Context, data *b2Data) (baselineRun, error) {
 	if err != nil {
 		return baselineRun{}, err
 	}
-	applier := pipeline.NewApplier(pool, pipeline.Options{
-		Decoders: map[string]*event.Decoder{b.topic: dec},
-		Handlers: referenceHandlers(),
-	})
 	group := b.name("b2")
 	size := def.Consumer.BatchMaxRecords
-	return b.fromMemory(ctx, d, "b2", group, len(data.parts), func(ctx context.Context, p int) (int64, error) {
-		recs := data.parts[p]
-		for i := 0; i < len(recs); i += size {
-			batch := consumer.Batch{Group: group, Topic: b.topic, Partition: int32(p), Records: recs[i:min(i+size, len(recs))]}
-			if _, err := applier.ApplyBatch(ctx, batch); err != nil {
-				return recs[i].Offset, err
+	return b.fromMemory(ctx, "b2", group, len(data.parts), func(pool *pgxpool.Pool) partitionFunc {
+		applier := pipeline.NewApplier(pool, pipeline.Options{
+			Decoders: map[string]*event.Decoder{b.topic: dec},
+			Handlers: referenceHandlers(),
+		})
+		return func(ctx context.Context, p int) (int64, error) {
+			recs := data.parts[p]
+			for i := 0; i < len(recs); i += size {
+				batch := consumer.Batch{Group: group, Topic: b.topic, Partition: int32(p), Records: recs[i:min(i+size, len(recs))]}
+				if _, err := applier.ApplyBatch(ctx, batch); err != nil {
+					return recs[i].Offset, err
+				}
 			}
+			return 0, nil
 		}
-		return 0, nil
 	})
 }
 
-// fromMemory runs apply for each of parts partitions, one goroutine each
-// (the first failure cancels the others), times it with its CPU, and
-// checks the database d against the expected end state. apply returns the
-// offset it failed at.
-func (b *bench) fromMemory(ctx context.Context, d *db, kind, group string, parts int, apply func(ctx context.Context, p int) (int64, error)) (baselineRun, error) {
+// partitionFunc applies one partition's records from memory.
+type partitionFunc func(ctx context.Context, p int) (int64, error)
+
+// fromMemory makes a fresh schema and a pool like the worker's on it, runs
+// apply for each of parts partitions, one goroutine each (the first failure
+// cancels the others), times it with its CPU, and checks the schema against
+// the expected end state. prepare makes the function that applies one
+// partition (it returns the offset it failed at).
+func (b *bench) fromMemory(ctx context.Context, kind, group string, parts int, prepare func(pool *pgxpool.Pool) partitionFunc) (baselineRun, error) {
 	var r baselineRun
+	d, err := b.newDB(ctx, kind, migrateInProcess)
+	if err != nil {
+		return r, err
+	}
+	defer d.drop(context.WithoutCancel(ctx))
+	pool, err := workerPool(ctx, d, "effectively-bench-"+kind)
+	if err != nil {
+		return r, err
+	}
+	defer pool.Close()
+	apply := prepare(pool)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
