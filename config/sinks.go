@@ -114,9 +114,7 @@ func sinkExample(field string) string {
 		return "text"
 	case "optional":
 		return "true"
-	case "table":
-		return "orders"
-	default:
+	default: // name, topic, table, version, value
 		return "orders"
 	}
 }
