@@ -429,7 +429,7 @@ JOIN dead_letters d ON d.topic = $1 AND d."partition" = o.p AND d."offset" = o.o
 
 const claimsSQL = `
 SELECT event_key, topic, "partition", "offset", disposition, payload_hash
-FROM processed_events WHERE event_key = ANY($1)`
+FROM effectively_claims WHERE event_key = ANY($1)`
 
 // audit explains one chunk of records: two queries, whatever its size.
 func (a *auditor) audit(ctx context.Context, recs []*kgo.Record) error {

@@ -1,5 +1,5 @@
 // Package dedupe owns the tables that make delivery idempotent: claims of
-// event keys (processed_events) with their dispositions, and each partition's
+// event keys (effectively_claims) with their dispositions, and each partition's
 // authoritative position (consumer_offsets), written in the same transaction
 // as the effects. Its Pruner deletes what has outlived its retention in
 // small batches and keeps the watermarks the audit reads to tell a pruned

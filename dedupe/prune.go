@@ -26,6 +26,10 @@ type PrunedTable struct {
 	// Prune deletes one batch and moves the watermarks; see
 	// [PruneStatement].
 	Prune string
+	// Generational: the table is partitioned in generations, which
+	// [MaintainGenerations] rotates and drops whole; Count and Prune are
+	// unused.
+	Generational bool
 }
 
 // PruneStatement builds a table's batch deletion from two CTE bodies:
@@ -43,22 +47,11 @@ func PruneStatement(doomed, gone string, marksOffsets bool) string {
 	return sql + markTable
 }
 
-// Claims is processed_events as the pruner sees it. A claim whose event is
-// still parked stays: releasing it updates the claim, and a redelivery must
-// still find it.
-var Claims = PrunedTable{
-	Name:  "processed_events",
-	Count: `SELECT count(*) FROM processed_events WHERE claimed_at < $1 AND disposition <> 'parked'`,
-	Prune: PruneStatement(`
-    SELECT event_key FROM processed_events
-    WHERE claimed_at < $1 AND disposition <> 'parked'
-    ORDER BY claimed_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED`, `
-    DELETE FROM processed_events p USING doomed d
-    WHERE p.event_key = d.event_key
-    RETURNING p.topic, p."partition", p."offset"`, true),
-}
+// Claims is effectively_claims as the pruner sees it: dropped a generation
+// at a time (generations.go). A claim whose event is still parked is moved
+// into the open generation first: releasing it updates the claim, and a
+// redelivery must still find it.
+var Claims = PrunedTable{Name: "effectively_claims", Generational: true}
 
 // ErrPrunerBusy is returned by [Pruner.Prune] when another pruner (another
 // replica's, or a running worker's when `effectively prune` is called) holds
@@ -74,6 +67,9 @@ type PrunerOptions struct {
 	// OutboxRetention is how long sent and suppressed outbox intents are
 	// kept (outbox.retention). Required.
 	OutboxRetention time.Duration
+	// GenerationInterval is how long a claims generation stays open
+	// (dedupe.generation_interval; default Retention / 2).
+	GenerationInterval time.Duration
 	// Tables are pruned in this order, each by the statements of the
 	// package that owns it. Required.
 	Tables []PrunedTable
@@ -104,6 +100,9 @@ func (o *PrunerOptions) setDefaults() {
 	}
 	if o.Pause <= 0 {
 		o.Pause = 100 * time.Millisecond
+	}
+	if o.GenerationInterval <= 0 {
+		o.GenerationInterval = o.Retention / 2
 	}
 }
 
@@ -161,6 +160,9 @@ type TablePrune struct {
 	Batches int `json:"batches"`
 	// Took is the time spent on the table, pauses included.
 	Took time.Duration `json:"took_ns"`
+	// Generations is what a generational table's pass did; its Rows are
+	// PostgreSQL's estimate of the dropped generations' rows.
+	Generations *GenerationPass `json:"generations,omitempty"`
 }
 
 // PruneResult is one pass over every pruned table.
@@ -285,7 +287,13 @@ func (p *Pruner) pass(ctx context.Context, dry bool) (res PruneResult, err error
 		}
 		tp := TablePrune{Table: t.Name, Before: now.Add(-retention)}
 		tstart := time.Now()
-		if dry {
+		if t.Generational {
+			gp, gerr := MaintainGenerations(ctx, conn.Conn(), now, GenerationPolicy{Interval: p.opts.GenerationInterval, Retention: retention}, dry)
+			tp.Generations, tp.Rows, tp.Batches, err = &gp, gp.Claims(), len(gp.Dropped), gerr
+			if !dry && tp.Rows > 0 && p.opts.PrunedFunc != nil {
+				p.opts.PrunedFunc(t.Name, tp.Rows)
+			}
+		} else if dry {
 			err = conn.QueryRow(ctx, t.Count, tp.Before).Scan(&tp.Rows)
 			if err != nil {
 				err = fmt.Errorf("counting expired rows of %s: %w", t.Name, err)

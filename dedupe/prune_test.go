@@ -23,15 +23,18 @@ var prunedTables = []dedupe.PrunedTable{dedupe.Claims, deadletter.Pruned, outbox
 func seedExpired(t *testing.T, db pgtest.DB) {
 	t.Helper()
 	ctx := context.Background()
+	// A generation of 20 claims, on t/0 at offsets 0..9 and t/1 at
+	// 100..109, closed 30 days ago; the last is the claim of the event p3,
+	// still parked. 5 recent claims in the open generation.
+	_, err := db.Pool.Exec(ctx, `INSERT INTO effectively_claims (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", generation)
+		 SELECT CASE WHEN p = 1 AND i = 9 THEN 'p3' ELSE 'old-' || p || '-' || i END, 'cloudevents', decode(repeat('00', 32), 'hex'), 'invoice.opened', 'a',
+		        CASE WHEN p = 1 AND i = 9 THEN 'parked' ELSE 'applied' END, 'g', 't', p, p * 100 + i, `+pgtest.OpenGeneration+`
+		 FROM generate_series(0, 1) p, generate_series(0, 9) i`)
+	require.NoError(t, err)
+	db.AgeClaims(t, 30*24*time.Hour)
 	for _, q := range []string{
-		// 10 old claims on t/0 at offsets 0..9 and t/1 at 100..109 (one of
-		// them still parked), 5 recent ones.
-		`INSERT INTO processed_events (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", claimed_at)
-		 SELECT 'old-' || p || '-' || i, 'cloudevents', decode(repeat('00', 32), 'hex'), 'invoice.opened', 'a', 'applied', 'g', 't', p, p * 100 + i, now() - interval '30 days' + i * interval '1 second'
-		 FROM generate_series(0, 1) p, generate_series(0, 9) i`,
-		`UPDATE processed_events SET disposition = 'parked' WHERE event_key = 'old-1-9'`,
-		`INSERT INTO processed_events (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", claimed_at)
-		 SELECT 'new-' || i, 'cloudevents', decode(repeat('00', 32), 'hex'), 'invoice.opened', 'a', 'applied', 'g', 't', 0, 1000 + i, now() - interval '1 day'
+		`INSERT INTO effectively_claims (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", generation)
+		 SELECT 'new-' || i, 'cloudevents', decode(repeat('00', 32), 'hex'), 'invoice.opened', 'a', 'applied', 'g', 't', 0, 1000 + i, ` + pgtest.OpenGeneration + `
 		 FROM generate_series(1, 5) i`,
 		// Dead letters: old published (goes, offset 500 on t/2), old
 		// unpublished (stays), new published (stays).
@@ -76,30 +79,42 @@ func TestPrunerDeletesOnlyExpiredRowsAndKeepsWatermarks(t *testing.T) {
 
 	dry, err := p.Expired(ctx)
 	require.NoError(t, err)
-	want := map[string]int64{"processed_events": 19, "dead_letters": 1, "outbox": 2, "parked_events": 2, "effectively_tombstones": 2}
+	// Claims are counted by generation (their rows are PostgreSQL's
+	// estimate): the two closed ones go — 0, closed empty by the migration,
+	// and the old one.
+	want := map[string]int64{"dead_letters": 1, "outbox": 2, "parked_events": 2, "effectively_tombstones": 2}
 	got := map[string]int64{}
-	for _, tp := range dry.Tables {
+	for _, tp := range dry.Tables[1:] {
 		got[tp.Table] = tp.Rows
 	}
 	require.Equal(t, want, got)
-	require.Equal(t, int64(25+3+4+3+3), db.Count(t, `SELECT (SELECT count(*) FROM processed_events) + (SELECT count(*) FROM dead_letters) + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM parked_events) + (SELECT count(*) FROM effectively_tombstones)`),
+	require.Equal(t, "effectively_claims", dry.Tables[0].Table)
+	require.Len(t, dry.Tables[0].Generations.Dropped, 2)
+	require.Equal(t, "processed_events", dry.Tables[0].Generations.Dropped[0].Table)
+	old := dry.Tables[0].Generations.Dropped[1]
+	require.Equal(t, int64(25+3+4+3+3), db.Count(t, `SELECT (SELECT count(*) FROM effectively_claims) + (SELECT count(*) FROM dead_letters) + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM parked_events) + (SELECT count(*) FROM effectively_tombstones)`),
 		"a dry run deletes nothing")
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM prune_watermarks`))
 
 	res, err := p.Prune(ctx)
 	require.NoError(t, err)
 	got = map[string]int64{}
-	for _, tp := range res.Tables {
+	for _, tp := range res.Tables[1:] {
 		got[tp.Table] = tp.Rows
 	}
 	require.Equal(t, want, got)
+	delete(pruned, "effectively_claims")
 	require.Equal(t, want, pruned)
-	require.Equal(t, 7, res.Tables[0].Batches, "19 claims in batches of 3: six full batches and a short one")
+	gp := res.Tables[0].Generations
+	require.Len(t, gp.Dropped, 2)
+	require.Equal(t, old.Generation, gp.Dropped[1].Generation)
+	require.Equal(t, int64(1), gp.Dropped[1].Parked, "the parked claim moved into the open generation")
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM pg_class WHERE relname = $1 AND relnamespace = current_schema()::regnamespace`, old.Table), "the old generation's table is gone")
 
 	// What stays: the recent claims and the parked one; the unpublished and
 	// the recent dead letter; the pending and recent outbox rows; the parked event.
-	require.Equal(t, int64(6), db.Count(t, `SELECT count(*) FROM processed_events`))
-	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM processed_events WHERE event_key = 'old-1-9'`))
+	require.Equal(t, int64(6), db.Count(t, `SELECT count(*) FROM effectively_claims`))
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM effectively_claims WHERE event_key = 'p3' AND disposition = 'parked' AND generation = `+pgtest.OpenGeneration))
 	require.Equal(t, int64(2), db.Count(t, `SELECT count(*) FROM dead_letters WHERE "offset" IN (501, 502)`))
 	require.Equal(t, int64(2), db.Count(t, `SELECT count(*) FROM outbox WHERE event_key IN ('k3', 'k4')`))
 	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM parked_events WHERE event_key = 'p3'`))
@@ -111,14 +126,14 @@ func TestPrunerDeletesOnlyExpiredRowsAndKeepsWatermarks(t *testing.T) {
 	marks, err := dedupe.Watermarks(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Len(t, marks, 5)
-	require.WithinDuration(t, time.Now().Add(-14*24*time.Hour), marks["processed_events"], time.Minute)
-	require.Equal(t, int64(19), db.Count(t, `SELECT rows_pruned FROM prune_watermarks WHERE table_name = 'processed_events'`))
+	require.WithinDuration(t, time.Now().Add(-30*24*time.Hour), marks["effectively_claims"], time.Minute, "claims before the old generation's close may be gone")
+	require.Equal(t, old.ClosedAt, marks["effectively_claims"])
 
 	// A second pass finds nothing; the counters do not move.
 	res, err = p.Prune(ctx)
 	require.NoError(t, err)
 	require.Zero(t, res.Rows())
-	require.Equal(t, int64(19), db.Count(t, `SELECT rows_pruned FROM prune_watermarks WHERE table_name = 'processed_events'`))
+	require.Empty(t, res.Tables[0].Generations.Dropped)
 }
 
 // Only one pruner works on a schema at a time: a pass finding the lock

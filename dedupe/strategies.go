@@ -24,7 +24,7 @@ func (e *StrategyChangeError) Error() string {
 
 const (
 	strategyOfSQL  = `SELECT key_strategy FROM topic_strategies WHERE topic = $1 FOR UPDATE`
-	anyClaimSQL    = `SELECT EXISTS (SELECT 1 FROM processed_events WHERE topic = $1)`
+	anyClaimSQL    = `SELECT EXISTS (SELECT 1 FROM effectively_claims WHERE topic = $1)`
 	setStrategySQL = `INSERT INTO topic_strategies (topic, key_strategy) VALUES ($1, $2) ON CONFLICT (topic) DO UPDATE SET key_strategy = excluded.key_strategy, since = now()`
 )
 

@@ -21,8 +21,8 @@ func TestKeyStrategyChangeIsRefusedWhileClaimsExist(t *testing.T) {
 	require.NoError(t, dedupe.RecordStrategies(ctx, db.Pool, map[string]string{"orders": "field"}))
 	require.NoError(t, dedupe.RecordStrategies(ctx, db.Pool, map[string]string{"orders": "cloudevents"}))
 
-	_, err := db.Pool.Exec(ctx, `INSERT INTO processed_events (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset")
-		VALUES ('ce:1:s:1', 'cloudevents', decode(repeat('00', 32), 'hex'), 'x', 'a', 'applied', 'g', 'orders', 0, 0)`)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO effectively_claims (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", generation)
+		VALUES ('ce:1:s:1', 'cloudevents', decode(repeat('00', 32), 'hex'), 'x', 'a', 'applied', 'g', 'orders', 0, 0, `+pgtest.OpenGeneration+`)`)
 	require.NoError(t, err)
 	err = dedupe.RecordStrategies(ctx, db.Pool, map[string]string{"orders": "content-hash"})
 	var sce *dedupe.StrategyChangeError

@@ -12,7 +12,7 @@ package event
 // compress. The values that land in indexed columns are bounded well below
 // that:
 //
-//   - the dedupe key (processed_events, parked_events, a domain's tables
+//   - the dedupe key (effectively_claims, parked_events, a domain's tables
 //     keyed by event) by MaxKeyBytes: longer keys are hashed;
 //   - the resource ID by MaxResourceIDBytes. It is the primary key of a
 //     domain's state table (an order's or a customer's ID), and leads the

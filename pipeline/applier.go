@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -51,6 +52,7 @@ type Applier struct {
 	pool *pgxpool.Pool
 	opts Options
 	log  *zap.Logger
+	gens *dedupe.Generations
 }
 
 // NewApplier returns an Applier on pool.
@@ -67,7 +69,7 @@ func NewApplier(pool *pgxpool.Pool, opts Options) *Applier {
 	if opts.MaxParkedPerResource <= 0 {
 		opts.MaxParkedPerResource = 1000
 	}
-	return &Applier{pool: pool, opts: opts, log: opts.Logger}
+	return &Applier{pool: pool, opts: opts, log: opts.Logger, gens: dedupe.NewGenerations(pool)}
 }
 
 var _ consumer.Applier = (*Applier)(nil)
@@ -134,6 +136,21 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 		return Result{}, err
 	}
 	res, err := a.inTx(ctx, b, items, false)
+	// A rotation closed the claims generation this process inserts into:
+	// learn the open one and redo the batch (the records' decoding stands;
+	// nothing of the lost transaction does).
+	for tries := 0; errors.Is(err, dedupe.ErrGenerationClosed) && tries < 3; tries++ {
+		if _, rerr := a.gens.Refresh(ctx); rerr != nil {
+			return Result{}, rerr
+		}
+		a.log.Info("claims generation rotated; redoing the batch in the open one",
+			zap.String("topic", b.Topic), zap.Int32("partition", b.Partition), zap.Int64("first_offset", b.Records[0].Offset))
+		items = a.decode(b)
+		if err := a.prefetch(ctx, items); err != nil {
+			return Result{}, err
+		}
+		res, err = a.inTx(ctx, b, items, false)
+	}
 	if _, fault := eventFault(err); fault {
 		// A statement failed for a reason that retrying cannot fix and that
 		// lies in one event's values (sqlstate.go). The transaction is gone;
@@ -347,7 +364,11 @@ func (a *Applier) claim(ctx context.Context, tx pgx.Tx, b consumer.Batch, items 
 			Type: it.ev.Type, Subject: it.ev.Subject, Topic: b.Topic, Partition: b.Partition, Offset: it.rec.Offset,
 		})
 	}
-	claimed, err := dedupe.ClaimAll(ctx, tx, b.Group, claims)
+	gen, err := a.gens.Open(ctx)
+	if err != nil {
+		return err
+	}
+	claimed, err := dedupe.ClaimAll(ctx, tx, gen, b.Group, claims)
 	if err != nil {
 		return err
 	}

@@ -123,7 +123,7 @@ func TestPermanentPrefetchFailureKeepsTheClaim(t *testing.T) {
 	res, err := a.ApplyBatch(context.Background(), consumer.Batch{Group: "g", Topic: topic, Partition: 0, Records: []*kgo.Record{rec(0), rec(1)}})
 	require.NoError(t, err)
 	require.Equal(t, map[dedupe.Disposition]int{dedupe.DeadLettered: 1, dedupe.Duplicate: 1}, res.Counts)
-	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'dead_lettered'`))
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM effectively_claims WHERE disposition = 'dead_lettered'`))
 
 	res, err = a.ApplyBatch(context.Background(), consumer.Batch{Group: "g", Topic: topic, Partition: 0, Records: []*kgo.Record{rec(2)}})
 	require.NoError(t, err)

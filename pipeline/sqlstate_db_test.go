@@ -135,6 +135,6 @@ func TestDeploymentFaultsAreRetriedNotDeadLettered(t *testing.T) {
 	require.Equal(t, "42703", pgErr.Code)
 	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM widgets`))
 	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM dead_letters`))
-	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM processed_events`))
+	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM effectively_claims`))
 	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM consumer_offsets`))
 }

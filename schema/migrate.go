@@ -15,6 +15,8 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 	"go.uber.org/zap"
+
+	"github.com/effectively-io/effectively/dedupe"
 )
 
 //go:embed migrations/*.sql
@@ -147,8 +149,27 @@ func Migrate(ctx context.Context, url string, logger *zap.Logger, sets ...Set) (
 			return Result{}, err
 		}
 		res.Sets = append(res.Sets, sr)
+		if i == 0 {
+			if err := prepareGenerations(ctx, connCfg); err != nil {
+				return Result{}, err
+			}
+		}
 	}
 	return res, nil
+}
+
+// prepareGenerations readies the claims generations after the engine's
+// migrations (dedupe.PrepareGenerations).
+func prepareGenerations(ctx context.Context, cfg *pgx.ConnConfig) error {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connecting to prepare the claims generations: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := dedupe.PrepareGenerations(ctx, conn); err != nil {
+		return fmt.Errorf("preparing the claims generations: %w", err)
+	}
+	return nil
 }
 
 func migrateSet(ctx context.Context, db *sql.DB, schemaName string, s Set, logger *zap.Logger) (SetResult, error) {

@@ -103,7 +103,7 @@ settings), so keys are derived exactly as the worker derives them.`,
 				return err
 			}
 			if !rep.Clean() {
-				return CheckFailed(fmt.Errorf("%d of %d records of %s are unaccounted for (listed above); look them up with `%s dlq list --topic %s` and in processed_events", rep.Counts[audit.Unaccounted], rep.Records, topic, c.app.name(), topic))
+				return CheckFailed(fmt.Errorf("%d of %d records of %s are unaccounted for (listed above); look them up with `%s dlq list --topic %s` and in effectively_claims", rep.Counts[audit.Unaccounted], rep.Records, topic, c.app.name(), topic))
 			}
 			return nil
 		},

@@ -125,7 +125,7 @@ func newPruner(pool *pgxpool.Pool, cfg config.Config, log *zap.Logger, pruned fu
 func prunedRowsMetric(reg prometheus.Registerer) func(table string, rows int64) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "effectively_pruned_rows_total",
-		Help: "Rows the retention pruner deleted, by table (processed_events, dead_letters, outbox, parked_events, effectively_tombstones).",
+		Help: "Rows the retention pruner deleted, by table (effectively_claims, dead_letters, outbox, parked_events, effectively_tombstones).",
 	}, []string{"table"})
 	for _, t := range prunedTables {
 		c.WithLabelValues(t.Name) // export zeros from the start

@@ -91,8 +91,8 @@ func TestAuditAccountsForEveryRecordAndFindsWhatIsMissing(t *testing.T) {
 		p int32
 		o int64
 	}
-	require.NoError(t, r.db.Pool.QueryRow(ctx, `DELETE FROM processed_events WHERE event_key = (
-		SELECT event_key FROM processed_events WHERE "partition" = 1 AND disposition = 'applied' ORDER BY "offset" LIMIT 1 OFFSET 5)
+	require.NoError(t, r.db.Pool.QueryRow(ctx, `DELETE FROM effectively_claims WHERE event_key = (
+		SELECT event_key FROM effectively_claims WHERE "partition" = 1 AND disposition = 'applied' ORDER BY "offset" LIMIT 1 OFFSET 5)
 		RETURNING event_key, "partition", "offset"`).Scan(&lostKey, &lostClaim.p, &lostClaim.o))
 	var lostDL struct {
 		p int32
@@ -129,7 +129,7 @@ func TestAuditAccountsForEveryRecordAndFindsWhatIsMissing(t *testing.T) {
 	// published; `effectively prune` deletes them. Its records are pruned
 	// now — the sabotaged claim's included, since it lies below the
 	// watermark — and the other partitions are audited as before.
-	n := r.db.Count(t, `WITH c AS (UPDATE processed_events SET claimed_at = now() - interval '30 days' WHERE "partition" = 1 RETURNING 1),
+	n := r.db.Count(t, `WITH c AS (UPDATE effectively_claims SET claimed_at = now() - interval '30 days' WHERE "partition" = 1 RETURNING 1),
 		d AS (UPDATE dead_letters SET last_seen_at = now() - interval '30 days', published_at = coalesce(published_at, now()) WHERE "partition" = 1 RETURNING 1)
 		SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM d)`)
 	require.Positive(t, n)
@@ -139,7 +139,7 @@ func TestAuditAccountsForEveryRecordAndFindsWhatIsMissing(t *testing.T) {
 	code, stdout, _ = runCmd(t, r.env, "prune")
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, fmt.Sprintf("pruned %d rows in ", n))
-	require.Regexp(t, regexp.MustCompile(`(?m)^processed_events\s`), stdout)
+	require.Regexp(t, regexp.MustCompile(`(?m)^effectively_claims\s`), stdout)
 	t.Logf("prune output:\n%s", stdout)
 
 	code, rep = r.runAudit(t)

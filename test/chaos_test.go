@@ -575,7 +575,7 @@ func TestChaos(t *testing.T) {
 	rep, err := workload.VerifyEffects(context.Background(), db.Pool, stream.exp)
 	require.NoError(t, err)
 	wantGood := int64(stream.exp.Distinct + stream.bells)
-	good := db.Count(t, `SELECT count(*) FROM processed_events WHERE disposition IN ('applied', 'stale')`)
+	good := db.Count(t, `SELECT count(*) FROM effectively_claims WHERE disposition IN ('applied', 'stale')`)
 	wantLedger := int64(stream.exp.ByType[workload.TypeLedgerCredited] + stream.exp.ByType[workload.TypeLedgerDebited])
 	ledger := db.Count(t, `SELECT count(*) FROM ledger_entries`)
 	deadLetters := db.Count(t, `SELECT count(*) FROM dead_letters`)

@@ -205,7 +205,7 @@ VALUES ($1, 'notify.welcome', 'c1', 'POST', 'https://notify.example/send', '{"to
 	do(chromedp.Click(chromedp.ID("confirm")), visible("outcome"), shot("redrive-done"))
 	require.Contains(t, text("main"), "resolved: applied")
 	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM accounts WHERE id = 'p1' AND name = 'poison'`), "the effect exists once")
-	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM processed_events WHERE event_key = $1 AND disposition = 'applied'`, cetest.Key("open-poison")))
+	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM effectively_claims WHERE event_key = $1 AND disposition = 'applied'`, cetest.Key("open-poison")))
 	do(chromedp.Navigate(base+"/console/dead-letters"), visible("letters"))
 	require.NotContains(t, text("#letters"), "integrity_constraint_violation", "gone from the unresolved letters")
 	require.Contains(t, text("#letters caption"), "1 dead letter(s)", "the other letter is still listed")

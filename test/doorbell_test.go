@@ -112,7 +112,7 @@ func TestDoorbellsConvergeAndSurviveASourceOutage(t *testing.T) {
 	require.Positive(t, refused, "the outage must have been felt")
 	require.Equal(t, int64(accounts), r.db.Count(t, `SELECT count(*) FROM accounts WHERE version = 7`), "converged to the source's latest version")
 	require.Equal(t, int64(0), r.db.Count(t, `SELECT count(*) FROM dead_letters`), "nothing dead-lettered for a transient cause")
-	require.Equal(t, int64(4*accounts), r.db.Count(t, `SELECT count(*) FROM processed_events`), "every distinct event claimed once")
+	require.Equal(t, int64(4*accounts), r.db.Count(t, `SELECT count(*) FROM effectively_claims`), "every distinct event claimed once")
 }
 
 // A source that always fails (500) for one account and answers for the
@@ -164,5 +164,5 @@ func TestDoorbellFailingForOneAccountDoesNotStopThePartition(t *testing.T) {
 	defer mu.Unlock()
 	require.GreaterOrEqual(t, badCalls, 4, "one uncounted failure, then three counted ones")
 	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM dead_letters`))
-	require.Equal(t, int64(4), r.db.Count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'applied'`))
+	require.Equal(t, int64(4), r.db.Count(t, `SELECT count(*) FROM effectively_claims WHERE disposition = 'applied'`))
 }

@@ -154,7 +154,7 @@ func TestDuplicatesThroughTheBrokerHaveOneEffect(t *testing.T) {
 	d := dispositions(t, addr)
 	w.signal(t, syscall.SIGTERM)
 	require.Equal(t, 0, w.wait(t, time.Minute))
-	claims := r.db.Count(t, `SELECT count(*) FROM processed_events`)
+	claims := r.db.Count(t, `SELECT count(*) FROM effectively_claims`)
 	require.Equal(t, int64(exp.Distinct), claims)
 	require.Equal(t, float64(exp.Duplicates+exp.Records), d["duplicate"], "the first pass's re-sends and every record of the second")
 	require.Equal(t, float64(claims), d["applied"]+d["stale"])

@@ -125,7 +125,7 @@ func TestGettingStartedGuide(t *testing.T) {
 	require.Equal(t, []profile{{"alice", 2, "Alice Liddell"}, {"bob", 3, "Robert"}}, profiles)
 
 	dispositions := map[string]string{}
-	rows, err = db.Pool.Query(bg, `SELECT event_key, disposition FROM processed_events WHERE topic = $1 AND consumer_group = $2`, topic, group)
+	rows, err = db.Pool.Query(bg, `SELECT event_key, disposition FROM effectively_claims WHERE topic = $1 AND consumer_group = $2`, topic, group)
 	require.NoError(t, err)
 	for rows.Next() {
 		var k, d string

@@ -138,7 +138,7 @@ func TestHostileRecordCatalogue(t *testing.T) {
 
 	// The parked events were applied once each, in their original order.
 	rows, err := r.db.Pool.Query(context.Background(), `
-		SELECT p."offset" FROM ledger_entries l JOIN processed_events p ON p.event_key = l.event_key
+		SELECT p."offset" FROM ledger_entries l JOIN effectively_claims p ON p.event_key = l.event_key
 		WHERE l.account_id = 'parked-acct' ORDER BY l.seq`)
 	require.NoError(t, err)
 	var order []int64

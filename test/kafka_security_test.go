@@ -90,7 +90,7 @@ func TestKafkaSecurity(t *testing.T) {
 		})
 		w.signal(t, syscall.SIGTERM)
 		require.Equal(t, 0, w.wait(t, time.Minute), "stderr:\n%s", tail(w.stderr.String(), 40))
-		require.Equal(t, int64(exp.Distinct), db.Count(t, `SELECT count(*) FROM processed_events`))
+		require.Equal(t, int64(exp.Distinct), db.Count(t, `SELECT count(*) FROM effectively_claims`))
 		require.Equal(t, int64(2), db.Count(t, `SELECT count(*) FROM dead_letters`))
 		require.Equal(t, int64(2), db.Count(t, `SELECT count(*) FROM dead_letters WHERE published_at IS NOT NULL`))
 		rep, err := workload.VerifyEffects(context.Background(), db.Pool, exp)
@@ -143,7 +143,7 @@ func TestKafkaSecurity(t *testing.T) {
 		})
 		w.signal(t, syscall.SIGTERM)
 		require.Equal(t, 0, w.wait(t, time.Minute))
-		require.Equal(t, int64(exp.Distinct+more.Distinct), db.Count(t, `SELECT count(*) FROM processed_events`))
+		require.Equal(t, int64(exp.Distinct+more.Distinct), db.Count(t, `SELECT count(*) FROM effectively_claims`))
 
 		code, stdout, stderr = runCmd(t, env, "audit", "--topic", topic, "--json")
 		require.Equal(t, 0, code, "audit over mTLS: %s", stderr)

@@ -77,5 +77,5 @@ func TestTheEngineMigrationsCreateNoDomainTables(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"consumer_offsets", "dead_letter_relay_cursors", "dead_letters", "effectively_schema_version", "effectively_tombstones", "operator_actions",
-		"outbox", "parked_events", "processed_events", "prune_watermarks", "pruned_offsets", "topic_partitions", "topic_strategies"}, names)
+		"outbox", "parked_events", "effectively_claims", "prune_watermarks", "pruned_offsets", "topic_partitions", "topic_strategies"}, names)
 }

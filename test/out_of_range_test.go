@@ -162,7 +162,7 @@ func TestRecreatedTopicStopsUntilReplayed(t *testing.T) {
 
 	r.fullPass(t, 3)
 	require.Equal(t, int64(13), r.db.Count(t, `SELECT count(*) FROM accounts`))
-	require.Equal(t, int64(13), r.db.Count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'applied'`))
+	require.Equal(t, int64(13), r.db.Count(t, `SELECT count(*) FROM effectively_claims WHERE disposition = 'applied'`))
 }
 
 // Keys hash over the partition count, so a topic that gains partitions

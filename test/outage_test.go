@@ -197,7 +197,7 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 	require.Positive(t, retries, "the outage must have been felt: batches retried")
 	require.Greater(t, lagDuring, lagBefore)
 	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM dead_letters`), "nothing dead-lettered for a transient cause")
-	require.Equal(t, int64(exp.Distinct+exp2.Distinct), db.Count(t, `SELECT count(*) FROM processed_events`))
+	require.Equal(t, int64(exp.Distinct+exp2.Distinct), db.Count(t, `SELECT count(*) FROM effectively_claims`))
 	require.Equal(t, int64(exp.ByType["ledger.credited"]+exp.ByType["ledger.debited"]+exp2.ByType["ledger.credited"]+exp2.ByType["ledger.debited"]),
 		db.Count(t, `SELECT count(*) FROM ledger_entries`))
 }

@@ -61,7 +61,7 @@ func TestParkingEndToEnd(t *testing.T) {
 	require.Contains(t, out, "1 parked events dead-lettered")
 	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'dropped' AND error LIKE '%account deleted upstream%'`))
 	require.Equal(t, int64(0), r.db.Count(t, `SELECT count(*) FROM parked_events WHERE state = 'parked'`))
-	require.Equal(t, int64(0), r.db.Count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'parked'`))
+	require.Equal(t, int64(0), r.db.Count(t, `SELECT count(*) FROM effectively_claims WHERE disposition = 'parked'`))
 
 	w.signal(t, syscall.SIGTERM)
 	require.Equal(t, 0, w.wait(t, time.Minute))

@@ -141,11 +141,11 @@ func TestPostgresSecurity(t *testing.T) {
 		for _, stmt := range []string{
 			`TRUNCATE later_migration`,
 			`DROP TABLE later_migration`,
-			`ALTER TABLE processed_events ADD COLUMN x int`,
+			`ALTER TABLE effectively_claims ADD COLUMN x int`,
 			`CREATE TABLE mine (id int)`,
 			`CREATE TABLE public.mine (id int)`,
 			`CREATE TEMP TABLE mine (id int)`,
-			`CREATE INDEX ON processed_events (claimed_at)`,
+			`CREATE INDEX ON effectively_claims (claimed_at)`,
 		} {
 			_, err := worker.Exec(ctx, stmt)
 			var pgErr *pgconn.PgError

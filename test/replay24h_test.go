@@ -127,7 +127,7 @@ func TestReprocessingTheLast24HoursIsANonEvent(t *testing.T) {
 	process("first pass")
 	rep0, err := workload.Verify(context.Background(), r.db.Pool, exp, int64(len(poison)))
 	require.NoError(t, err)
-	keyedPoison := r.db.Count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'dead_lettered'`)
+	keyedPoison := r.db.Count(t, `SELECT count(*) FROM effectively_claims WHERE disposition = 'dead_lettered'`)
 	t.Logf("first pass: claims %v, dead letters %d, problems %q", rep0.Claims, rep0.DeadLetters, rep0.Problems)
 	for _, p := range rep0.Problems {
 		// Poison that had a key is claimed too (dead_lettered): the only
@@ -154,10 +154,10 @@ func TestReprocessingTheLast24HoursIsANonEvent(t *testing.T) {
 	time.Sleep(2 * time.Second) // every claim older than the tiny retention
 	code, stdout, stderr := runCmd(t, append(append([]string{}, r.env...), tinyRetention...), "prune")
 	require.Equal(t, 0, code, stderr)
-	require.Zero(t, r.db.Count(t, `SELECT count(*) FROM processed_events`), "prune deleted every claim:\n%s", stdout)
+	require.Zero(t, r.db.Count(t, `SELECT count(*) FROM effectively_claims`), "prune deleted every claim:\n%s", stdout)
 	plan = rewind24h("rewind after pruning")
 	process("reprocessing the last 24 h without claims")
-	require.Positive(t, r.db.Count(t, `SELECT count(*) FROM processed_events`), "the last day was claimed anew: its handlers ran")
+	require.Positive(t, r.db.Count(t, `SELECT count(*) FROM effectively_claims`), "the last day was claimed anew: its handlers ran")
 	require.Equal(t, before, snapshotEffects(t, r), "reprocessing without claims changed an effect")
 	require.Equal(t, crmBefore, crm.snapshot(), "reprocessing without claims sent something to the CRM")
 	require.Equal(t, mailBefore, mail.snapshot(), "reprocessing without claims sent a mail")

@@ -72,15 +72,15 @@ func TestRetentionEffectsStayIdempotentAfterClaimsExpire(t *testing.T) {
 	addr := retentionHTTPAddr(t)
 	w = r.worker(t, append(tinyRetention, "EFFECTIVELY_HTTP_ADDR="+addr)...)
 	waitUntil(t, "every claim pruned", time.Minute, func(context.Context) bool {
-		return r.db.Count(t, `SELECT count(*) FROM processed_events`) == 0
+		return r.db.Count(t, `SELECT count(*) FROM effectively_claims`) == 0
 	})
 	waitUntil(t, "the pruned-rows metric", 30*time.Second, func(context.Context) bool {
-		return prunedMetric(t, addr, "processed_events") == int64(exp.Distinct)
+		return prunedMetric(t, addr, "effectively_claims") == int64(exp.Distinct)
 	})
 	w.signal(t, syscall.SIGTERM)
 	require.Equal(t, 0, w.wait(t, time.Minute))
 	require.Contains(t, w.stderr.String(), `"msg":"pruned"`)
-	require.Equal(t, int64(exp.Distinct), r.db.Count(t, `SELECT rows_pruned FROM prune_watermarks WHERE table_name = 'processed_events'`))
+	require.Equal(t, int64(exp.Distinct), r.db.Count(t, `SELECT rows_pruned FROM prune_watermarks WHERE table_name = 'effectively_claims'`))
 	require.Equal(t, int64(opened), r.db.Count(t, `SELECT count(*) FROM outbox`), "outbox.retention (default 14 days) keeps the sent intents")
 
 	// Every event again. No claim catches them: each is claimed anew and
@@ -106,10 +106,10 @@ func TestRetentionEffectsStayIdempotentAfterClaimsExpire(t *testing.T) {
 	}
 	var inSecond int64
 	for p, n := range firstCopy {
-		inSecond += r.db.Count(t, `SELECT count(*) FROM processed_events WHERE "partition" = $1 AND "offset" >= $2`, p, n)
+		inSecond += r.db.Count(t, `SELECT count(*) FROM effectively_claims WHERE "partition" = $1 AND "offset" >= $2`, p, n)
 	}
 	require.Equal(t, int64(exp.Distinct), inSecond, "every claim was made by the second copy: the first copy's claims were gone")
-	require.Positive(t, r.db.Count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'stale'`),
+	require.Positive(t, r.db.Count(t, `SELECT count(*) FROM effectively_claims WHERE disposition = 'stale'`),
 		"account events re-applied without claims are dropped by the version gate")
 	require.Equal(t, int64(opened), r.db.Count(t, `SELECT count(*) FROM outbox`), "no second intent per (event key, operation)")
 	require.Equal(t, opened, calls(), "no second CRM call")

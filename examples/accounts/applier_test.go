@@ -105,7 +105,7 @@ func TestDuplicatesHaveExactlyOneEffect(t *testing.T) {
 
 	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM ledger_entries`))
 	require.Equal(t, int64(500), b.count(t, `SELECT balance_cents FROM account_balances WHERE account_id = 'a1' AND currency = 'EUR'`))
-	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM processed_events`))
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM effectively_claims`))
 	require.Equal(t, int64(7), b.count(t, `SELECT next_offset FROM consumer_offsets WHERE consumer_group = 'g' AND topic = $1 AND "partition" = 0`, topic))
 }
 
@@ -121,7 +121,7 @@ func TestVersionGateDropsStaleUpdates(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT name, status FROM accounts WHERE id = 'a1'`).Scan(&name, &status))
 	require.Equal(t, "v4", name)
 	require.Equal(t, "closed", status)
-	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'stale'`))
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM effectively_claims WHERE disposition = 'stale'`))
 }
 
 // Two transactions upserting one account concurrently (a zombie and the new
@@ -151,7 +151,7 @@ func TestConcurrentUpsertsKeepTheMaxVersion(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, int64(2*n+1), b.version(t, "a1"))
-	require.Equal(t, int64(2*n+1), b.count(t, `SELECT count(*) FROM processed_events WHERE event_type LIKE 'account.%'`))
+	require.Equal(t, int64(2*n+1), b.count(t, `SELECT count(*) FROM effectively_claims WHERE event_type LIKE 'account.%'`))
 }
 
 func TestConflictIsDeadLetteredNotDropped(t *testing.T) {
@@ -164,7 +164,7 @@ func TestConflictIsDeadLetteredNotDropped(t *testing.T) {
 	require.Equal(t, int64(100), b.count(t, `SELECT sum(amount_cents) FROM ledger_entries`))
 	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'conflict' AND event_key IS NOT NULL AND "offset" = 2`))
 	// The original claim keeps its disposition.
-	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'applied' AND event_type = 'ledger.credited'`))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM effectively_claims WHERE disposition = 'applied' AND event_type = 'ledger.credited'`))
 	// A redelivery of the conflicting record makes no second dead letter.
 	r := ledger("l1", "ledger.credited", "a1", 999, "EUR")
 	r.Offset = 2
@@ -203,7 +203,7 @@ func TestPoisonIsDeadLetteredAndTheBatchMoves(t *testing.T) {
 	require.Equal(t, int64(5), b.count(t, `SELECT count(*) FROM dead_letters`))
 	// Dead letters of claimed events are claims with that disposition (a
 	// redelivery is then a duplicate); undecodable ones have no claim.
-	require.Equal(t, int64(4), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'dead_lettered'`))
+	require.Equal(t, int64(4), b.count(t, `SELECT count(*) FROM effectively_claims WHERE disposition = 'dead_lettered'`))
 	require.Equal(t, int64(8), b.count(t, `SELECT next_offset FROM consumer_offsets`))
 }
 
@@ -244,7 +244,7 @@ func TestEveryRecordIsAccountedFor(t *testing.T) {
 			total[d] += n
 		}
 	}
-	claims := b.count(t, `SELECT count(*) FROM processed_events`)
+	claims := b.count(t, `SELECT count(*) FROM effectively_claims`)
 	undecodable := b.count(t, `SELECT count(*) FROM dead_letters WHERE event_key IS NULL`)
 	require.Equal(t, int64(len(recs)), claims+int64(total[dedupe.Duplicate])+undecodable)
 	require.Equal(t, 20, total[dedupe.Duplicate])

@@ -107,7 +107,7 @@ func TestDoorbellSourceDownIsTransient(t *testing.T) {
 		require.ErrorIs(t, err, accounts.ErrSourceUnavailable)
 	}
 	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM dead_letters`))
-	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM processed_events`), "a transient failure claims nothing")
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM effectively_claims`), "a transient failure claims nothing")
 	api.status = 0
 	res, err := b.applier.ApplyBatch(context.Background(), batch)
 	require.NoError(t, err)

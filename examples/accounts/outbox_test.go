@@ -50,7 +50,7 @@ func TestAccountOpenedRecordsIntentsOnce(t *testing.T) {
 	b.apply(t, 0, acct("o1", "account.opened", "a1", 1, "v1"), acct("o2", "account.opened", "a2", 1, "ann"))
 
 	require.Equal(t, int64(4), b.count(t, `SELECT count(*) FROM outbox`))
-	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN processed_events p ON p.event_key = o.event_key WHERE p.subject = 'a1' AND o.state = 'pending'`))
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN effectively_claims p ON p.event_key = o.event_key WHERE p.subject = 'a1' AND o.state = 'pending'`))
 	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM outbox WHERE operation = $1 AND target_name = 'crm' AND target = '/contacts/a2' AND method = 'PUT' AND idempotent`, accounts.OpCRMUpsertContact))
 	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM outbox WHERE operation = $1 AND target_name = 'mail' AND target = '' AND method = 'POST' AND NOT idempotent AND request->>'to' = 'ann@example.com'`, accounts.OpMailWelcome))
 	var key, eventKey string
@@ -70,8 +70,8 @@ func TestOldEventsRecordSuppressedIntents(t *testing.T) {
 
 	b := setupOutboxWith(t, expiry)
 	b.apply(t, 0, at(acct("o1", "account.opened", "a1", 1, "old"), 8*24*time.Hour), at(acct("o2", "account.opened", "a2", 1, "recent"), 6*24*time.Hour))
-	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN processed_events p USING (event_key) WHERE p.subject = 'a1' AND o.state = 'suppressed' AND o.last_error LIKE '%outbox.resend_expired%'`))
-	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN processed_events p USING (event_key) WHERE p.subject = 'a2' AND o.state = 'pending'`))
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN effectively_claims p USING (event_key) WHERE p.subject = 'a1' AND o.state = 'suppressed' AND o.last_error LIKE '%outbox.resend_expired%'`))
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM outbox o JOIN effectively_claims p USING (event_key) WHERE p.subject = 'a2' AND o.state = 'pending'`))
 	require.Equal(t, int64(1), b.version(t, "a1"), "the effect itself is applied; only its side effects are suppressed")
 
 	expiry.ResendExpired = true

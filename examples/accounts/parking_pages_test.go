@@ -50,6 +50,6 @@ func TestLargeParkedEventsAreReleasedInPagesInOrder(t *testing.T) {
 	// The dead letter keeps a prefix of the stored event and its whole size.
 	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'invalid_currency' AND "offset" = 57
 		AND length(value_prefix) = $1 AND value_size > 100000`, deadletter.MaxValueBytes))
-	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'dead_lettered'`))
+	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM effectively_claims WHERE disposition = 'dead_lettered'`))
 	require.Equal(t, int64(n+2), b.count(t, `SELECT next_offset FROM consumer_offsets`))
 }

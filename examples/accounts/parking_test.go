@@ -38,7 +38,7 @@ func TestLedgerBeforeAccountIsParkedThenReleasedInOrder(t *testing.T) {
 	res := b.apply(t, 0, ledger("l1", "ledger.credited", "a1", 100, "EUR"), ledger("l2", "ledger.debited", "a1", 30, "EUR"))
 	require.Equal(t, map[dedupe.Disposition]int{dedupe.Parked: 2}, res.Counts)
 	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM parked_events WHERE state = 'parked'`))
-	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'parked'`))
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM effectively_claims WHERE disposition = 'parked'`))
 	// A redelivery of a parked event is a duplicate: it cannot park twice.
 	res = b.apply(t, 0, ledger("l1", "ledger.credited", "a1", 100, "EUR"))
 	require.Equal(t, map[dedupe.Disposition]int{dedupe.Duplicate: 1}, res.Counts)
@@ -51,7 +51,7 @@ func TestLedgerBeforeAccountIsParkedThenReleasedInOrder(t *testing.T) {
 	require.Equal(t, []string{key("l1"), key("l2"), key("l3")}, b.ledgerOrder(t, "a1"))
 	require.Equal(t, int64(75), b.count(t, `SELECT balance_cents FROM account_balances WHERE account_id = 'a1'`))
 	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM parked_events WHERE state = 'parked'`))
-	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition <> 'applied'`))
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM effectively_claims WHERE disposition <> 'applied'`))
 
 	// Later ledger events apply directly.
 	res = b.apply(t, 0, ledger("l4", "ledger.credited", "a1", 1, "EUR"))
@@ -70,7 +70,7 @@ func TestParkAndReleaseWithinOneBatch(t *testing.T) {
 	)
 	require.Equal(t, map[dedupe.Disposition]int{dedupe.Applied: 3}, res.Counts)
 	require.Equal(t, []string{key("l1"), key("l2")}, b.ledgerOrder(t, "a1"))
-	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition <> 'applied'`))
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM effectively_claims WHERE disposition <> 'applied'`))
 	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM parked_events WHERE state = 'released'`))
 }
 
@@ -122,7 +122,7 @@ func TestNeverArrivingPrerequisiteIsDeadLetteredPastTheBound(t *testing.T) {
 	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'prerequisite_missing'`))
 	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM dead_letters WHERE event_key = $1 AND error LIKE '%parking.max_age%'`, key("l1")))
 	require.Equal(t, int64(1), b.count(t, `SELECT count(*) FROM dead_letters WHERE event_key = $1 AND error LIKE '%parking.max_attempts%'`, key("l2")))
-	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition = 'dead_lettered'`))
+	require.Equal(t, int64(2), b.count(t, `SELECT count(*) FROM effectively_claims WHERE disposition = 'dead_lettered'`))
 	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM ledger_entries`))
 }
 
@@ -140,7 +140,7 @@ func TestSweeperReleasesWhenThePrerequisiteAppearsElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pipeline.SweepResult{Released: 2, Parked: 0}, res)
 	require.Equal(t, []string{key("l1"), key("l2")}, b.ledgerOrder(t, "a9"))
-	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition <> 'applied'`))
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM effectively_claims WHERE disposition <> 'applied'`))
 }
 
 func deadLetterID(t *testing.T, b *bundle, reason string) int64 {
@@ -170,7 +170,7 @@ func TestRedriveAppliesOnceAfterAFix(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pipeline.RedriveResult{ID: id, Resolution: "applied"}, res)
 	require.Equal(t, int64(30), b.count(t, `SELECT sum(amount_cents) FROM ledger_entries`))
-	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM processed_events WHERE disposition <> 'applied'`))
+	require.Equal(t, int64(0), b.count(t, `SELECT count(*) FROM effectively_claims WHERE disposition <> 'applied'`))
 
 	// Twice: nothing more.
 	res, err = b.applier.Redrive(ctx, id)

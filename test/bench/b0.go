@@ -195,9 +195,14 @@ func (b *bench) runB0(ctx context.Context, data *b0Data) (baselineRun, error) {
 	env := referenceHandlers().Env(nil, outbox.Expiry{}, nil)
 	group := b.name("b0")
 	return b.fromMemory(ctx, "b0", group, len(data.parts), func(pool *pgxpool.Pool) partitionFunc {
+		gens := dedupe.NewGenerations(pool)
 		return func(ctx context.Context, p int) (int64, error) {
+			gen, err := gens.Open(ctx)
+			if err != nil {
+				return 0, err
+			}
 			for _, bt := range data.parts[p] {
-				if err := b0Send(ctx, pool, env, group, b.topic, int32(p), bt); err != nil {
+				if err := b0Send(ctx, pool, env, gen, group, b.topic, int32(p), bt); err != nil {
 					return bt.first, err
 				}
 			}
@@ -207,7 +212,7 @@ func (b *bench) runB0(ctx context.Context, data *b0Data) (baselineRun, error) {
 }
 
 // b0Send is one batch's transaction.
-func b0Send(ctx context.Context, pool *pgxpool.Pool, env handlers.Env, group, topic string, partition int32, bt b0Batch) error {
+func b0Send(ctx context.Context, pool *pgxpool.Pool, env handlers.Env, gen int32, group, topic string, partition int32, bt b0Batch) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -216,7 +221,7 @@ func b0Send(ctx context.Context, pool *pgxpool.Pool, env handlers.Env, group, to
 	if _, err := dedupe.LockPosition(ctx, tx, group, topic, partition, bt.first); err != nil {
 		return err
 	}
-	got, err := dedupe.ClaimAll(ctx, tx, group, bt.claims)
+	got, err := dedupe.ClaimAll(ctx, tx, gen, group, bt.claims)
 	if err != nil {
 		return err
 	}

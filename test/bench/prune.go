@@ -61,14 +61,14 @@ type pruneResult struct {
 // expiredClaimsSQL inserts $1 claims a month or two old on a topic the
 // worker does not read.
 const expiredClaimsSQL = `
-INSERT INTO processed_events
+INSERT INTO effectively_claims
     (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", claimed_at, updated_at)
 SELECT 'ce:20:urn:bench:expired:' || lpad(i::text, 10, '0'), 'cloudevents', sha256(int8send(i)), 'account.opened',
        'acct-' || (i % 100000), 'applied', 'bench-expired', 'bench.expired', (i % 8)::int, i / 8,
        now() - interval '60 days' + i * interval '1 millisecond', now() - interval '60 days' + i * interval '1 millisecond'
 FROM generate_series(1, $1::bigint) AS i`
 
-const prunedClaimsSQL = `SELECT coalesce((SELECT rows_pruned FROM prune_watermarks WHERE table_name = 'processed_events'), 0)`
+const prunedClaimsSQL = `SELECT coalesce((SELECT rows_pruned FROM prune_watermarks WHERE table_name = 'effectively_claims'), 0)`
 
 // runPrune runs the pruning measurement on the benchmark topic (producing
 // it first when no other measurement did): -runs pairs of a base run and a
@@ -137,7 +137,7 @@ func (b *bench) pruneOnce(ctx context.Context, kind string, claims int, prune bo
 	if _, err := d.pool.Exec(ctx, expiredClaimsSQL, claims); err != nil {
 		return r, fmt.Errorf("inserting %d expired claims: %w", claims, err)
 	}
-	if _, err := d.pool.Exec(ctx, `VACUUM ANALYZE processed_events`); err != nil {
+	if _, err := d.pool.Exec(ctx, `VACUUM ANALYZE effectively_claims`); err != nil {
 		return r, fmt.Errorf("vacuuming the expired claims: %w", err)
 	}
 	r.insertTook = time.Since(start)
@@ -190,7 +190,7 @@ func (b *bench) pruneOnce(ctx context.Context, kind string, claims int, prune bo
 	// One claim per distinct event of the topic, whatever the pruner did
 	// to the expired ones.
 	var got int64
-	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM processed_events WHERE topic = $1`, b.topic).Scan(&got); err != nil {
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM effectively_claims WHERE topic = $1`, b.topic).Scan(&got); err != nil {
 		return r, fmt.Errorf("counting claims: %w", err)
 	}
 	if got != int64(b.exp.Distinct) {

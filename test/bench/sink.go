@@ -382,11 +382,11 @@ func (b *bench) runSink(ctx context.Context) (workerRun, error) {
 		r.problems = append(r.problems, chk.String())
 	}
 	var claims int64
-	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM processed_events`).Scan(&claims); err != nil {
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM effectively_claims`).Scan(&claims); err != nil {
 		return r, fmt.Errorf("counting claims: %w", err)
 	}
 	if claims != int64(b.sinkExp.Originals) {
-		r.problems = append(r.problems, fmt.Sprintf("processed_events has %d rows, want %d (distinct events)", claims, b.sinkExp.Originals))
+		r.problems = append(r.problems, fmt.Sprintf("effectively_claims has %d rows, want %d (distinct events)", claims, b.sinkExp.Originals))
 	}
 	return r, nil
 }

@@ -322,11 +322,11 @@ func (d *db) applied(ctx context.Context, group, topic string) (int64, error) {
 func (d *db) check(ctx context.Context, exp workload.Expected) ([]string, error) {
 	var problems []string
 	var claims int64
-	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM processed_events`).Scan(&claims); err != nil {
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM effectively_claims`).Scan(&claims); err != nil {
 		return nil, fmt.Errorf("counting claims: %w", err)
 	}
 	if claims != int64(exp.Distinct) {
-		problems = append(problems, fmt.Sprintf("processed_events has %d rows, want %d (distinct events)", claims, exp.Distinct))
+		problems = append(problems, fmt.Sprintf("effectively_claims has %d rows, want %d (distinct events)", claims, exp.Distinct))
 	}
 	rows, err := d.pool.Query(ctx, `SELECT currency, sum(amount_cents)::bigint FROM ledger_entries GROUP BY currency`)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/schema"
 	"github.com/effectively-io/effectively/test/stacktest"
 )
@@ -142,4 +143,40 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// OpenGeneration is the SQL of the open claims generation, for tests that
+// insert claims by hand: INSERT INTO effectively_claims (…, generation)
+// VALUES (…, (OpenGeneration)).
+const OpenGeneration = `(SELECT generation FROM claim_generations WHERE opened_at IS NOT NULL AND closed_at IS NULL)`
+
+// RotateClaims closes the open claims generation and opens the next, as
+// the pruner does every dedupe.generation_interval, and returns the one
+// it closed.
+func (db DB) RotateClaims(t testing.TB) int32 {
+	t.Helper()
+	ctx := context.Background()
+	closed := int32(db.Count(t, `SELECT generation FROM claim_generations WHERE opened_at IS NOT NULL AND closed_at IS NULL`))
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("rotating the claims generation: %v", err)
+	}
+	defer conn.Release()
+	pass, err := dedupe.MaintainGenerations(ctx, conn.Conn(), time.Now(), dedupe.GenerationPolicy{Interval: time.Nanosecond, Retention: 100 * 365 * 24 * time.Hour}, false)
+	if err != nil || pass.Opened == nil {
+		t.Fatalf("rotating the claims generation: %+v, %v", pass, err)
+	}
+	return closed
+}
+
+// AgeClaims makes every claim look age older: it closes the open claims
+// generation (RotateClaims) and moves the open and close times of every
+// closed generation back by age, so a pruner with a retention below age
+// drops them.
+func (db DB) AgeClaims(t testing.TB, age time.Duration) {
+	t.Helper()
+	db.RotateClaims(t)
+	if _, err := db.Pool.Exec(context.Background(), `UPDATE claim_generations SET opened_at = opened_at - $1::interval, closed_at = closed_at - $1::interval WHERE closed_at IS NOT NULL`, age); err != nil {
+		t.Fatalf("ageing the claims generations: %v", err)
+	}
 }

@@ -52,7 +52,7 @@ const maxListed = 10
 func Verify(ctx context.Context, q Querier, exp Expected, wantDeadLetters int64) (Report, error) {
 	r := Report{Claims: map[string]int64{}, LedgerTotal: map[string]int64{}}
 
-	rows, err := q.Query(ctx, `SELECT disposition, count(*) FROM processed_events GROUP BY 1`)
+	rows, err := q.Query(ctx, `SELECT disposition, count(*) FROM effectively_claims GROUP BY 1`)
 	if err != nil {
 		return r, fmt.Errorf("counting claims: %w", err)
 	}
@@ -206,7 +206,7 @@ SELECT
   (SELECT coalesce(md5(string_agg(concat_ws('|', id, version, name, email, plan, status), ',' ORDER BY id)), '') FROM accounts),
   (SELECT coalesce(md5(string_agg(concat_ws('|', event_key, account_id, currency, amount_cents), ',' ORDER BY event_key)), '') FROM ledger_entries),
   (SELECT coalesce(md5(string_agg(concat_ws('|', account_id, currency, balance_cents), ',' ORDER BY account_id, currency)), '') FROM account_balances),
-  (SELECT count(*) FROM processed_events)`).Scan(&d.Accounts, &d.LedgerEntries, &d.Balances, &d.Claims)
+  (SELECT count(*) FROM effectively_claims)`).Scan(&d.Accounts, &d.LedgerEntries, &d.Balances, &d.Claims)
 	if err != nil {
 		return d, fmt.Errorf("fingerprinting the effect tables: %w", err)
 	}

@@ -66,7 +66,7 @@ func (r *Report) problem(format string, args ...any) {
 // order.placed.
 func Verify(ctx context.Context, q Querier, exp Expected, opts Options) (Report, error) {
 	r := Report{Claims: map[string]int64{}}
-	rows, err := q.Query(ctx, `SELECT disposition, count(*) FROM processed_events GROUP BY 1`)
+	rows, err := q.Query(ctx, `SELECT disposition, count(*) FROM effectively_claims GROUP BY 1`)
 	if err != nil {
 		return r, fmt.Errorf("counting claims: %w", err)
 	}
