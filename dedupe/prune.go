@@ -175,13 +175,27 @@ type PruneResult struct {
 	Took time.Duration `json:"took_ns"`
 }
 
-// Rows is the total of rows deleted (or, dry, that would be).
+// Rows is the total of rows deleted (or, dry, that would be), the claims
+// of dropped generations by PostgreSQL's estimate.
 func (r PruneResult) Rows() int64 {
 	var n int64
 	for _, t := range r.Tables {
 		n += t.Rows
 	}
 	return n
+}
+
+// Deleted is the exact count of rows deleted row by row (or, dry, that
+// would be) and the number of claims generations dropped.
+func (r PruneResult) Deleted() (rows int64, generations int) {
+	for _, t := range r.Tables {
+		if t.Generations != nil {
+			generations += len(t.Generations.Dropped)
+			continue
+		}
+		rows += t.Rows
+	}
+	return rows, generations
 }
 
 // Run prunes every Interval until ctx is done, then returns nil. A pass that

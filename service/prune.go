@@ -91,16 +91,42 @@ func printPrune(c *CLI, res dedupe.PruneResult) error {
 	}
 	fmt.Fprintf(tw, "TABLE\tOLDER THAN\t%s\tBATCHES\tTOOK\n", rowsHeader)
 	for _, t := range res.Tables {
+		if t.Generations != nil {
+			// Dropped a generation at a time: the rows are PostgreSQL's
+			// estimate, the batches are generations.
+			fmt.Fprintf(tw, "%s\t%s\t~%d\t%d generations\t%s\n", t.Table, t.Before.UTC().Format(time.RFC3339), t.Rows, len(t.Generations.Dropped), t.Took.Round(time.Millisecond))
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", t.Table, t.Before.UTC().Format(time.RFC3339), t.Rows, t.Batches, t.Took.Round(time.Millisecond))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, t := range res.Tables {
+		if t.Generations == nil {
+			continue
+		}
+		verb := "dropped"
+		if res.DryRun {
+			verb = "would drop"
+		}
+		for _, d := range t.Generations.Dropped {
+			fmt.Fprintf(c.stdout, "%s: %s generation %d (%s, closed %s, ~%d claims", t.Table, verb, d.Generation, d.Table, d.ClosedAt.UTC().Format(time.RFC3339), d.Claims)
+			if !res.DryRun {
+				fmt.Fprintf(c.stdout, ", %d parked claims moved to the open generation, in %s", d.Parked, d.Took.Round(time.Millisecond))
+			}
+			fmt.Fprintln(c.stdout, ")")
+		}
+		if t.Generations.Opened != nil {
+			fmt.Fprintf(c.stdout, "%s: opened generation %d\n", t.Table, *t.Generations.Opened)
+		}
+	}
+	rows, gens := res.Deleted()
 	if res.DryRun {
-		fmt.Fprintf(c.stdout, "dry run: %d rows would be deleted (counted in %s); nothing was deleted\n", res.Rows(), res.Took.Round(time.Millisecond))
+		fmt.Fprintf(c.stdout, "dry run: %d rows would be deleted and %d claims generations dropped (counted in %s); nothing was deleted\n", rows, gens, res.Took.Round(time.Millisecond))
 		return nil
 	}
-	fmt.Fprintf(c.stdout, "pruned %d rows in %s\n", res.Rows(), res.Took.Round(time.Millisecond))
+	fmt.Fprintf(c.stdout, "pruned %d rows and %d claims generations in %s\n", rows, gens, res.Took.Round(time.Millisecond))
 	return nil
 }
 
@@ -125,7 +151,7 @@ func newPruner(pool *pgxpool.Pool, cfg config.Config, log *zap.Logger, pruned fu
 func prunedRowsMetric(reg prometheus.Registerer) func(table string, rows int64) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "effectively_pruned_rows_total",
-		Help: "Rows the retention pruner deleted, by table (effectively_claims, dead_letters, outbox, parked_events, effectively_tombstones).",
+		Help: "Rows the retention pruner deleted, by table (effectively_claims — PostgreSQL's estimate of the rows of the generations it dropped —, dead_letters, outbox, parked_events, effectively_tombstones).",
 	}, []string{"table"})
 	for _, t := range prunedTables {
 		c.WithLabelValues(t.Name) // export zeros from the start

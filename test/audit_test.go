@@ -16,6 +16,7 @@ import (
 	"github.com/effectively-io/effectively/audit"
 	"github.com/effectively-io/effectively/test/cetest"
 	"github.com/effectively-io/effectively/test/kafkatest"
+	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // runAudit runs `effectively audit --json` on the rig's topic and returns
@@ -125,20 +126,29 @@ func TestAuditAccountsForEveryRecordAndFindsWhatIsMissing(t *testing.T) {
 	require.Contains(t, stdout, fmt.Sprintf("%s/%d@%d key=poison-1: does not decode (not_json) and has no dead letter", r.topic, lostDL.p, lostDL.o))
 	require.Contains(t, stderr, "are unaccounted for")
 
-	// Retention: partition 1's claims and dead letters are a month old and
-	// published; `effectively prune` deletes them. Its records are pruned
-	// now — the sabotaged claim's included, since it lies below the
-	// watermark — and the other partitions are audited as before.
-	n := r.db.Count(t, `WITH c AS (UPDATE effectively_claims SET claimed_at = now() - interval '30 days' WHERE "partition" = 1 RETURNING 1),
-		d AS (UPDATE dead_letters SET last_seen_at = now() - interval '30 days', published_at = coalesce(published_at, now()) WHERE "partition" = 1 RETURNING 1)
-		SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM d)`)
-	require.Positive(t, n)
+	// Retention: partition 1's claims are in a claims generation of their
+	// own, closed a month ago (every other claim moves on to the open one),
+	// and its dead letters are a month old and published; `effectively
+	// prune` drops that generation and deletes the dead letters. Its
+	// records are pruned now — the sabotaged claim's included, since it
+	// lies below the watermark — and the other partitions are audited as
+	// before.
+	closed := r.db.RotateClaims(t)
+	_, err := r.db.Pool.Exec(ctx, `UPDATE effectively_claims SET generation = `+pgtest.OpenGeneration+` WHERE generation <= $1 AND "partition" <> 1`, closed)
+	require.NoError(t, err)
+	r.db.AgeClosedClaims(t, 30*24*time.Hour)
+	claims, p1Claims := r.db.Count(t, `SELECT count(*) FROM effectively_claims`), r.db.Count(t, `SELECT count(*) FROM effectively_claims WHERE "partition" = 1`)
+	require.Positive(t, p1Claims)
+	n := r.db.Count(t, `WITH d AS (UPDATE dead_letters SET last_seen_at = now() - interval '30 days', published_at = coalesce(published_at, now()) WHERE "partition" = 1 RETURNING 1)
+		SELECT count(*) FROM d`)
 	code, stdout, _ = runCmd(t, r.env, "prune", "--dry-run")
 	require.Equal(t, 0, code)
-	require.Contains(t, stdout, fmt.Sprintf("dry run: %d rows would be deleted", n))
+	// Generation 0, closed empty by the migration, and partition 1's.
+	require.Contains(t, stdout, fmt.Sprintf("dry run: %d rows would be deleted and 2 claims generations dropped", n))
 	code, stdout, _ = runCmd(t, r.env, "prune")
 	require.Equal(t, 0, code)
-	require.Contains(t, stdout, fmt.Sprintf("pruned %d rows in ", n))
+	require.Contains(t, stdout, fmt.Sprintf("pruned %d rows and 2 claims generations in ", n))
+	require.Equal(t, claims-p1Claims, r.db.Count(t, `SELECT count(*) FROM effectively_claims`), "partition 1's claims, and only they, are gone")
 	require.Regexp(t, regexp.MustCompile(`(?m)^effectively_claims\s`), stdout)
 	t.Logf("prune output:\n%s", stdout)
 

@@ -67,20 +67,23 @@ func TestRetentionEffectsStayIdempotentAfterClaimsExpire(t *testing.T) {
 	require.Equal(t, int64(exp.Distinct), before.Claims)
 	require.Equal(t, opened, calls())
 
-	// A worker with a tiny retention: its background pruner deletes every
-	// claim (they are all older than 2 s by now) and counts them.
+	// A worker with a tiny retention: its background pruner closes the
+	// open claims generation (older than the generation interval,
+	// retention / 2) and drops it 2 s later, and counts its claims.
 	addr := retentionHTTPAddr(t)
 	w = r.worker(t, append(tinyRetention, "EFFECTIVELY_HTTP_ADDR="+addr)...)
 	waitUntil(t, "every claim pruned", time.Minute, func(context.Context) bool {
 		return r.db.Count(t, `SELECT count(*) FROM effectively_claims`) == 0
 	})
+	// Claims are dropped a generation at a time and counted by
+	// PostgreSQL's estimate of the generation's rows.
 	waitUntil(t, "the pruned-rows metric", 30*time.Second, func(context.Context) bool {
-		return prunedMetric(t, addr, "effectively_claims") == int64(exp.Distinct)
+		return prunedMetric(t, addr, "effectively_claims") >= int64(float64(exp.Distinct)*0.95)
 	})
 	w.signal(t, syscall.SIGTERM)
 	require.Equal(t, 0, w.wait(t, time.Minute))
 	require.Contains(t, w.stderr.String(), `"msg":"pruned"`)
-	require.Equal(t, int64(exp.Distinct), r.db.Count(t, `SELECT rows_pruned FROM prune_watermarks WHERE table_name = 'effectively_claims'`))
+	require.InEpsilon(t, exp.Distinct, r.db.Count(t, `SELECT rows_pruned FROM prune_watermarks WHERE table_name = 'effectively_claims'`), 0.05)
 	require.Equal(t, int64(opened), r.db.Count(t, `SELECT count(*) FROM outbox`), "outbox.retention (default 14 days) keeps the sent intents")
 
 	// Every event again. No claim catches them: each is claimed anew and

@@ -176,6 +176,13 @@ func (db DB) RotateClaims(t testing.TB) int32 {
 func (db DB) AgeClaims(t testing.TB, age time.Duration) {
 	t.Helper()
 	db.RotateClaims(t)
+	db.AgeClosedClaims(t, age)
+}
+
+// AgeClosedClaims moves the open and close times of every closed claims
+// generation back by age.
+func (db DB) AgeClosedClaims(t testing.TB, age time.Duration) {
+	t.Helper()
 	if _, err := db.Pool.Exec(context.Background(), `UPDATE claim_generations SET opened_at = opened_at - $1::interval, closed_at = closed_at - $1::interval WHERE closed_at IS NOT NULL`, age); err != nil {
 		t.Fatalf("ageing the claims generations: %v", err)
 	}
