@@ -244,6 +244,23 @@ type Dedupe struct {
 	// in run, which deletes what has outlived dedupe.retention (and
 	// outbox.retention).
 	PruneInterval time.Duration `mapstructure:"prune_interval"`
+	// GenerationInterval is how long a claims generation takes new claims
+	// before the pruner closes it and opens the next; a closed generation
+	// is dropped whole once it has been closed for dedupe.retention. A
+	// claim is kept between dedupe.retention and dedupe.retention +
+	// generation_interval (+ a prune interval); every claim also checks the
+	// generations before the open one, retention / generation_interval of
+	// them. 0 means dedupe.retention / 2.
+	GenerationInterval time.Duration `mapstructure:"generation_interval"`
+}
+
+// ClaimGenerationInterval is dedupe.generation_interval with its default
+// (dedupe.retention / 2) applied.
+func (d Dedupe) ClaimGenerationInterval() time.Duration {
+	if d.GenerationInterval > 0 {
+		return d.GenerationInterval
+	}
+	return d.Retention / 2
 }
 
 // Upstream describes the producers.

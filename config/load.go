@@ -766,9 +766,10 @@ func parseList[T any](raw any, l recordList) ([]T, []error) {
 
 // examples are example values for keys whose default is empty.
 var examples = map[string]string{
-	"kafka.topics":       "orders",
-	"kafka.instance_id":  "effectively-0",
-	"postgres.max_conns": "20",
+	"kafka.topics":               "orders",
+	"kafka.instance_id":          "effectively-0",
+	"postgres.max_conns":         "20",
+	"dedupe.generation_interval": "24h",
 }
 
 // example is a valid value of key in the form env and flags take.

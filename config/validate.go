@@ -310,6 +310,10 @@ func (c Config) validate() []*FieldError {
 
 	c.validateRetention(&v)
 	v.durationBetween("dedupe.prune_interval", c.Dedupe.PruneInterval, time.Second, 24*time.Hour, "")
+	if g := c.Dedupe.GenerationInterval; g != 0 && c.Dedupe.Retention > 0 {
+		v.durationBetween("dedupe.generation_interval", g, time.Second, c.Dedupe.Retention,
+			" (dedupe.retention): each claim checks retention / generation_interval older generations; 0 means retention / 2")
+	}
 	v.positiveDuration("outbox.retention", c.Outbox.Retention)
 	v.positiveDuration("outbox.call_timeout", c.Outbox.CallTimeout)
 	v.positiveDuration("outbox.lease_grace", c.Outbox.LeaseGrace)

@@ -143,6 +143,12 @@ func TestValidate(t *testing.T) {
 			want:   []string{`"10ms"`, "must be between 1s and 24h", "EFFECTIVELY_DEDUPE_PRUNE_INTERVAL"},
 		},
 		{
+			name:   "claims generation longer than the retention",
+			mutate: func(c *Config) { c.Dedupe.GenerationInterval = 30 * 24 * time.Hour },
+			key:    "dedupe.generation_interval",
+			want:   []string{`"720h0m0s"`, "must be between 1s and 336h (dedupe.retention)", "retention / generation_interval older generations", "EFFECTIVELY_DEDUPE_GENERATION_INTERVAL"},
+		},
+		{
 			name:   "drain timeout zero",
 			mutate: func(c *Config) { c.Shutdown.DrainTimeout = 0 },
 			key:    "shutdown.drain_timeout",

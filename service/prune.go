@@ -137,12 +137,13 @@ var prunedTables = []dedupe.PrunedTable{dedupe.Claims, deadletter.Pruned, outbox
 // newPruner configures the pruner from dedupe.* and outbox.retention.
 func newPruner(pool *pgxpool.Pool, cfg config.Config, log *zap.Logger, pruned func(table string, rows int64)) (*dedupe.Pruner, error) {
 	return dedupe.NewPruner(pool, dedupe.PrunerOptions{
-		Retention:       cfg.Dedupe.Retention,
-		OutboxRetention: cfg.Outbox.Retention,
-		Interval:        cfg.Dedupe.PruneInterval,
-		Tables:          prunedTables,
-		Logger:          log.Named("pruner"),
-		PrunedFunc:      pruned,
+		Retention:          cfg.Dedupe.Retention,
+		OutboxRetention:    cfg.Outbox.Retention,
+		Interval:           cfg.Dedupe.PruneInterval,
+		GenerationInterval: cfg.Dedupe.ClaimGenerationInterval(),
+		Tables:             prunedTables,
+		Logger:             log.Named("pruner"),
+		PrunedFunc:         pruned,
 	})
 }
 
