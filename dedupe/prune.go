@@ -51,7 +51,10 @@ func PruneStatement(doomed, gone string, marksOffsets bool) string {
 // at a time (generations.go). A claim whose event is still parked is moved
 // into the open generation first: releasing it updates the claim, and a
 // redelivery must still find it.
-var Claims = PrunedTable{Name: "effectively_claims", Generational: true}
+var Claims = PrunedTable{Name: ClaimsTable, Generational: true}
+
+// ClaimsTable is the claims' partitioned table.
+const ClaimsTable = "effectively_claims"
 
 // ErrPrunerBusy is returned by [Pruner.Prune] when another pruner (another
 // replica's, or a running worker's when `effectively prune` is called) holds
