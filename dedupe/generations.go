@@ -44,7 +44,12 @@ import (
 // A claim still parked when its generation expires is moved into the open
 // generation first (a release must still find it; a concurrent lock on it
 // fails with a serialization error and is retried). The table is then
-// detached concurrently (no lock that blocks claims) and dropped.
+// detached and dropped: the parent's ACCESS EXCLUSIVE lock is held for a
+// moment, whatever the number of claims.
+//
+// The DDL (create, close, drop) runs in SQL functions the migration
+// created, as the tables' owner (SECURITY DEFINER): the worker's role owns
+// nothing.
 
 // ClosedConstraint is the check constraint that closes a generation's
 // table.
@@ -202,7 +207,7 @@ func MaintainGenerations(ctx context.Context, conn *pgx.Conn, now time.Time, pol
 		pass.Dropped = d
 		return pass, err
 	}
-	pass, err := PrepareGenerations(ctx, conn)
+	pass, err := prepareGenerations(ctx, conn)
 	if err != nil {
 		return pass, err
 	}
@@ -225,7 +230,7 @@ func MaintainGenerations(ctx context.Context, conn *pgx.Conn, now time.Time, pol
 		if err := expire(ctx, conn, &d, open.gen, pol.LockTimeout); err != nil {
 			return pass, err
 		}
-		if err := dropTable(ctx, conn, d.Table); err != nil {
+		if err := dropTable(ctx, conn, d.Generation, pol.LockTimeout); err != nil {
 			return pass, err
 		}
 		d.Took = time.Since(start)
@@ -233,37 +238,20 @@ func MaintainGenerations(ctx context.Context, conn *pgx.Conn, now time.Time, pol
 	}
 	// Tables of generations marked dropped by a pass that stopped before
 	// the table was gone.
-	rows, err := conn.Query(ctx, `SELECT relname FROM claim_generations WHERE dropped_at IS NOT NULL AND to_regclass(quote_ident(relname)) IS NOT NULL ORDER BY generation`)
+	rows, err := conn.Query(ctx, `SELECT generation FROM claim_generations WHERE dropped_at IS NOT NULL AND to_regclass(quote_ident(relname)) IS NOT NULL ORDER BY generation`)
 	if err != nil {
 		return pass, fmt.Errorf("finding claims generations left to drop: %w", err)
 	}
-	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	left, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	if err != nil {
 		return pass, fmt.Errorf("finding claims generations left to drop: %w", err)
 	}
-	for _, t := range left {
-		if err := dropTable(ctx, conn, t); err != nil {
+	for _, n := range left {
+		if err := dropTable(ctx, conn, n, pol.LockTimeout); err != nil {
 			return pass, err
 		}
 	}
 	return pass, nil
-}
-
-// generationDDL creates generation n's table with the parent's columns, its
-// constraints and indexes (the primary key is the claim; the origin index
-// serves the audit), and attaches it — under SHARE UPDATE EXCLUSIVE on the
-// parent, which claims do not wait for.
-func generationDDL(n int32) []string {
-	t := pgx.Identifier{generationTable(n)}.Sanitize()
-	return []string{
-		`CREATE TABLE ` + t + ` (LIKE effectively_claims INCLUDING DEFAULTS,
-    PRIMARY KEY (event_key),
-    CHECK (generation = ` + strconv.Itoa(int(n)) + `),
-    CHECK (length(payload_hash) = 32),
-    CHECK (disposition IN ('applied', 'stale', 'parked', 'dead_lettered')))`,
-		`CREATE INDEX ON ` + t + ` (topic, "partition", "offset")`,
-		`ALTER TABLE effectively_claims ATTACH PARTITION ` + t + ` FOR VALUES IN (` + strconv.Itoa(int(n)) + `)`,
-	}
 }
 
 // PrepareGenerations makes the claims generations ready for claims (the
@@ -272,7 +260,26 @@ func generationDDL(n int32) []string {
 // processed_events still has the claimed_at index only row-by-row
 // retention needed — is closed for generation 1 at once. Safe to run
 // concurrently with itself and with a pruner.
-func PrepareGenerations(ctx context.Context, conn *pgx.Conn) (GenerationPass, error) {
+func PrepareGenerations(ctx context.Context, conn *pgx.Conn) (pass GenerationPass, err error) {
+	// Under the pruner's lock, waiting for a pass in progress: migrations
+	// and pruners take turns.
+	key, err := lockKey(ctx, conn)
+	if err != nil {
+		return pass, err
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
+		return pass, fmt.Errorf("taking the pruner lock: %w", err)
+	}
+	defer func() {
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, key); uerr != nil && err == nil {
+			err = fmt.Errorf("releasing the pruner lock: %w", uerr)
+		}
+	}()
+	return prepareGenerations(ctx, conn)
+}
+
+// prepareGenerations is PrepareGenerations under the pruner lock.
+func prepareGenerations(ctx context.Context, conn *pgx.Conn) (GenerationPass, error) {
 	var pass GenerationPass
 	open, err := openGeneration(ctx, conn)
 	if err != nil {
@@ -293,7 +300,19 @@ func PrepareGenerations(ctx context.Context, conn *pgx.Conn) (GenerationPass, er
 	if !empty {
 		return pass, nil
 	}
-	return pass, rotateTo(ctx, conn, &pass, open, 2*time.Second)
+	if err := rotateTo(ctx, conn, &pass, open, 2*time.Second); err != nil {
+		return pass, err
+	}
+	// Closed empty, it has nothing to keep and nothing for the audit's
+	// watermarks: it goes at once.
+	if _, err := conn.Exec(ctx, `UPDATE claim_generations SET dropped_at = now() WHERE generation = 0`); err != nil {
+		return pass, fmt.Errorf("dropping the empty claims generation 0: %w", err)
+	}
+	if err := dropTable(ctx, conn, 0, 2*time.Second); err != nil {
+		return pass, err
+	}
+	pass.Dropped = append(pass.Dropped, DroppedGeneration{Generation: 0, Table: open.relname})
+	return pass, nil
 }
 
 // rotateTo closes open, opens its successor and creates the one after.
@@ -311,58 +330,22 @@ func rotateTo(ctx context.Context, conn *pgx.Conn, pass *GenerationPass, open ge
 	return err
 }
 
-// ensureGeneration creates generation n (not open yet) unless it exists.
+// ensureGeneration creates generation n (not open yet) unless it exists
+// (effectively_claims_create, as the tables' owner).
 func ensureGeneration(ctx context.Context, conn *pgx.Conn, n int32) (bool, error) {
-	created := false
-	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO claim_generations (generation, relname) VALUES ($1, $2) ON CONFLICT (generation) DO NOTHING`, n, generationTable(n))
-		if err != nil || tag.RowsAffected() == 0 {
-			return err
-		}
-		for _, s := range generationDDL(n) {
-			if _, err := tx.Exec(ctx, s); err != nil {
-				return err
-			}
-		}
-		created = true
-		return nil
-	})
-	if err != nil {
+	var created bool
+	if err := conn.QueryRow(ctx, `SELECT effectively_claims_create($1)`, n).Scan(&created); err != nil {
 		return false, fmt.Errorf("creating claims generation %d: %w", n, err)
 	}
 	return created, nil
 }
 
-// rotate closes the open generation and opens the next, in one
-// transaction: the check constraint's ACCESS EXCLUSIVE lock waits for every
-// transaction that touched the open generation's table, so the close's
-// time (read after the lock) is later than every claim in it.
+// rotate closes the open generation and opens the next
+// (effectively_claims_rotate, as the tables' owner); false when another
+// rotation closed it first.
 func rotate(ctx context.Context, conn *pgx.Conn, open generationRow, lockTimeout time.Duration) (bool, error) {
-	rotated := false
-	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(lockTimeout.Milliseconds(), 10)); err != nil {
-			return err
-		}
-		// A concurrent rotation (a migrate beside a pruner) waits here and
-		// then finds the generation closed: nothing left to do.
-		var still bool
-		if err := tx.QueryRow(ctx, `SELECT closed_at IS NULL FROM claim_generations WHERE generation = $1 FOR UPDATE`, open.gen).Scan(&still); err != nil || !still {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `ALTER TABLE `+pgx.Identifier{open.relname}.Sanitize()+` ADD CONSTRAINT `+ClosedConstraint+` CHECK (false) NOT VALID`); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE claim_generations SET closed_at = clock_timestamp() WHERE generation = $1`, open.gen); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, `UPDATE claim_generations SET opened_at = clock_timestamp() WHERE generation = $1 AND opened_at IS NULL`, open.gen+1)
-		if err == nil && tag.RowsAffected() != 1 {
-			err = fmt.Errorf("generation %d is missing or already open", open.gen+1)
-		}
-		rotated = err == nil
-		return err
-	})
-	if err != nil {
+	var rotated bool
+	if err := conn.QueryRow(ctx, `SELECT effectively_claims_rotate($1, $2)`, open.gen, lockTimeout.Milliseconds()).Scan(&rotated); err != nil {
 		return false, fmt.Errorf("closing claims generation %d and opening %d: %w", open.gen, open.gen+1, err)
 	}
 	return rotated, nil
@@ -398,7 +381,6 @@ ORDER BY g.generation`, now.Add(-retention))
 // source partition, the highest origin offset in d, read from the origin
 // index one partition at a time) and marks d dropped, in one transaction.
 func expire(ctx context.Context, conn *pgx.Conn, d *DroppedGeneration, open int32, lockTimeout time.Duration) error {
-	t := pgx.Identifier{d.Table}.Sanitize()
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(lockTimeout.Milliseconds(), 10)); err != nil {
 			return err
@@ -415,18 +397,19 @@ WHERE p.state = 'parked' AND c.event_key = p.event_key AND c.generation = $2`, o
 		// partition, however many claims the generation holds.
 		if _, err := tx.Exec(ctx, `
 WITH RECURSIVE tp AS (
-    (SELECT topic, "partition" FROM `+t+` ORDER BY topic, "partition" LIMIT 1)
+    (SELECT topic, "partition" FROM effectively_claims WHERE generation = $1 ORDER BY topic, "partition" LIMIT 1)
     UNION ALL
     SELECT n.topic, n."partition" FROM tp, LATERAL (
-        SELECT topic, "partition" FROM `+t+`
-        WHERE (topic, "partition") > (tp.topic, tp."partition")
+        SELECT topic, "partition" FROM effectively_claims
+        WHERE generation = $1 AND (topic, "partition") > (tp.topic, tp."partition")
         ORDER BY topic, "partition" LIMIT 1) n
 )
 INSERT INTO pruned_offsets AS w (topic, "partition", max_offset)
-SELECT tp.topic, tp."partition", (SELECT max("offset") FROM `+t+` c WHERE c.topic = tp.topic AND c."partition" = tp."partition")
+SELECT tp.topic, tp."partition",
+       (SELECT max("offset") FROM effectively_claims c WHERE c.generation = $1 AND c.topic = tp.topic AND c."partition" = tp."partition")
 FROM tp ORDER BY 1, 2
 ON CONFLICT (topic, "partition") DO UPDATE
-SET max_offset = greatest(w.max_offset, excluded.max_offset), updated_at = now()`); err != nil {
+SET max_offset = greatest(w.max_offset, excluded.max_offset), updated_at = now()`, d.Generation); err != nil {
 			return fmt.Errorf("recording the pruned offsets: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `
@@ -445,29 +428,11 @@ SET pruned_before = greatest(w.pruned_before, excluded.pruned_before),
 	return nil
 }
 
-// dropTable detaches t concurrently (SHARE UPDATE EXCLUSIVE on the parent:
-// claims go on) unless it is detached already, finishing a detach an
-// interrupted pass left pending, then drops it.
-func dropTable(ctx context.Context, conn *pgx.Conn, t string) error {
-	var attached, pending bool
-	err := conn.QueryRow(ctx, `
-SELECT count(*) > 0, coalesce(bool_or(i.inhdetachpending), false)
-FROM pg_inherits i WHERE i.inhrelid = to_regclass(quote_ident($1)) AND i.inhparent = 'effectively_claims'::regclass`, t).Scan(&attached, &pending)
-	if err != nil {
-		return fmt.Errorf("looking up claims table %s: %w", t, err)
-	}
-	q := pgx.Identifier{t}.Sanitize()
-	switch {
-	case pending:
-		_, err = conn.Exec(ctx, `ALTER TABLE effectively_claims DETACH PARTITION `+q+` FINALIZE`)
-	case attached:
-		_, err = conn.Exec(ctx, `ALTER TABLE effectively_claims DETACH PARTITION `+q+` CONCURRENTLY`)
-	}
-	if err != nil {
-		return fmt.Errorf("detaching claims table %s: %w", t, err)
-	}
-	if _, err := conn.Exec(ctx, `DROP TABLE IF EXISTS `+q); err != nil {
-		return fmt.Errorf("dropping claims table %s: %w", t, err)
+// dropTable drops the table of generation n, which claim_generations
+// marks dropped (effectively_claims_drop, as the tables' owner).
+func dropTable(ctx context.Context, conn *pgx.Conn, n int32, lockTimeout time.Duration) error {
+	if _, err := conn.Exec(ctx, `SELECT effectively_claims_drop($1, $2)`, n, lockTimeout.Milliseconds()); err != nil {
+		return fmt.Errorf("dropping the table of claims generation %d: %w", n, err)
 	}
 	return nil
 }

@@ -356,7 +356,9 @@ func (p *Pruner) pruneTable(ctx context.Context, conn *pgxpool.Conn, t PrunedTab
 }
 
 // lockKey is the pruner's advisory lock key: one per database schema.
-func lockKey(ctx context.Context, conn *pgxpool.Conn) (int64, error) {
+func lockKey(ctx context.Context, conn interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (int64, error) {
 	var db string
 	var schema *string
 	if err := conn.QueryRow(ctx, `SELECT current_database(), current_schema()`).Scan(&db, &schema); err != nil {

@@ -80,8 +80,7 @@ func TestPrunerDeletesOnlyExpiredRowsAndKeepsWatermarks(t *testing.T) {
 	dry, err := p.Expired(ctx)
 	require.NoError(t, err)
 	// Claims are counted by generation (their rows are PostgreSQL's
-	// estimate): the two closed ones go — 0, closed empty by the migration,
-	// and the old one.
+	// estimate): the closed one goes.
 	want := map[string]int64{"dead_letters": 1, "outbox": 2, "parked_events": 2, "effectively_tombstones": 2}
 	got := map[string]int64{}
 	for _, tp := range dry.Tables[1:] {
@@ -89,9 +88,8 @@ func TestPrunerDeletesOnlyExpiredRowsAndKeepsWatermarks(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 	require.Equal(t, "effectively_claims", dry.Tables[0].Table)
-	require.Len(t, dry.Tables[0].Generations.Dropped, 2)
-	require.Equal(t, "processed_events", dry.Tables[0].Generations.Dropped[0].Table)
-	old := dry.Tables[0].Generations.Dropped[1]
+	require.Len(t, dry.Tables[0].Generations.Dropped, 1)
+	old := dry.Tables[0].Generations.Dropped[0]
 	require.Equal(t, int64(25+3+4+3+3), db.Count(t, `SELECT (SELECT count(*) FROM effectively_claims) + (SELECT count(*) FROM dead_letters) + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM parked_events) + (SELECT count(*) FROM effectively_tombstones)`),
 		"a dry run deletes nothing")
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM prune_watermarks`))
@@ -106,9 +104,9 @@ func TestPrunerDeletesOnlyExpiredRowsAndKeepsWatermarks(t *testing.T) {
 	delete(pruned, "effectively_claims")
 	require.Equal(t, want, pruned)
 	gp := res.Tables[0].Generations
-	require.Len(t, gp.Dropped, 2)
-	require.Equal(t, old.Generation, gp.Dropped[1].Generation)
-	require.Equal(t, int64(1), gp.Dropped[1].Parked, "the parked claim moved into the open generation")
+	require.Len(t, gp.Dropped, 1)
+	require.Equal(t, old.Generation, gp.Dropped[0].Generation)
+	require.Equal(t, int64(1), gp.Dropped[0].Parked, "the parked claim moved into the open generation")
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM pg_class WHERE relname = $1 AND relnamespace = current_schema()::regnamespace`, old.Table), "the old generation's table is gone")
 
 	// What stays: the recent claims and the parked one; the unpublished and

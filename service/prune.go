@@ -122,11 +122,15 @@ func printPrune(c *CLI, res dedupe.PruneResult) error {
 		}
 	}
 	rows, gens := res.Deleted()
+	generations := "claims generations"
+	if gens == 1 {
+		generations = "claims generation"
+	}
 	if res.DryRun {
-		fmt.Fprintf(c.stdout, "dry run: %d rows would be deleted and %d claims generations dropped (counted in %s); nothing was deleted\n", rows, gens, res.Took.Round(time.Millisecond))
+		fmt.Fprintf(c.stdout, "dry run: %d rows would be deleted and %d %s dropped (counted in %s); nothing was deleted\n", rows, gens, generations, res.Took.Round(time.Millisecond))
 		return nil
 	}
-	fmt.Fprintf(c.stdout, "pruned %d rows and %d claims generations in %s\n", rows, gens, res.Took.Round(time.Millisecond))
+	fmt.Fprintf(c.stdout, "pruned %d rows and %d %s in %s\n", rows, gens, generations, res.Took.Round(time.Millisecond))
 	return nil
 }
 

@@ -121,6 +121,18 @@ func TestPostgresSecurity(t *testing.T) {
 		w.signal(t, syscall.SIGTERM)
 		require.Equal(t, 0, w.wait(t, time.Minute), "stderr:\n%s", tail(w.stderr.String(), 40))
 		r.verify(t, exp)
+
+		// Claims generations are rotated and dropped by the worker's role,
+		// which owns nothing: the DDL runs in the migration's functions.
+		env := append(append([]string{}, r.env...), tinyRetention...)
+		code, stdout, stderr := runCmd(t, env, "prune")
+		require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
+		require.Contains(t, stdout, "effectively_claims: opened generation 2")
+		time.Sleep(2100 * time.Millisecond)
+		code, stdout, stderr = runCmd(t, env, "prune")
+		require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
+		require.Contains(t, stdout, "effectively_claims: dropped generation 1 (effectively_claims_g1")
+		require.Zero(t, r.db.Count(t, `SELECT count(*) FROM effectively_claims`))
 	})
 
 	t.Run("a later migration's table is the worker's too, with no DDL", func(t *testing.T) {

@@ -81,6 +81,90 @@ BEGIN
 END $$;
 -- +goose StatementEnd
 
+-- The DDL of generations runs in the pruner of `effectively run`, whose
+-- role owns nothing (docs/security.md): these functions run it as the
+-- owner of the tables (SECURITY DEFINER, with the search path pinned to
+-- this schema). Each does one step, checks the state it acts on, and is
+-- safe to call twice. EXECUTE is PostgreSQL's default for PUBLIC; calling
+-- them needs USAGE on this schema, and they only create, close or drop
+-- what claim_generations says.
+-- +goose StatementBegin
+DO $do$
+DECLARE
+    s text := current_schema();
+BEGIN
+    -- Creates generation n's (empty) table unless its row exists: the
+    -- primary key is the claim, the origin index serves the audit.
+    EXECUTE format($f$
+CREATE OR REPLACE FUNCTION %1$I.effectively_claims_create(n integer) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = %1$I, pg_temp AS $b$
+DECLARE
+    t text := 'effectively_claims_g' || n;
+BEGIN
+    INSERT INTO claim_generations (generation, relname) VALUES (n, t) ON CONFLICT (generation) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('CREATE TABLE %%I (LIKE effectively_claims INCLUDING DEFAULTS,
+        PRIMARY KEY (event_key),
+        CHECK (generation = %%s),
+        CHECK (length(payload_hash) = 32),
+        CHECK (disposition IN (''applied'', ''stale'', ''parked'', ''dead_lettered'')))', t, n);
+    EXECUTE format('CREATE INDEX %%I ON %%I (topic, "partition", "offset")', t || '_origin_idx', t);
+    EXECUTE format('ALTER TABLE effectively_claims ATTACH PARTITION %%I FOR VALUES IN (%%s)', t, n);
+    RETURN true;
+END $b$ $f$, s);
+
+    -- Closes the open generation n and opens n + 1 (created before): the
+    -- check constraint's ACCESS EXCLUSIVE lock waits for every transaction
+    -- that touched n's table, so the close's time, read after it, is later
+    -- than every claim in n. Returns false when n is not open any more.
+    EXECUTE format($f$
+CREATE OR REPLACE FUNCTION %1$I.effectively_claims_rotate(n integer, lock_timeout_ms integer) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = %1$I, pg_temp AS $b$
+DECLARE
+    t text;
+BEGIN
+    PERFORM set_config('lock_timeout', lock_timeout_ms::text, true);
+    SELECT relname INTO t FROM claim_generations WHERE generation = n AND opened_at IS NOT NULL AND closed_at IS NULL FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('ALTER TABLE %%I ADD CONSTRAINT effectively_claims_closed CHECK (false) NOT VALID', t);
+    UPDATE claim_generations SET closed_at = clock_timestamp() WHERE generation = n;
+    UPDATE claim_generations SET opened_at = clock_timestamp() WHERE generation = n + 1 AND opened_at IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'claims generation %% is missing or already open', n + 1;
+    END IF;
+    RETURN true;
+END $b$ $f$, s);
+
+    -- Drops the table of generation n, once claim_generations marks it
+    -- dropped: detach (ACCESS EXCLUSIVE on the parent for a moment, like
+    -- any DROP of a partition), then drop. Returns false when it is gone.
+    EXECUTE format($f$
+CREATE OR REPLACE FUNCTION %1$I.effectively_claims_drop(n integer, lock_timeout_ms integer) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = %1$I, pg_temp AS $b$
+DECLARE
+    t text;
+BEGIN
+    PERFORM set_config('lock_timeout', lock_timeout_ms::text, true);
+    SELECT relname INTO t FROM claim_generations WHERE generation = n AND dropped_at IS NOT NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'claims generation %% is not marked dropped', n;
+    END IF;
+    IF to_regclass(quote_ident(t)) IS NULL THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass(quote_ident(t))) THEN
+        EXECUTE format('ALTER TABLE effectively_claims DETACH PARTITION %%I', t);
+    END IF;
+    EXECUTE format('DROP TABLE %%I', t);
+    RETURN true;
+END $b$ $f$, s);
+END $do$;
+-- +goose StatementEnd
+
 -- +goose Down
 -- +goose StatementBegin
 DO $$
@@ -91,6 +175,9 @@ BEGIN
     ALTER TABLE effectively_claims DETACH PARTITION processed_events;
     DROP TABLE effectively_claims;
     DROP TABLE claim_generations;
+    DROP FUNCTION effectively_claims_create(integer);
+    DROP FUNCTION effectively_claims_rotate(integer, integer);
+    DROP FUNCTION effectively_claims_drop(integer, integer);
     ALTER TABLE processed_events DROP CONSTRAINT IF EXISTS effectively_claims_closed;
     ALTER TABLE processed_events DROP CONSTRAINT processed_events_generation_check;
     ALTER TABLE processed_events DROP COLUMN generation;
