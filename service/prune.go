@@ -24,14 +24,18 @@ func newPruneCmd(c *CLI) *cobra.Command {
 	var dryRun, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "prune",
-		Short: "Delete once what has outlived its retention (expired claims, published dead letters, finished outbox intents, resolved parked events)",
+		Short: "Expire once what has outlived its retention (claims generations, published dead letters, finished outbox intents, resolved parked events)",
 		Long: `prune runs one pass of the pruner that 'effectively run' runs every
-dedupe.prune_interval: it deletes claims older than dedupe.retention (except
-those of events still parked), published dead letters last seen before then,
-resolved parked events, and sent or suppressed outbox intents older than
-outbox.retention. It deletes in batches of 5,000 rows, each a short
-transaction, oldest first, and records the watermarks 'effectively audit'
-uses to tell a pruned claim from a missing one. --dry-run only counts.
+dedupe.prune_interval. Claims live in generations: it opens the next
+generation when the open one is dedupe.generation_interval old, and drops
+whole every generation closed more than dedupe.retention ago (claims of
+events still parked move to the open generation first). It deletes
+published dead letters last seen before dedupe.retention, resolved parked
+events, tombstones, and sent or suppressed outbox intents older than
+outbox.retention, in batches of 5,000 rows, each a short transaction,
+oldest first. It records the watermarks 'effectively audit' uses to tell a
+pruned claim from a missing one. --dry-run only counts (claims by
+PostgreSQL's estimate).
 
 While a worker's pruner is in the middle of a pass, prune waits for it.`,
 		Args: cobra.NoArgs,

@@ -39,7 +39,7 @@ func TestUpgradeFromTheReleaseBeforeThePublicAPI(t *testing.T) {
 	produceRecords(t, r.topic, waiting, poison)
 	r.fullPass(t, exp.Records+2)
 	before := digest(t, r)
-	claims := r.db.Count(t, `SELECT count(*) FROM processed_events`)
+	claims := r.db.Count(t, `SELECT count(*) FROM effectively_claims`)
 	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM parked_events WHERE state = 'parked'`))
 	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM dead_letters`))
 
@@ -50,17 +50,17 @@ func TestUpgradeFromTheReleaseBeforeThePublicAPI(t *testing.T) {
 	up := *r
 	up.db = old
 	up.env = withEnv(r.env, "EFFECTIVELY_POSTGRES_URL="+old.URL)
-	require.Equal(t, before, digest(t, &up), "the copy holds the same effects")
+	require.Equal(t, claims, old.Count(t, `SELECT count(*) FROM processed_events`), "the copy holds the same claims")
 
 	code, stdout, stderr := runCmd(t, up.env, "migrate")
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, stdout, "effectively migrations at version 13 (applied [10 11 12 13])", "the engine's versions are carried over: only what came after the release is applied")
+	require.Contains(t, stdout, "effectively migrations at version 14 (applied [10 11 12 13 14])", "the engine's versions are carried over: only what came after the release is applied")
 	require.Contains(t, stdout, "accounts migrations at version 1 (applied [1])", "the reference domain adopts its tables")
 	require.Equal(t,
-		old.Count(t, `SELECT count(*) FROM goose_db_version WHERE version_id > 0`)+4,
+		old.Count(t, `SELECT count(*) FROM goose_db_version WHERE version_id > 0`)+5,
 		old.Count(t, `SELECT count(*) FROM effectively_schema_version WHERE version_id > 0`),
-		"every version of the previous history is carried over, and the four after it applied")
-	require.Equal(t, before, digest(t, &up), "migrate changes no effect")
+		"every version of the previous history is carried over, and the five after it applied")
+	require.Equal(t, before, digest(t, &up), "migrate changes no effect (the claims are generation 0's)")
 	code, stdout, stderr = runCmd(t, up.env, "migrate")
 	require.Equal(t, 0, code, stderr)
 	require.NotContains(t, stdout, "applied", "a second migrate is a no-op")
@@ -69,7 +69,7 @@ func TestUpgradeFromTheReleaseBeforeThePublicAPI(t *testing.T) {
 	up.produce(t, testWorkload(3000, 200, 41))
 	up.fullPass(t, 2*exp.Records+2)
 	require.Equal(t, before, digest(t, &up), "re-produced events are duplicates")
-	require.Equal(t, claims, old.Count(t, `SELECT count(*) FROM processed_events`))
+	require.Equal(t, claims, old.Count(t, `SELECT count(*) FROM effectively_claims`))
 
 	// The account the parked entry waits for arrives: the entry applies.
 	produceRecords(t, r.topic, cetest.Account(r.topic, "upgrade-a1", "account.opened", "acct-upgrade", 1, "Upgrade"))
@@ -130,7 +130,11 @@ WHERE table_schema = $1 AND table_type = 'BASE TABLE' AND table_name <> 'goose_d
 			quoted[i] = pgx.Identifier{c}.Sanitize()
 		}
 		list := strings.Join(quoted, ", ")
-		_, err = to.Pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{to.Schema, table}.Sanitize()+` (`+list+`) OVERRIDING SYSTEM VALUE SELECT `+list+` FROM `+pgx.Identifier{from.Schema, table}.Sanitize())
+		src := table
+		if table == "processed_events" {
+			src = "effectively_claims" // every claims generation of this build
+		}
+		_, err = to.Pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{to.Schema, table}.Sanitize()+` (`+list+`) OVERRIDING SYSTEM VALUE SELECT `+list+` FROM `+pgx.Identifier{from.Schema, src}.Sanitize())
 		require.NoError(t, err, "copying %s", table)
 		for _, c := range cols {
 			var seq sql.NullString
