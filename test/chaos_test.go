@@ -437,6 +437,9 @@ func TestChaos(t *testing.T) {
 		"EFFECTIVELY_SOURCES_ACCOUNTS_URL=" + chaosSource(t, stream.exp),
 		"EFFECTIVELY_EFFECTS_CRM_URL=" + crmURL, "EFFECTIVELY_EFFECTS_MAIL_URL=" + mailURL + "/welcome",
 		"EFFECTIVELY_OUTBOX_CALL_TIMEOUT=2s", "EFFECTIVELY_OUTBOX_LEASE_GRACE=1s", "EFFECTIVELY_OUTBOX_CONCURRENCY=4",
+		// Claims generations rotate every few seconds under the faults (the
+		// retention stays 14 days: nothing is dropped within the run).
+		"EFFECTIVELY_DEDUPE_GENERATION_INTERVAL=5s", "EFFECTIVELY_DEDUPE_PRUNE_INTERVAL=1s",
 	}
 	f := newFleet(t, env, p.workers)
 	stopWatch := versionWatch(db)
@@ -600,6 +603,7 @@ func TestChaos(t *testing.T) {
 	}
 	all := append(slices.Clone(f.ended), joiners...)
 	rebal := rebalances(all)
+	rotations := db.Count(t, `SELECT count(*) FROM claim_generations WHERE opened_at IS NOT NULL`) - 1
 
 	type figure struct {
 		name  string
@@ -621,6 +625,7 @@ func TestChaos(t *testing.T) {
 		{"broker restarts", brokerRestarts, brokerRestarts < p.brokerRestarts},
 		{"postgres restarts", pgRestarts, pgRestarts < p.pgRestarts},
 		{"paused members", pauses, pauses < p.pauses},
+		{"claims generations opened (rotations)", rotations, rotations < 2},
 		{"effects applied (claims applied/stale)", good, false},
 		{"ledger entries", fmt.Sprintf("%d (want %d)", ledger, wantLedger), false},
 		{"DUPLICATE EFFECTS (must be 0)", max(ledger-wantLedger, 0) + max(good-wantGood, 0), ledger > wantLedger || good > wantGood},
