@@ -83,7 +83,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.latencyWarmup, "latency-warmup", 2*time.Second, "paced warm-up before the latency run (not counted)")
 	fs.Uint64Var(&o.seed, "seed", 20260101, "workload seed")
 	fs.StringVar(&o.bin, "bin", "bin/effectively", "the worker binary (make bench builds it)")
-	fs.IntVar(&o.pruneClaims, "prune-claims", 0, "also measure the worker's throughput while the pruner deletes this many expired claims, in -runs pairs of runs without and with it (e.g. 5000000; 0: off)")
+	fs.IntVar(&o.pruneClaims, "prune-claims", 0, "also measure retention's cost: the worker on a schema holding this many claims, in the open generation with the pruner off, then in two closed generations (one expired, dropped during the run) with the pruner rotating every 5 s, in -runs pairs (e.g. 5000000; 0: off)")
 	fs.IntVar(&o.sinkEvents, "sink-events", 0, "records in E-sink's upsert-only topic (re-sends included; 0: -events)")
 	fs.IntVar(&o.sinkProducts, "sink-products", 0, "products E-sink's topic updates (0: a tenth of -sink-events)")
 	fs.BoolVar(&o.trace, "trace", false, "also run T: E with tracing on (OTLP/HTTP to a discarding sink), in each round")
