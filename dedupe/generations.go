@@ -436,3 +436,35 @@ func dropTable(ctx context.Context, conn *pgx.Conn, n int32, lockTimeout time.Du
 	}
 	return nil
 }
+
+// GenerationsStatus is where the claims generations stand.
+type GenerationsStatus struct {
+	// Open is the generation claims go into, open since OpenedAt.
+	Open     int32     `json:"open"`
+	OpenedAt time.Time `json:"opened_at"`
+	// Closed counts the closed generations not dropped yet; OldestClosedAt
+	// is the close of the oldest (it is dropped once that is
+	// dedupe.retention ago).
+	Closed         int        `json:"closed"`
+	OldestClosedAt *time.Time `json:"oldest_closed_at,omitempty"`
+	// Claims is PostgreSQL's estimate of the claims kept, every generation.
+	Claims int64 `json:"claims_estimate"`
+}
+
+// ReadGenerations reads where the claims generations stand.
+func ReadGenerations(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (GenerationsStatus, error) {
+	var s GenerationsStatus
+	err := db.QueryRow(ctx, `
+SELECT o.generation, o.opened_at,
+       (SELECT count(*) FROM claim_generations WHERE closed_at IS NOT NULL AND dropped_at IS NULL),
+       (SELECT min(closed_at) FROM claim_generations WHERE closed_at IS NOT NULL AND dropped_at IS NULL),
+       (SELECT coalesce(sum(s.n_live_tup), 0)::bigint FROM claim_generations g
+        JOIN pg_stat_user_tables s ON s.relid = to_regclass(quote_ident(g.relname)) WHERE g.dropped_at IS NULL)
+FROM claim_generations o WHERE o.opened_at IS NOT NULL AND o.closed_at IS NULL`).Scan(&s.Open, &s.OpenedAt, &s.Closed, &s.OldestClosedAt, &s.Claims)
+	if err != nil {
+		return s, fmt.Errorf("reading the claims generations: %w", err)
+	}
+	return s, nil
+}

@@ -56,6 +56,8 @@ type GroupStatus struct {
 	Parked      *pipeline.ParkedCounts `json:"parked,omitempty"`
 	DeadLetters *deadletter.Counts     `json:"dead_letters,omitempty"`
 	Outbox      map[outbox.State]int64 `json:"outbox,omitempty"`
+	// Claims is where the claims generations stand.
+	Claims *dedupe.GenerationsStatus `json:"claims,omitempty"`
 }
 
 // StatusMember is one member of the group.
@@ -321,7 +323,11 @@ func (c *CLI) postgresStatus(ctx context.Context, st *GroupStatus, stored map[st
 	if err != nil {
 		return err
 	}
-	st.Parked, st.DeadLetters, st.Outbox = &parked, &dl, ob
+	claims, err := dedupe.ReadGenerations(ctx, pool)
+	if err != nil {
+		return err
+	}
+	st.Parked, st.DeadLetters, st.Outbox, st.Claims = &parked, &dl, ob, &claims
 	return nil
 }
 
@@ -483,6 +489,13 @@ func printStatus(w io.Writer, st GroupStatus) error {
 			m[string(k)] = v
 		}
 		fmt.Fprintf(out, "outbox intents: %s\n", counts(m))
+	}
+	if c := st.Claims; c != nil {
+		fmt.Fprintf(out, "claims: ~%d kept; generation %d open since %s (%s ago)", c.Claims, c.Open, c.OpenedAt.UTC().Format(time.RFC3339), st.At.Sub(c.OpenedAt).Round(time.Second))
+		if c.OldestClosedAt != nil {
+			fmt.Fprintf(out, "; %d closed, the oldest closed %s ago (dropped once that is dedupe.retention)", c.Closed, st.At.Sub(*c.OldestClosedAt).Round(time.Second))
+		}
+		fmt.Fprintln(out)
 	}
 	return nil
 }

@@ -165,6 +165,13 @@ FROM generate_series(1, $1::bigint) AS i`, historical)
 	require.Equal(t, 0, w.wait(t, time.Minute))
 	require.Equal(t, int64(100), old.Count(t, `SELECT count(*) FROM effectively_claims WHERE generation > 0 AND event_key LIKE '%:fresh-%'`), "the new events were claimed in generation 1")
 	require.Equal(t, int64(100), old.Count(t, `SELECT count(*) FROM accounts WHERE id LIKE 'fresh-%'`))
+	st := r.status(t)
+	require.NotNil(t, st.Claims)
+	require.Positive(t, st.Claims.Open, "`effectively status` shows the open generation")
+	require.GreaterOrEqual(t, st.Claims.Closed, 1, "and generation 0, closed")
+	require.NotNil(t, st.Claims.OldestClosedAt)
+	_, text, _ := runCmd(t, r.env, "status")
+	require.Regexp(t, `claims: ~\d+ kept; generation \d+ open since `, text)
 
 	// Exactly one effect per raced event: the old worker's or the new one's.
 	oldWon := old.Count(t, `SELECT count(*) FROM legacy_effects WHERE subject LIKE 'race-%'`)
