@@ -328,6 +328,14 @@ func (d *db) check(ctx context.Context, exp workload.Expected) ([]string, error)
 	if claims != int64(exp.Distinct) {
 		problems = append(problems, fmt.Sprintf("processed_events has %d rows, want %d (distinct events)", claims, exp.Distinct))
 	}
+	ledger, err := d.checkLedger(ctx, exp)
+	return append(problems, ledger...), err
+}
+
+// checkLedger compares the ledger's sum per currency with exp's (it holds
+// whatever retention did to the claims). It returns the differences.
+func (d *db) checkLedger(ctx context.Context, exp workload.Expected) ([]string, error) {
+	var problems []string
 	rows, err := d.pool.Query(ctx, `SELECT currency, sum(amount_cents)::bigint FROM ledger_entries GROUP BY currency`)
 	if err != nil {
 		return nil, fmt.Errorf("summing the ledger: %w", err)
