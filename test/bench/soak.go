@@ -109,10 +109,10 @@ type claimStats struct {
 	vacuum       string // phases of the vacuums running on them now
 }
 
-// claimsStatsSQL reads claimStats of the partition tree of $1 (a plain
-// table is its own tree).
+// claimsStatsSQL reads claimStats of the partition tree of $1 (for a plain
+// table pg_partition_tree is empty: the table itself).
 const claimsStatsSQL = `
-WITH rel AS (SELECT relid FROM pg_partition_tree($1::regclass))
+WITH rel AS (SELECT relid FROM pg_partition_tree($1::regclass) UNION SELECT $1::regclass)
 SELECT count(*)::int,
        coalesce(sum(pg_total_relation_size(rel.relid)), 0)::bigint,
        coalesce(sum(pg_indexes_size(rel.relid)), 0)::bigint,
@@ -166,6 +166,7 @@ type soakPoint struct {
 	rate, offered      float64 // applied and acked events/s
 	p50, p99           quantileResult
 	workerCPU, pgCPU   float64 // cores (CPU seconds / wall seconds)
+	benchCPU           float64 // this program's cores: the paced producer and the sampling
 	autovacuums        int64   // autovacuums of the claims relations that finished
 	prunedRows         float64
 	workerUs, pgUs     float64 // CPU µs per applied event
@@ -310,6 +311,9 @@ func (b *bench) soakRun(ctx context.Context, rep *soakReport) error {
 			done = true
 		case <-tick.C:
 		}
+		if done && time.Since(start)-prev.elapsed < so.sample/2 {
+			break // the last tick was a moment ago: no window worth a row
+		}
 		if w.exited() {
 			return w.failed(errors.New("the soak worker exited"))
 		}
@@ -390,6 +394,7 @@ func (s *soakPoint) window(prev soakPoint, u cpuUse, workerPid int, b *bench) {
 	wall := u.wall.Seconds()
 	s.workerCPU = u.pid(workerPid) / wall
 	s.pgCPU = b.pgCPU(u) / wall
+	s.benchCPU = u.pid(os.Getpid()) / wall
 	if n := s.applied - prev.applied; n > 0 {
 		s.workerUs = 1e6 * u.pid(workerPid) / float64(n)
 		s.pgUs = 1e6 * b.pgCPU(u) / float64(n)
@@ -514,9 +519,10 @@ func (r *soakReport) summarize() {
 	for _, p := range ps {
 		rssMax = max(rssMax, p.rss)
 	}
+	// The first sample (t = 0) is the idle worker before any load.
 	half := ps[len(ps)/2:]
-	add("worker RSS: first %.1f MiB, last %.1f MiB, max %.1f MiB; trend (least squares) %+.1f MiB/hour over the run, %+.1f MiB/hour over its second half",
-		mib(ps[0].rss), mib(ps[len(ps)-1].rss), mib(rssMax), rssSlope(ps), rssSlope(half))
+	add("worker RSS: idle at the start %.1f MiB; first sample %.1f MiB, last %.1f MiB, max %.1f MiB; trend (least squares) %+.1f MiB/hour over the run's samples, %+.1f MiB/hour over its second half",
+		mib(ps[0].rss), mib(ps[1].rss), mib(ps[len(ps)-1].rss), mib(rssMax), rssSlope(ps[1:]), rssSlope(half))
 	var cmax claimStats
 	var cmaxAt time.Duration
 	var deadMax int64
@@ -613,12 +619,12 @@ func (r *soakReport) header() [][2]string {
 		{"retention", fmt.Sprintf("dedupe.retention %s, dedupe.prune_interval %s (upstream.max_retry_horizon %s, dedupe.reconciliation_window %s); the rest defaults",
 			so.retention, so.pruneInterval, so.retention/4, so.retention/2)},
 		{"claims", fmt.Sprintf("table %s: pg_total_relation_size (table + indexes + TOAST) summed over pg_partition_tree; live and dead tuples and autovacuum_count from pg_stat_user_tables; vacuum from pg_stat_progress_vacuum", r.table)},
-		{"sampling", fmt.Sprintf("every %s; rates, latency and CPU are over the window since the previous sample; latency is the change of effectively_end_to_end_seconds (produce → commit) between two scrapes", so.sample)},
+		{"sampling", fmt.Sprintf("every %s; rates, latency and CPU are over the window since the previous sample; latency is the change of effectively_end_to_end_seconds (produce → commit) between two scrapes; bench cores is this program (the paced producer, generating the workload); the machine's other processes are not shown", so.sample)},
 	}
 }
 
 // columns are the table's headers.
-var soakColumns = []string{"t", "offered ev/s", "applied ev/s", "p50 ms", "p99 ms", "RSS MiB", "worker cores", "PG cores",
+var soakColumns = []string{"t", "offered ev/s", "applied ev/s", "p50 ms", "p99 ms", "RSS MiB", "worker cores", "PG cores", "bench cores",
 	"claims MiB", "index MiB", "rels", "live rows", "dead rows", "autovac", "vacuum", "pruned rows"}
 
 func (p soakPoint) cells() []string {
@@ -634,7 +640,7 @@ func (p soakPoint) cells() []string {
 	}
 	return []string{
 		fmtElapsed(p.elapsed), fmt.Sprintf("%.0f", p.offered), fmt.Sprintf("%.0f", p.rate), q(p.p50), q(p.p99),
-		fmt.Sprintf("%.1f", mib(p.rss)), fmt.Sprintf("%.2f", p.workerCPU), fmt.Sprintf("%.2f", p.pgCPU),
+		fmt.Sprintf("%.1f", mib(p.rss)), fmt.Sprintf("%.2f", p.workerCPU), fmt.Sprintf("%.2f", p.pgCPU), fmt.Sprintf("%.2f", p.benchCPU),
 		fmt.Sprintf("%.1f", mib(p.claims.bytes)), fmt.Sprintf("%.1f", mib(p.claims.indexBytes)), fmt.Sprint(p.claims.rels),
 		fmt.Sprint(p.claims.live), fmt.Sprint(p.claims.dead), fmt.Sprint(p.autovacuums), vac, fmt.Sprintf("%.0f", p.prunedRows),
 	}

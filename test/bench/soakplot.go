@@ -58,6 +58,7 @@ func (r *soakReport) panels() []soakPanel {
 		{"CPU", "cores", []soakSeries{
 			{"worker", blue, always(func(p soakPoint) float64 { return p.workerCPU })},
 			{"PostgreSQL", orange, always(func(p soakPoint) float64 { return p.pgCPU })},
+			{"bench (paced producer)", gray, always(func(p soakPoint) float64 { return p.benchCPU })},
 		}},
 		{"worker RSS", "MiB", []soakSeries{
 			{"RSS", blue, always(func(p soakPoint) float64 { return mib(p.rss) })},
@@ -85,7 +86,6 @@ func (r *soakReport) plot() ([]byte, error) {
 		p.Y.Min = 0
 		p.Add(plotter.NewGrid())
 		p.Legend.Top = true
-		p.Legend.Left = true
 		if i == len(panels)-1 {
 			p.X.Label.Text = "minutes since the paced run started"
 		}
