@@ -107,6 +107,9 @@ type claimStats struct {
 	autovacuums  int64 // cumulative autovacuum_count
 	autoanalyzes int64
 	vacuum       string // phases of the vacuums running on them now
+	// hiddenVacuums are vacuums running whose relation this role may not
+	// see (autovacuum workers, without pg_read_all_stats).
+	hiddenVacuums int
 }
 
 // claimsStatsSQL reads claimStats of the partition tree of $1 (for a plain
@@ -121,7 +124,8 @@ SELECT count(*)::int,
        coalesce(sum(s.autovacuum_count), 0)::bigint,
        coalesce(sum(s.autoanalyze_count), 0)::bigint,
        coalesce((SELECT string_agg(DISTINCT v.phase, '+') FROM pg_stat_progress_vacuum v
-                 WHERE v.relid IN (SELECT relid FROM rel)), '')
+                 WHERE v.relid IN (SELECT relid FROM rel)), ''),
+       (SELECT count(*)::int FROM pg_stat_progress_vacuum v WHERE v.relid IS NULL)
 FROM rel LEFT JOIN pg_stat_user_tables s ON s.relid = rel.relid`
 
 // claimsTable returns the table holding the claims in d's schema.
@@ -138,7 +142,7 @@ func (d *db) claimsTable(ctx context.Context) (string, error) {
 
 func (d *db) claimStats(ctx context.Context, table string) (claimStats, error) {
 	var c claimStats
-	err := d.pool.QueryRow(ctx, claimsStatsSQL, table).Scan(&c.rels, &c.bytes, &c.indexBytes, &c.live, &c.dead, &c.autovacuums, &c.autoanalyzes, &c.vacuum)
+	err := d.pool.QueryRow(ctx, claimsStatsSQL, table).Scan(&c.rels, &c.bytes, &c.indexBytes, &c.live, &c.dead, &c.autovacuums, &c.autoanalyzes, &c.vacuum, &c.hiddenVacuums)
 	if err != nil {
 		return c, fmt.Errorf("reading the size and statistics of %s: %w", table, err)
 	}
@@ -550,16 +554,18 @@ func (r *soakReport) summarize() {
 		add("claims storage: the run is shorter than two retention periods (%s): it cannot show a plateau", 2*settle)
 	}
 	var autovac int64
-	vacSamples := 0
+	vacSamples, hiddenSamples := 0, 0
 	var pruned float64
 	for _, p := range ps[1:] {
 		autovac += p.autovacuums
 		pruned += p.prunedRows
 		if p.claims.vacuum != "" {
 			vacSamples++
+		} else if p.claims.hiddenVacuums > 0 {
+			hiddenSamples++
 		}
 	}
-	add("autovacuum: %d autovacuum(s) of the claims relations finished; a vacuum was running in %d of %d samples", autovac, vacSamples, len(ps)-1)
+	add("autovacuum: %d autovacuum(s) of the claims relations finished; a vacuum of them was running in %d of %d samples, one hidden from this role (any relation) in %d", autovac, vacSamples, len(ps)-1, hiddenSamples)
 	add("pruner: %.0f rows deleted (all tables, effectively_pruned_rows_total)", pruned)
 	for _, name := range r.extraNames {
 		add("pruner metric %s: %g at the start, %g at the end", name, ps[0].extra[name], ps[len(ps)-1].extra[name])
@@ -618,7 +624,7 @@ func (r *soakReport) header() [][2]string {
 			r.rate, 100*ratio(float64(r.rate), r.max), so.duration, r.events, r.accounts, r.opts.partitions)},
 		{"retention", fmt.Sprintf("dedupe.retention %s, dedupe.prune_interval %s (upstream.max_retry_horizon %s, dedupe.reconciliation_window %s); the rest defaults",
 			so.retention, so.pruneInterval, so.retention/4, so.retention/2)},
-		{"claims", fmt.Sprintf("table %s: pg_total_relation_size (table + indexes + TOAST) summed over pg_partition_tree; live and dead tuples and autovacuum_count from pg_stat_user_tables; vacuum from pg_stat_progress_vacuum", r.table)},
+		{"claims", fmt.Sprintf("table %s: pg_total_relation_size (table + indexes + TOAST) summed over pg_partition_tree; live and dead tuples and autovacuum_count from pg_stat_user_tables; vacuum from pg_stat_progress_vacuum (\"N hidden\": vacuums running on relations this role may not see, autovacuum's without pg_read_all_stats)", r.table)},
 		{"sampling", fmt.Sprintf("every %s; rates, latency and CPU are over the window since the previous sample; latency is the change of effectively_end_to_end_seconds (produce → commit) between two scrapes; bench cores is this program (the paced producer, generating the workload); the machine's other processes are not shown", so.sample)},
 	}
 }
@@ -635,7 +641,10 @@ func (p soakPoint) cells() []string {
 		return fmt.Sprintf("%.1f", 1000*r.v)
 	}
 	vac := p.claims.vacuum
-	if vac == "" {
+	switch {
+	case vac == "" && p.claims.hiddenVacuums > 0:
+		vac = fmt.Sprintf("%d hidden", p.claims.hiddenVacuums)
+	case vac == "":
 		vac = "-"
 	}
 	return []string{
