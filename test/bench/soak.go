@@ -196,6 +196,7 @@ type soakReport struct {
 	drainedIn   time.Duration // from the end of pacing until every record was applied
 	problems    []string
 	extraNames  []string
+	interrupted bool // by a signal: the samples up to then, no drain or check
 	wall        time.Duration
 	summaryText []string // filled by summarize
 }
@@ -256,7 +257,15 @@ func (b *bench) soakRun(ctx context.Context, rep *soakReport) error {
 	if err != nil {
 		return err
 	}
-	topic, err := b.newTopic(ctx, "soak")
+	// The soak's records are timestamped now: time-based retention keeps
+	// the broker's disk to the last 15 minutes (30 minutes at 30,000
+	// events/s would be some 17 GB). A worker that falls that far behind
+	// stops on kafka.offset_out_of_range (stop), which the table shows.
+	keep, segment := (15 * time.Minute).Milliseconds(), int64(64<<20)
+	topic, err := b.newTopicConfig(ctx, "soak", map[string]*string{
+		"retention.ms":  ptr(fmt.Sprint(keep)),
+		"segment.bytes": ptr(fmt.Sprint(segment)),
+	})
 	if err != nil {
 		return err
 	}
@@ -307,7 +316,10 @@ func (b *bench) soakRun(ctx context.Context, rep *soakReport) error {
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			// Interrupted: report what was sampled.
+			rep.interrupted = true
+			progress("soak: interrupted after %s; reporting the samples taken", prev.elapsed.Round(time.Second))
+			return nil
 		case err := <-paced:
 			if err != nil {
 				return fmt.Errorf("the paced producer: %w", err)
@@ -577,9 +589,13 @@ func (r *soakReport) summarize() {
 		}
 	}
 	add("CPU per applied event (median over samples): worker %.1f µs, PostgreSQL %.1f µs", median(wus), median(pus))
-	add("paced run: %d records offered at %d ev/s in %s; every record applied %s after the producer finished",
-		r.events, r.rate, r.paceTook.Round(time.Millisecond), r.drainedIn.Round(time.Millisecond))
-	if len(r.problems) == 0 {
+	if r.interrupted {
+		add("INTERRUPTED after %s of %s: no drain and no ledger check", end.Round(time.Second), so.duration)
+	} else {
+		add("paced run: %d records offered at %d ev/s in %s; every record applied %s after the producer finished",
+			r.events, r.rate, r.paceTook.Round(time.Millisecond), r.drainedIn.Round(time.Millisecond))
+	}
+	if len(r.problems) == 0 && !r.interrupted {
 		add("checks: the maximum's runs (claims = distinct events, ledger totals) and the soak's ledger totals as generated: ok")
 	} else {
 		for _, p := range r.problems {
@@ -760,3 +776,5 @@ func (b *bench) workerVersion(ctx context.Context) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -175,9 +175,14 @@ func (b *bench) name(kind string) string {
 // records carry a fixed, possibly old, timestamp: time-based retention is
 // off so the broker never deletes them mid-benchmark.
 func (b *bench) newTopic(ctx context.Context, kind string) (string, error) {
-	name := b.name(kind)
 	never := "-1"
-	resp, err := b.adm.CreateTopic(ctx, int32(b.opts.partitions), 1, map[string]*string{"retention.ms": &never}, name)
+	return b.newTopicConfig(ctx, kind, map[string]*string{"retention.ms": &never})
+}
+
+// newTopicConfig is newTopic with the topic configs given.
+func (b *bench) newTopicConfig(ctx context.Context, kind string, configs map[string]*string) (string, error) {
+	name := b.name(kind)
+	resp, err := b.adm.CreateTopic(ctx, int32(b.opts.partitions), 1, configs, name)
 	if err == nil {
 		err = resp.Err
 	}
