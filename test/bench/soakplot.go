@@ -89,11 +89,13 @@ func (r *soakReport) plot() ([]byte, error) {
 		if i == len(panels)-1 {
 			p.X.Label.Text = "minutes since the paced run started"
 		}
+		top := 0.0
 		for _, s := range pn.series {
 			var xys plotter.XYs
 			for _, pt := range r.points[1:] {
 				if y, ok := s.y(pt); ok {
 					xys = append(xys, plotter.XY{X: pt.elapsed.Minutes(), Y: y})
+					top = max(top, y)
 				}
 			}
 			if len(xys) == 0 {
@@ -108,6 +110,8 @@ func (r *soakReport) plot() ([]byte, error) {
 			p.Add(l)
 			p.Legend.Add(s.name, l)
 		}
+		// Headroom above the data for the legend (top right).
+		p.Y.Max = max(top*(1+0.12*float64(len(pn.series))), 1)
 		rows[i] = []*plot.Plot{p}
 	}
 	if len(r.points) > 1 {
