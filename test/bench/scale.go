@@ -268,7 +268,13 @@ func (r *scaleReport) print(out io.Writer) {
 		fmt.Fprintln(w, line)
 	}
 	w.Flush()
-	fmt.Fprintf(out, "\n(* the group had not settled before the end: rate from the first record applied.) PostgreSQL: %s.\n", r.pgScope)
+	fmt.Fprintf(out, "\nPostgreSQL: %s.\n", r.pgScope)
+	for _, runs := range r.runs {
+		if slices.ContainsFunc(runs, func(s scaleRun) bool { return !s.settled }) {
+			fmt.Fprintln(out, "*: the group had not settled before the end; the rate is from the first record applied.")
+			break
+		}
+	}
 	fmt.Fprintln(out)
 	if len(r.warnings) == 0 {
 		fmt.Fprintln(out, "warnings: none (each run checked: claims = expected distinct events, ledger totals = expected)")
