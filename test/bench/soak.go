@@ -84,7 +84,7 @@ func (s *soakOptions) validate() error {
 	return nil
 }
 
-// soakEnv configures the soak worker's retention. dedupe.retention must be
+// env configures the soak worker's retention. dedupe.retention must be
 // at least 2 × upstream.max_retry_horizon + dedupe.reconciliation_window
 // (invariant 9): a quarter and a half of it make exactly that.
 func (s soakOptions) env() []string {
@@ -645,7 +645,7 @@ func (r *soakReport) header() [][2]string {
 	}
 }
 
-// columns are the table's headers.
+// soakColumns are the table's headers.
 var soakColumns = []string{"t", "offered ev/s", "applied ev/s", "p50 ms", "p99 ms", "RSS MiB", "worker cores", "PG cores", "bench cores",
 	"claims MiB", "index MiB", "rels", "live rows", "dead rows", "autovac", "vacuum", "pruned rows"}
 
