@@ -11,7 +11,7 @@ FUZZTIME ?= 10m
 # make test's fuzz budget is an execution count: it cannot race the clock on a loaded machine.
 FUZZ_SHORT ?= 20000x
 
-.PHONY: docs build test test-on-stack vet demo bench bench-on-stack chaos fuzz stack-up stack-down stack-status stack-logs clean
+.PHONY: docs build test test-on-stack vet demo bench bench-on-stack soak soak-on-stack scale scale-on-stack chaos fuzz stack-up stack-down stack-status stack-logs clean
 
 # The release: no crashpoint build tag (the fault suites build their binary with -tags crashpoint).
 build:
@@ -67,6 +67,24 @@ bench-on-stack:
 	@echo "== static membership: a graceful scale-down's stall and the wait before replay, with and without kafka.leave_on_shutdown"
 	EFFECTIVELY_BENCH_MEMBERSHIP=1 $(GO) test -count=1 -v -run '^TestStaticScaleDownAndReplayWait$$' ./test/ | grep -E '^(scenario|static|2 static|[(]stall|--|ok|FAIL)'
 
+## soak: the maximum, then a paced load at 80% of it for 30 minutes with claims retention of 2 minutes, sampled every 10 s;
+## prints a table and a summary, writes docs/explanation/soak.md and soak.png. Prints, never asserts; CI never runs it.
+## Flags: make soak SOAK_FLAGS='-soak-duration 3m -soak-retention 1m' (see go run ./test/bench -h).
+SOAK_FLAGS ?=
+soak: build
+	stack/with-stack.sh $(MAKE) --no-print-directory soak-on-stack
+
+soak-on-stack:
+	$(GO) run ./test/bench -soak $(SOAK_FLAGS)
+
+## scale: the benchmark topic drained by 1, 2 and 3 worker processes against one database (events/s, ratio, CPU per event).
+## Prints, never asserts. Flags: make scale SCALE_FLAGS='-events 200000 -runs 3'.
+SCALE_FLAGS ?=
+scale: build
+	stack/with-stack.sh $(MAKE) --no-print-directory scale-on-stack
+
+scale-on-stack:
+	$(GO) run ./test/bench -scale 1,2,3 $(SCALE_FLAGS)
 
 ## docs: regenerate docs/reference (CLI, configuration, metrics, dead-letter reasons) from the reference build's code.
 ## make test fails when it is stale (cmd/effectively/docs_test.go).

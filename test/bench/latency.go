@@ -76,41 +76,8 @@ func (b *bench) runLatency(ctx context.Context) (latencyResult, error) {
 		return res, err
 	}
 
-	pace := func(n int, what string) (time.Duration, error) {
-		progress("latency: %s, %d records at %d/s", what, n, o.latencyRate)
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		start := time.Now()
-		sent := 0
-		for sent < n {
-			due := min(n, int(float64(o.latencyRate)*time.Since(start).Seconds()))
-			for ; sent < due; sent++ {
-				r, ok := gen.Next()
-				if !ok {
-					return 0, fmt.Errorf("the latency workload ran out after %d records", sent)
-				}
-				rec := toKafka(r)
-				rec.Timestamp = time.Now()
-				p.produce(ctx, rec)
-			}
-			if sent == n {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			case <-tick.C:
-			}
-		}
-		took := time.Since(start)
-		if err := p.flush(ctx); err != nil {
-			return 0, fmt.Errorf("producing: %w", err)
-		}
-		return took, nil
-	}
-
 	if warm > 0 {
-		if _, err := pace(warm, "warm-up"); err != nil {
+		if _, err := pace(ctx, gen, p, o.latencyRate, warm, "latency: warm-up"); err != nil {
 			return res, err
 		}
 		if _, _, _, err := w.waitApplied(ctx, d, group, topic, int64(warm)); err != nil {
@@ -122,7 +89,7 @@ func (b *bench) runLatency(ctx context.Context) (latencyResult, error) {
 		return res, err
 	}
 	before := takeCPUSnapshot()
-	took, err := pace(paced, "paced run")
+	took, err := pace(ctx, gen, p, o.latencyRate, paced, "latency: paced run")
 	if err != nil {
 		return res, err
 	}
@@ -157,4 +124,40 @@ func (b *bench) runLatency(ctx context.Context) (latencyResult, error) {
 		*q.out = quantileResult{v, lo, hi, ok}
 	}
 	return res, nil
+}
+
+// pace offers n records of gen to p at rate records/s in 10 ms ticks, each
+// timestamped when it is handed to the producer, and waits for their acks.
+// It returns how long the offering took (the acks not included).
+func pace(ctx context.Context, gen *workload.Generator, p *asyncProducer, rate, n int, what string) (time.Duration, error) {
+	progress("%s, %d records at %d/s", what, n, rate)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	start := time.Now()
+	sent := 0
+	for sent < n {
+		due := min(n, int(float64(rate)*time.Since(start).Seconds()))
+		for ; sent < due; sent++ {
+			r, ok := gen.Next()
+			if !ok {
+				return 0, fmt.Errorf("the workload ran out after %d records", sent)
+			}
+			rec := toKafka(r)
+			rec.Timestamp = time.Now()
+			p.produce(ctx, rec)
+		}
+		if sent == n {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-tick.C:
+		}
+	}
+	took := time.Since(start)
+	if err := p.flush(ctx); err != nil {
+		return 0, fmt.Errorf("producing: %w", err)
+	}
+	return took, nil
 }

@@ -32,6 +32,12 @@
 // current directory (make runs it from the repository root after `make
 // build`). Every topic, group and schema it creates is uniquely named and
 // removed at the end.
+//
+// Two other modes replace the benchmark: -soak (make soak, soak.go), a paced
+// load at a share of the measured maximum for a long time with short
+// retention, sampled every 10 s; and -scale 1,2,3 (make scale, scale.go),
+// the same topic drained by 1, 2 and 3 worker processes against one
+// database.
 package main
 
 import (
@@ -42,6 +48,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -64,6 +71,8 @@ type options struct {
 	sinkEvents      int // E-sink's records (0: -events)
 	sinkProducts    int // E-sink's products (0: a tenth of its records)
 	trace           bool
+	soak            soakOptions // -soak: the soak (soak.go) instead of the benchmark
+	scale           []int       // -scale: worker processes to compare (scale.go) instead of the benchmark
 }
 
 // kinds are the measurements, in the order a round runs them.
@@ -87,6 +96,20 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.sinkEvents, "sink-events", 0, "records in E-sink's upsert-only topic (re-sends included; 0: -events)")
 	fs.IntVar(&o.sinkProducts, "sink-products", 0, "products E-sink's topic updates (0: a tenth of -sink-events)")
 	fs.BoolVar(&o.trace, "trace", false, "also run T: E with tracing on (OTLP/HTTP to a discarding sink), in each round")
+	o.soak.flags(fs)
+	fs.Func("scale", "instead of the benchmark, drain the -events topic with each of these numbers of worker processes against one database, e.g. 1,2,3 (scale.go; the last -scale given counts)", func(v string) error {
+		o.scale = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("want a comma list of process counts ≥ 1, e.g. 1,2,3")
+			}
+			if !slices.Contains(o.scale, n) {
+				o.scale = append(o.scale, n)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&skip, "skip", "", "comma-separated measurements to skip: B1,B2,B0,B3,E,E-sink,T,latency,replay")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -127,6 +150,12 @@ func parseFlags(args []string) (options, error) {
 	case o.sinkEvents < 0 || o.sinkProducts < 0:
 		return o, errors.New("-sink-events and -sink-products: want 0 (the default) or more")
 	}
+	if o.soak.on && len(o.scale) > 0 {
+		return o, errors.New("-soak and -scale: want one of them")
+	}
+	if err := o.soak.validate(); err != nil {
+		return o, err
+	}
 	o.naiveEvents = min(o.naiveEvents, o.events)
 	if o.sinkEvents == 0 {
 		o.sinkEvents = o.events
@@ -163,6 +192,21 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.cleanup()
+	switch {
+	case opts.soak.on:
+		rep, err := b.runSoak(ctx)
+		if err != nil {
+			return err
+		}
+		return rep.output(os.Stdout)
+	case len(opts.scale) > 0:
+		rep, err := b.runScale(ctx)
+		if err != nil {
+			return err
+		}
+		rep.print(os.Stdout)
+		return nil
+	}
 	rep, err := b.run(ctx)
 	if err != nil {
 		return err

@@ -175,9 +175,14 @@ func (b *bench) name(kind string) string {
 // records carry a fixed, possibly old, timestamp: time-based retention is
 // off so the broker never deletes them mid-benchmark.
 func (b *bench) newTopic(ctx context.Context, kind string) (string, error) {
-	name := b.name(kind)
 	never := "-1"
-	resp, err := b.adm.CreateTopic(ctx, int32(b.opts.partitions), 1, map[string]*string{"retention.ms": &never}, name)
+	return b.newTopicConfig(ctx, kind, map[string]*string{"retention.ms": &never})
+}
+
+// newTopicConfig is newTopic with the topic configs given.
+func (b *bench) newTopicConfig(ctx context.Context, kind string, configs map[string]*string) (string, error) {
+	name := b.name(kind)
+	resp, err := b.adm.CreateTopic(ctx, int32(b.opts.partitions), 1, configs, name)
 	if err == nil {
 		err = resp.Err
 	}
@@ -328,6 +333,14 @@ func (d *db) check(ctx context.Context, exp workload.Expected) ([]string, error)
 	if claims != int64(exp.Distinct) {
 		problems = append(problems, fmt.Sprintf("effectively_claims has %d rows, want %d (distinct events)", claims, exp.Distinct))
 	}
+	ledger, err := d.checkLedger(ctx, exp)
+	return append(problems, ledger...), err
+}
+
+// checkLedger compares the ledger's sum per currency with exp's (it holds
+// whatever retention did to the claims). It returns the differences.
+func (d *db) checkLedger(ctx context.Context, exp workload.Expected) ([]string, error) {
+	var problems []string
 	rows, err := d.pool.Query(ctx, `SELECT currency, sum(amount_cents)::bigint FROM ledger_entries GROUP BY currency`)
 	if err != nil {
 		return nil, fmt.Errorf("summing the ledger: %w", err)

@@ -29,13 +29,19 @@ func loadAvg() string {
 }
 
 // peakRSS returns the process's peak resident set size (VmHWM) in bytes.
-func peakRSS(pid int) (int64, error) {
+func peakRSS(pid int) (int64, error) { return procStatusBytes(pid, "VmHWM") }
+
+// currentRSS returns the process's resident set size now (VmRSS) in bytes.
+func currentRSS(pid int) (int64, error) { return procStatusBytes(pid, "VmRSS") }
+
+// procStatusBytes reads a field in kB of /proc/<pid>/status, in bytes.
+func procStatusBytes(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			f := strings.Fields(rest)
 			if len(f) != 2 || f[1] != "kB" {
 				break
@@ -44,7 +50,7 @@ func peakRSS(pid int) (int64, error) {
 			return kb << 10, err
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
 // procKey identifies a process across snapshots even if its pid is reused.
