@@ -68,6 +68,7 @@ type options struct {
 	bin             string
 	skip            map[string]bool
 	pruneClaims     int // -prune-claims: the pruning measurement (prune.go), off when 0
+	pruneRows       int // -prune-rows: the row-by-row retention measurement (prunerows.go), off when 0
 	sinkEvents      int // E-sink's records (0: -events)
 	sinkProducts    int // E-sink's products (0: a tenth of its records)
 	trace           bool
@@ -93,6 +94,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Uint64Var(&o.seed, "seed", 20260101, "workload seed")
 	fs.StringVar(&o.bin, "bin", "bin/effectively", "the worker binary (make bench builds it)")
 	fs.IntVar(&o.pruneClaims, "prune-claims", 0, "also measure retention's cost: the worker on a schema holding this many claims, in the open generation with the pruner off, then in two closed generations (one expired, dropped during the run) with the pruner rotating every 5 s, in -runs pairs (e.g. 5000000; 0: off)")
+	fs.IntVar(&o.pruneRows, "prune-rows", 0, "also measure the row-by-row retention of dead letters, outbox intents, parked history and tombstones: this many expired rows of each deleted by the pruner alone (e.g. 500000; 0: off)")
 	fs.IntVar(&o.sinkEvents, "sink-events", 0, "records in E-sink's upsert-only topic (re-sends included; 0: -events)")
 	fs.IntVar(&o.sinkProducts, "sink-products", 0, "products E-sink's topic updates (0: a tenth of -sink-events)")
 	fs.BoolVar(&o.trace, "trace", false, "also run T: E with tracing on (OTLP/HTTP to a discarding sink), in each round")
@@ -218,6 +220,13 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		printPrune(os.Stdout, pr)
+	}
+	if opts.pruneRows > 0 {
+		rr, err := b.runRowPruning(ctx, opts.pruneRows)
+		if err != nil {
+			return err
+		}
+		printRowPruning(os.Stdout, rr)
 	}
 	return nil
 }

@@ -72,6 +72,9 @@ type procCPU struct {
 	comm  string
 	ppid  int
 	ticks uint64
+	// cticks are the CPU ticks of its children that exited (cutime +
+	// cstime): a postmaster's short-lived backends.
+	cticks uint64
 }
 
 func takeCPUSnapshot() cpuSnapshot {
@@ -105,7 +108,7 @@ func takeCPUSnapshot() cpuSnapshot {
 		if pid == s.selfPid {
 			comm = "bench (this process)"
 		}
-		s.procs[procKey{pid, start}] = procCPU{comm: comm, ppid: ppid, ticks: ticks}
+		s.procs[procKey{pid, start}] = procCPU{comm: comm, ppid: ppid, ticks: ticks, cticks: exitedChildTicks(b)}
 	}
 	return s
 }
@@ -135,6 +138,22 @@ func parseStat(b []byte) (pid, ppid int, comm string, ticks, start uint64, ok bo
 	st, _ := strconv.ParseUint(f[12], 10, 64)
 	start, _ = strconv.ParseUint(f[19], 10, 64)
 	return pid, ppid, comm, ut + st, start, true
+}
+
+// exitedChildTicks reads cutime + cstime (fields 16 and 17) of
+// /proc/<pid>/stat.
+func exitedChildTicks(b []byte) uint64 {
+	closing := bytes.LastIndexByte(b, ')')
+	if closing < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[closing+1:]))
+	if len(f) < 15 {
+		return 0
+	}
+	cu, _ := strconv.ParseUint(f[13], 10, 64)
+	cs, _ := strconv.ParseUint(f[14], 10, 64)
+	return cu + cs
 }
 
 // parentOf returns the parent pid and comm of pid.
@@ -173,15 +192,17 @@ type cpuUse struct {
 type procDelta struct {
 	ppid int
 	secs float64
+	// csecs is the CPU of its children that exited in between.
+	csecs float64
 }
 
 // pid is the CPU seconds of one process.
 func (u cpuUse) pid(pid int) float64 { return u.procs[pid].secs }
 
 // tree is the CPU seconds of root and its children: a postmaster and its
-// backends and auxiliary processes.
+// backends and auxiliary processes, those that exited in between included.
 func (u cpuUse) tree(root int) float64 {
-	var s float64
+	s := u.procs[root].csecs
 	for pid, p := range u.procs {
 		if pid == root || p.ppid == root {
 			s += p.secs
@@ -193,13 +214,14 @@ func (u cpuUse) tree(root int) float64 {
 func cpuBetween(a, b cpuSnapshot) cpuUse {
 	u := cpuUse{wall: b.at.Sub(a.at), byName: map[string]float64{}, procs: map[int]procDelta{}}
 	for k, p := range b.procs {
-		d := p.ticks
+		d, cd := p.ticks, uint64(0)
 		if prev, ok := a.procs[k]; ok {
 			d -= min(prev.ticks, d)
+			cd = p.cticks - min(prev.cticks, p.cticks)
 		}
-		if d > 0 {
+		if d > 0 || cd > 0 {
 			u.byName[p.comm] += float64(d) / clockTicks
-			u.procs[k.pid] = procDelta{ppid: p.ppid, secs: float64(d) / clockTicks}
+			u.procs[k.pid] = procDelta{ppid: p.ppid, secs: float64(d) / clockTicks, csecs: float64(cd) / clockTicks}
 		}
 	}
 	u.busy = float64(b.busy-min(a.busy, b.busy)) / clockTicks
