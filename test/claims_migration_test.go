@@ -3,7 +3,6 @@ package test
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -216,25 +213,9 @@ FROM generate_series(1, $1::bigint) AS i`, historical)
 // generations left it: the engine at version 13, the reference domain.
 func migrateBeforeGenerations(t *testing.T, db pgtest.DB) {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(db.URL)
-	require.NoError(t, err)
-	sqlDB := stdlib.OpenDB(*cfg)
-	defer sqlDB.Close()
-	up := func(fsys fs.FS, table string, version int64) {
-		p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys, goose.WithDisableGlobalRegistry(true), goose.WithTableName(table))
-		require.NoError(t, err)
-		if version > 0 {
-			_, err = p.UpTo(context.Background(), version)
-		} else {
-			_, err = p.Up(context.Background())
-		}
-		require.NoError(t, err)
-	}
-	up(schema.Migrations(), schema.VersionTable, 13)
-	up(accounts.Migrations().FS, accounts.Migrations().Table, 0)
-	var hasClaims bool
-	require.NoError(t, sqlDB.QueryRow(`SELECT to_regclass('processed_events') IS NOT NULL AND to_regclass('effectively_claims') IS NULL`).Scan(&hasClaims))
-	require.True(t, hasClaims)
+	gooseUp(t, db, schema.Migrations(), schema.VersionTable, 13)
+	gooseUp(t, db, accounts.Migrations().FS, accounts.Migrations().Table, 0)
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) WHERE to_regclass('processed_events') IS NOT NULL AND to_regclass('effectively_claims') IS NULL`))
 }
 
 // again copies recs for producing them again (a produced record keeps

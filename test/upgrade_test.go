@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"database/sql"
+	"io/fs"
 	"os"
 	"strings"
 	"syscall"
@@ -89,17 +90,31 @@ func TestUpgradeFromTheReleaseBeforeThePublicAPI(t *testing.T) {
 // the public API the way it did: goose's default version table.
 func migrateLikeTheRelease(t *testing.T, db pgtest.DB) {
 	t.Helper()
+	gooseUp(t, db, os.DirFS("testdata/release-fed4c2d/migrations"), "", 0)
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) WHERE to_regclass('goose_db_version') IS NOT NULL AND to_regclass('effectively_schema_version') IS NULL`))
+}
+
+// gooseUp applies the migrations in fsys to db with goose as a release
+// did: table is the version table ("": goose's default), upTo the last
+// version (0: all).
+func gooseUp(t *testing.T, db pgtest.DB, fsys fs.FS, table string, upTo int64) {
+	t.Helper()
 	cfg, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	sqlDB := stdlib.OpenDB(*cfg)
 	defer sqlDB.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, os.DirFS("testdata/release-fed4c2d/migrations"), goose.WithDisableGlobalRegistry(true))
+	opts := []goose.ProviderOption{goose.WithDisableGlobalRegistry(true)}
+	if table != "" {
+		opts = append(opts, goose.WithTableName(table))
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys, opts...)
 	require.NoError(t, err)
-	_, err = p.Up(context.Background())
+	if upTo > 0 {
+		_, err = p.UpTo(context.Background(), upTo)
+	} else {
+		_, err = p.Up(context.Background())
+	}
 	require.NoError(t, err)
-	var legacy bool
-	require.NoError(t, sqlDB.QueryRow(`SELECT to_regclass('goose_db_version') IS NOT NULL AND to_regclass('effectively_schema_version') IS NULL`).Scan(&legacy))
-	require.True(t, legacy)
 }
 
 // copyRows copies every row of every table of from into the same table of
