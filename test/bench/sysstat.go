@@ -224,6 +224,24 @@ func cpuBetween(a, b cpuSnapshot) cpuUse {
 			u.procs[k.pid] = procDelta{ppid: p.ppid, secs: float64(d) / clockTicks, csecs: float64(cd) / clockTicks}
 		}
 	}
+	// A child that exited in between moved its whole CPU time into its
+	// parent's cutime; what it had at a is already counted (it was alive
+	// then), so only the rest is new.
+	for k, p := range a.procs {
+		if _, alive := b.procs[k]; alive {
+			continue
+		}
+		for pk, parent := range b.procs {
+			if pk.pid == p.ppid {
+				d := u.procs[pk.pid]
+				d.csecs = max(0, d.csecs-float64(p.ticks)/clockTicks)
+				if _, ok := u.procs[pk.pid]; ok || d.csecs > 0 {
+					d.ppid = parent.ppid
+					u.procs[pk.pid] = d
+				}
+			}
+		}
+	}
 	u.busy = float64(b.busy-min(a.busy, b.busy)) / clockTicks
 	u.capacity = float64(b.total-min(a.total, b.total)) / clockTicks
 	return u
