@@ -129,9 +129,9 @@ type GenerationPolicy struct {
 	// (dedupe.retention), so every claim lives at least Retention and at
 	// most Retention + Interval (plus a pruner interval).
 	Retention time.Duration
-	// LockTimeout bounds the wait for the lock that closes a generation
-	// (claims queue behind it meanwhile); a rotation that times out is
-	// tried at the next pass. Default 2 s.
+	// LockTimeout bounds the wait for the locks that close and drop a
+	// generation (claims queue behind them meanwhile); a step that times
+	// out is tried at the next pass. Default 500 ms.
 	LockTimeout time.Duration
 }
 
@@ -143,6 +143,9 @@ type GenerationPass struct {
 	Opened *int32 `json:"opened,omitempty"`
 	// Dropped are the generations expired (dry: that would be).
 	Dropped []DroppedGeneration `json:"dropped,omitempty"`
+	// Busy says what waits for the next pass because a vacuum held the
+	// table (asking for its lock would queue the claims behind it).
+	Busy []string `json:"busy,omitempty"`
 }
 
 // DroppedGeneration is one expired generation.
@@ -200,7 +203,7 @@ func openGeneration(ctx context.Context, conn *pgx.Conn) (generationRow, error) 
 func MaintainGenerations(ctx context.Context, conn *pgx.Conn, now time.Time, pol GenerationPolicy, dry bool) (GenerationPass, error) {
 	var pass GenerationPass
 	if pol.LockTimeout <= 0 {
-		pol.LockTimeout = 2 * time.Second
+		pol.LockTimeout = 500 * time.Millisecond
 	}
 	if dry {
 		d, err := expiredGenerations(ctx, conn, now, pol.Retention)
@@ -230,8 +233,12 @@ func MaintainGenerations(ctx context.Context, conn *pgx.Conn, now time.Time, pol
 		if err := expire(ctx, conn, &d, open.gen, pol.LockTimeout); err != nil {
 			return pass, err
 		}
-		if err := dropTable(ctx, conn, d.Generation, pol.LockTimeout); err != nil {
+		busy, err := dropTable(ctx, conn, d.Generation, pol.LockTimeout)
+		if err != nil {
 			return pass, err
+		}
+		if busy {
+			pass.Busy = append(pass.Busy, fmt.Sprintf("generation %d's table goes at the next pass: it is busy (a vacuum, or transactions longer than the lock timeout)", d.Generation))
 		}
 		d.Took = time.Since(start)
 		pass.Dropped = append(pass.Dropped, d)
@@ -247,7 +254,7 @@ func MaintainGenerations(ctx context.Context, conn *pgx.Conn, now time.Time, pol
 		return pass, fmt.Errorf("finding claims generations left to drop: %w", err)
 	}
 	for _, n := range left {
-		if err := dropTable(ctx, conn, n, pol.LockTimeout); err != nil {
+		if _, err := dropTable(ctx, conn, n, pol.LockTimeout); err != nil {
 			return pass, err
 		}
 	}
@@ -308,7 +315,7 @@ func prepareGenerations(ctx context.Context, conn *pgx.Conn) (GenerationPass, er
 	if _, err := conn.Exec(ctx, `UPDATE claim_generations SET dropped_at = now() WHERE generation = 0`); err != nil {
 		return pass, fmt.Errorf("dropping the empty claims generation 0: %w", err)
 	}
-	if err := dropTable(ctx, conn, 0, 2*time.Second); err != nil {
+	if _, err := dropTable(ctx, conn, 0, 2*time.Second); err != nil {
 		return pass, err
 	}
 	pass.Dropped = append(pass.Dropped, DroppedGeneration{Generation: 0, Table: open.relname})
@@ -317,7 +324,10 @@ func prepareGenerations(ctx context.Context, conn *pgx.Conn) (GenerationPass, er
 
 // rotateTo closes open, opens its successor and creates the one after.
 func rotateTo(ctx context.Context, conn *pgx.Conn, pass *GenerationPass, open generationRow, lockTimeout time.Duration) error {
-	rotated, err := rotate(ctx, conn, open, lockTimeout)
+	rotated, busy, err := rotate(ctx, conn, open, lockTimeout)
+	if busy {
+		pass.Busy = append(pass.Busy, fmt.Sprintf("generation %d stays open until the next pass: its table is busy (a vacuum, or transactions longer than the lock timeout)", open.gen))
+	}
 	if err != nil || !rotated {
 		return err
 	}
@@ -342,13 +352,17 @@ func ensureGeneration(ctx context.Context, conn *pgx.Conn, n int32) (bool, error
 
 // rotate closes the open generation and opens the next
 // (effectively_claims_rotate, as the tables' owner); false when another
-// rotation closed it first.
-func rotate(ctx context.Context, conn *pgx.Conn, open generationRow, lockTimeout time.Duration) (bool, error) {
-	var rotated bool
-	if err := conn.QueryRow(ctx, `SELECT effectively_claims_rotate($1, $2)`, open.gen, lockTimeout.Milliseconds()).Scan(&rotated); err != nil {
-		return false, fmt.Errorf("closing claims generation %d and opening %d: %w", open.gen, open.gen+1, err)
+// rotation closed it first, or when a vacuum holds its table (busy: the
+// next pass tries again; claims would queue behind the lock meanwhile).
+func rotate(ctx context.Context, conn *pgx.Conn, open generationRow, lockTimeout time.Duration) (rotated, busy bool, err error) {
+	var res string
+	if err := conn.QueryRow(ctx, `SELECT effectively_claims_rotate($1, $2)`, open.gen, lockTimeout.Milliseconds()).Scan(&res); err != nil {
+		if lockTimedOut(err) {
+			return false, true, nil
+		}
+		return false, false, fmt.Errorf("closing claims generation %d and opening %d: %w", open.gen, open.gen+1, err)
 	}
-	return rotated, nil
+	return res == "rotated", res == "busy", nil
 }
 
 // expiredGenerations lists the generations closed more than retention
@@ -429,14 +443,26 @@ SET pruned_before = greatest(w.pruned_before, excluded.pruned_before),
 }
 
 // dropTable drops the table of generation n, which claim_generations
-// marks dropped (effectively_claims_drop, as the tables' owner).
-func dropTable(ctx context.Context, conn *pgx.Conn, n int32, lockTimeout time.Duration) error {
-	if _, err := conn.Exec(ctx, `SELECT effectively_claims_drop($1, $2)`, n, lockTimeout.Milliseconds()); err != nil {
-		return fmt.Errorf("dropping the table of claims generation %d: %w", n, err)
+// marks dropped (effectively_claims_drop, as the tables' owner); not while
+// a vacuum holds it (busy: the next pass tries again).
+func dropTable(ctx context.Context, conn *pgx.Conn, n int32, lockTimeout time.Duration) (busy bool, err error) {
+	var res string
+	if err := conn.QueryRow(ctx, `SELECT effectively_claims_drop($1, $2)`, n, lockTimeout.Milliseconds()).Scan(&res); err != nil {
+		if lockTimedOut(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("dropping the table of claims generation %d: %w", n, err)
 	}
-	return nil
+	return res == "busy", nil
 }
 
+// lockTimedOut reports a lock_timeout (55P03): the lock was not granted in
+// time, the claims that queued behind it went on, the next pass tries
+// again.
+func lockTimedOut(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
 // GenerationsStatus is where the claims generations stand.
 type GenerationsStatus struct {
 	// Open is the generation claims go into, open since OpenedAt.

@@ -124,6 +124,9 @@ func printPrune(c *CLI, res dedupe.PruneResult) error {
 		if t.Generations.Opened != nil {
 			fmt.Fprintf(c.stdout, "%s: opened generation %d\n", t.Table, *t.Generations.Opened)
 		}
+		for _, b := range t.Generations.Busy {
+			fmt.Fprintf(c.stdout, "%s: %s\n", t.Table, b)
+		}
 	}
 	rows, gens := res.Deleted()
 	generations := "claims generations"

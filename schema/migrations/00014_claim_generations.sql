@@ -118,9 +118,13 @@ END $b$ $f$, s);
     -- Closes the open generation n and opens n + 1 (created before): the
     -- check constraint's ACCESS EXCLUSIVE lock waits for every transaction
     -- that touched n's table, so the close's time, read after it, is later
-    -- than every claim in n. Returns false when n is not open any more.
+    -- than every claim in n. Claims queue behind that lock while it waits,
+    -- so it is not asked for while a vacuum holds the table (a vacuum
+    -- gives way only after deadlock_timeout): 'busy', try at the next
+    -- pass. Returns 'rotated', 'not_open' (another rotation closed n) or
+    -- 'busy'.
     EXECUTE format($f$
-CREATE OR REPLACE FUNCTION %1$I.effectively_claims_rotate(n integer, lock_timeout_ms integer) RETURNS boolean
+CREATE OR REPLACE FUNCTION %1$I.effectively_claims_rotate(n integer, lock_timeout_ms integer) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = %1$I, pg_temp AS $b$
 DECLARE
     t text;
@@ -128,7 +132,10 @@ BEGIN
     PERFORM set_config('lock_timeout', lock_timeout_ms::text, true);
     SELECT relname INTO t FROM claim_generations WHERE generation = n AND opened_at IS NOT NULL AND closed_at IS NULL FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN false;
+        RETURN 'not_open';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_locks WHERE relation = to_regclass(quote_ident(t)) AND granted AND mode = 'ShareUpdateExclusiveLock') THEN
+        RETURN 'busy';
     END IF;
     EXECUTE format('ALTER TABLE %%I ADD CONSTRAINT effectively_claims_closed CHECK (false) NOT VALID', t);
     UPDATE claim_generations SET closed_at = clock_timestamp() WHERE generation = n;
@@ -136,14 +143,15 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'claims generation %% is missing or already open', n + 1;
     END IF;
-    RETURN true;
+    RETURN 'rotated';
 END $b$ $f$, s);
 
     -- Drops the table of generation n, once claim_generations marks it
     -- dropped: detach (ACCESS EXCLUSIVE on the parent for a moment, like
-    -- any DROP of a partition), then drop. Returns false when it is gone.
+    -- any DROP of a partition), then drop. Not while a vacuum holds the
+    -- table ('busy'). Returns 'dropped', 'gone' or 'busy'.
     EXECUTE format($f$
-CREATE OR REPLACE FUNCTION %1$I.effectively_claims_drop(n integer, lock_timeout_ms integer) RETURNS boolean
+CREATE OR REPLACE FUNCTION %1$I.effectively_claims_drop(n integer, lock_timeout_ms integer) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = %1$I, pg_temp AS $b$
 DECLARE
     t text;
@@ -154,13 +162,16 @@ BEGIN
         RAISE EXCEPTION 'claims generation %% is not marked dropped', n;
     END IF;
     IF to_regclass(quote_ident(t)) IS NULL THEN
-        RETURN false;
+        RETURN 'gone';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_locks WHERE relation = to_regclass(quote_ident(t)) AND granted AND mode = 'ShareUpdateExclusiveLock') THEN
+        RETURN 'busy';
     END IF;
     IF EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass(quote_ident(t))) THEN
         EXECUTE format('ALTER TABLE effectively_claims DETACH PARTITION %%I', t);
     END IF;
     EXECUTE format('DROP TABLE %%I', t);
-    RETURN true;
+    RETURN 'dropped';
 END $b$ $f$, s);
 END $do$;
 -- +goose StatementEnd
