@@ -98,7 +98,7 @@ func printPrune(c *CLI, res dedupe.PruneResult) error {
 		if t.Generations != nil {
 			// Dropped a generation at a time: the rows are PostgreSQL's
 			// estimate, the batches are generations.
-			fmt.Fprintf(tw, "%s\t%s\t~%d\t%d generations\t%s\n", t.Table, t.Before.UTC().Format(time.RFC3339), t.Rows, len(t.Generations.Dropped), t.Took.Round(time.Millisecond))
+			fmt.Fprintf(tw, "%s\t%s\t~%d\t%d generation(s)\t%s\n", t.Table, t.Before.UTC().Format(time.RFC3339), t.Rows, len(t.Generations.Dropped), t.Took.Round(time.Millisecond))
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", t.Table, t.Before.UTC().Format(time.RFC3339), t.Rows, t.Batches, t.Took.Round(time.Millisecond))

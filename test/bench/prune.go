@@ -16,21 +16,25 @@ import (
 )
 
 // The retention measurement (-prune-claims N): what does expiring claims
-// cost the worker? Two runs of the worker on the benchmark topic, each on a
-// fresh schema that already holds N claims of another topic:
+// cost the worker? Three runs of the worker on the benchmark topic, each
+// on a fresh schema that already holds N claims of another topic:
 //
 //   - base: the N claims in the open generation, the pruner off
 //     (dedupe.prune_interval 24h): a claims table that never expires
 //     anything, as large as the one retention keeps;
 //   - with: the N claims in two closed generations — half closed 60 days
 //     ago (expired: the pruner drops it at its first pass, a second in),
-//     half closed a day ago (live: every claim of the run probes it) — and
-//     the pruner every second, opening a new generation every 5 s, so the
-//     run goes through rotations and a drop while it claims.
+//     half closed a day ago (live: every claim of the run probes it) — the
+//     pruner every second, no rotation within the run: the steady cost of
+//     retention (the probe of the closed generations) and a drop;
+//   - rotating: the same, with a new generation every 5 s, so the run goes
+//     through rotations: their cost, per rotation (a rotation waits for the
+//     claims in flight and each partition redoes one batch), which a real
+//     dedupe.generation_interval (default retention / 2: days) spreads
+//     over days.
 //
-// The whole-run rates are compared: the drop is the retention's cost
-// (generations probed, rotations, the drop). The time the drop took comes
-// from the pruner's own log line.
+// The whole-run rates are compared. The time the drop took comes from the
+// pruner's own log line.
 
 // pruneRun is one run of the measurement.
 type pruneRun struct {
@@ -42,11 +46,21 @@ type pruneRun struct {
 	problems   []string
 }
 
-// pruneResult is a pair of runs.
+// pruneResult is one round of the three runs.
 type pruneResult struct {
-	claims     int64
-	events     int64
-	base, with pruneRun
+	claims               int64
+	events               int64
+	base, with, rotating pruneRun
+}
+
+// perRotation is the time one rotation cost: the rotating run's extra time
+// over the with run's for the same records, divided by its rotations.
+func (r *pruneResult) perRotation() time.Duration {
+	if r.rotating.rotations == 0 || r.rotating.rate == 0 || r.with.rate == 0 {
+		return 0
+	}
+	extra := float64(r.events)/r.rotating.rate - float64(r.events)/r.with.rate
+	return time.Duration(extra / float64(r.rotating.rotations) * float64(time.Second))
 }
 
 // expiredClaimsSQL inserts $2 claims (numbered from $1) on a topic the
@@ -115,34 +129,49 @@ func (b *bench) runPrune(ctx context.Context, claims int) ([]*pruneResult, error
 	for i := range b.opts.runs {
 		res := &pruneResult{claims: int64(claims), events: int64(b.opts.events)}
 		var err error
-		progress("retention pair %d/%d: base run (%d claims in the open generation, pruner off)", i+1, b.opts.runs, claims)
-		if res.base, err = b.pruneOnce(ctx, "prune-base", claims, false); err != nil {
+		progress("retention round %d/%d: base run (%d claims in the open generation, pruner off)", i+1, b.opts.runs, claims)
+		if res.base, err = b.pruneOnce(ctx, "prune-base", claims, false, false); err != nil {
 			return nil, fmt.Errorf("retention base run: %w", err)
 		}
-		progress("retention pair %d/%d: run with %d claims in two closed generations, rotating and dropping", i+1, b.opts.runs, claims)
-		if res.with, err = b.pruneOnce(ctx, "prune-with", claims, true); err != nil {
+		progress("retention round %d/%d: run with %d claims in two closed generations, dropping one", i+1, b.opts.runs, claims)
+		if res.with, err = b.pruneOnce(ctx, "prune-with", claims, true, false); err != nil {
 			return nil, fmt.Errorf("retention run: %w", err)
 		}
-		progress("retention pair %d/%d: base %.0f ev/s, with retention %.0f ev/s (drop %.1f%%); %d rotations, a generation of ~%d claims dropped in %s",
-			i+1, b.opts.runs, res.base.rate, res.with.rate, drop(res.with.rate, res.base.rate), res.with.rotations, res.with.dropRows, res.with.dropTook.Round(time.Millisecond))
+		progress("retention round %d/%d: the same, rotating every 5 s", i+1, b.opts.runs)
+		if res.rotating, err = b.pruneOnce(ctx, "prune-rot", claims, true, true); err != nil {
+			return nil, fmt.Errorf("retention run with rotations: %w", err)
+		}
+		progress("retention round %d/%d: base %.0f ev/s, with retention %.0f ev/s (drop %.1f%%), rotating %.0f ev/s (%d rotations, %s each); a generation of ~%d claims dropped in %s",
+			i+1, b.opts.runs, res.base.rate, res.with.rate, drop(res.with.rate, res.base.rate), res.rotating.rate, res.rotating.rotations,
+			res.perRotation().Round(time.Millisecond), res.with.dropRows, res.with.dropTook.Round(time.Millisecond))
 		out = append(out, res)
 	}
 	return out, nil
 }
 
-// printPrune prints every pair and the median drop.
+// printPrune prints every round, the median drop and the median cost of a
+// rotation.
 func printPrune(out io.Writer, rs []*pruneResult) {
 	var drops []float64
+	var rots []time.Duration
 	for i, r := range rs {
-		fmt.Fprintf(out, "\npair %d of %d", i+1, len(rs))
+		fmt.Fprintf(out, "\nround %d of %d", i+1, len(rs))
 		r.print(out)
 		if r.base.rate > 0 && r.with.rate > 0 {
 			drops = append(drops, drop(r.with.rate, r.base.rate))
 		}
+		if d := r.perRotation(); d != 0 {
+			rots = append(rots, d)
+		}
 	}
 	if len(drops) > 0 {
 		slices.Sort(drops)
-		fmt.Fprintf(out, "\nretention: median throughput drop %.1f%% over %d pairs (%s); target < 5%%\n", drops[len(drops)/2], len(drops), fmtDrops(drops))
+		fmt.Fprintf(out, "\nretention: median throughput drop %.1f%% over %d rounds (%s); target < 5%%\n", drops[len(drops)/2], len(drops), fmtDrops(drops))
+	}
+	if len(rots) > 0 {
+		slices.Sort(rots)
+		fmt.Fprintf(out, "rotation: median cost %s of throughput per rotation over %d rounds; at the default dedupe.generation_interval (7 days with the default retention) that is %.6f%% of the time\n",
+			rots[len(rots)/2].Round(time.Millisecond), len(rots), 100*rots[len(rots)/2].Seconds()/(7*24*3600))
 	}
 }
 
@@ -157,7 +186,7 @@ func fmtDrops(ds []float64) string {
 // pruneOnce runs the worker on a fresh schema seeded by seedClaims until it
 // has applied the topic (and, with retention, the expired generation is
 // dropped).
-func (b *bench) pruneOnce(ctx context.Context, kind string, claims int, with bool) (pruneRun, error) {
+func (b *bench) pruneOnce(ctx context.Context, kind string, claims int, with, rotating bool) (pruneRun, error) {
 	var r pruneRun
 	d, err := b.newDB(ctx, kind, migrateWorker)
 	if err != nil {
@@ -176,8 +205,11 @@ func (b *bench) pruneOnce(ctx context.Context, kind string, claims int, with boo
 	}
 
 	env := []string{"EFFECTIVELY_DEDUPE_PRUNE_INTERVAL=24h"}
-	if with {
+	switch {
+	case rotating:
 		env = []string{"EFFECTIVELY_DEDUPE_PRUNE_INTERVAL=1s", "EFFECTIVELY_DEDUPE_GENERATION_INTERVAL=5s"}
+	case with:
+		env = []string{"EFFECTIVELY_DEDUPE_PRUNE_INTERVAL=1s", "EFFECTIVELY_DEDUPE_GENERATION_INTERVAL=24h"}
 	}
 	group := b.name(kind)
 	w, err := b.startWorker(d, group, b.topic, env...)
@@ -251,11 +283,12 @@ func droppedInLog(w *worker) (time.Duration, int64) {
 func (r *pruneResult) print(out io.Writer) {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, ": retention's cost while the worker runs (-prune-claims %d)\n", r.claims)
-	fmt.Fprintf(w, "method\ttwo runs of the worker on the topic (%d records), each schema holding %d claims of another topic; base: all in the open generation, pruner off; with: half in a generation closed 60 days ago (dropped at the first pass), half in one closed a day ago (probed by every claim), pruner every 1 s, a new generation every 5 s\n", r.events, r.claims)
-	fmt.Fprintf(w, "setup\tinserting + vacuuming the claims took %s (base), %s (with)\n", r.base.insertTook.Round(time.Second), r.with.insertTook.Round(time.Second))
+	fmt.Fprintf(w, "method\tthree runs of the worker on the topic (%d records), each schema holding %d claims of another topic; base: all in the open generation, pruner off; with: half in a generation closed 60 days ago (dropped at the first pass), half in one closed a day ago (probed by every claim), pruner every 1 s, no rotation; rotating: the same, a new generation every 5 s\n", r.events, r.claims)
+	fmt.Fprintf(w, "setup\tinserting + vacuuming the claims took %s (base), %s (with), %s (rotating)\n", r.base.insertTook.Round(time.Second), r.with.insertTook.Round(time.Second), r.rotating.insertTook.Round(time.Second))
 	fmt.Fprintf(w, "throughput\tbase %.0f ev/s, with retention %.0f ev/s, ratio %.3f, drop %.1f%% (target < 5%%)\n", r.base.rate, r.with.rate, ratio(r.with.rate, r.base.rate), drop(r.with.rate, r.base.rate))
-	fmt.Fprintf(w, "retention\t%d generations opened during the run; the expired one (~%d claims) dropped in a pruner pass of %s\n", r.with.rotations, r.with.dropRows, r.with.dropTook.Round(time.Millisecond))
-	for _, p := range append(r.base.problems, r.with.problems...) {
+	fmt.Fprintf(w, "drop\tthe expired generation (~%d claims) dropped in a pruner pass of %s\n", r.with.dropRows, r.with.dropTook.Round(time.Millisecond))
+	fmt.Fprintf(w, "rotations\trotating %.0f ev/s with %d rotations: %s of throughput each\n", r.rotating.rate, r.rotating.rotations, r.perRotation().Round(time.Millisecond))
+	for _, p := range append(append(r.base.problems, r.with.problems...), r.rotating.problems...) {
 		fmt.Fprintf(w, "PROBLEM\t%s\n", p)
 	}
 	w.Flush()
