@@ -63,50 +63,57 @@ var ErrGenerationClosed = errors.New("the claims generation was closed by a rota
 
 // Generations caches which claims generation is open, for one process.
 type Generations struct {
-	db interface {
-		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	}
+	db   Row
 	mu   sync.Mutex
 	open int32
 	read bool
 }
 
-// NewGenerations returns a cache that reads the open generation through
-// db (a pool) when first asked.
-func NewGenerations(db interface {
+// Row is what reads one row: a pool, a connection or a transaction.
+type Row interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}) *Generations {
+}
+
+// NewGenerations returns a cache that refreshes through db (a pool).
+func NewGenerations(db Row) *Generations {
 	return &Generations{db: db}
 }
 
 const openGenerationSQL = `SELECT generation FROM claim_generations WHERE opened_at IS NOT NULL AND closed_at IS NULL`
 
-// Open returns the open generation, reading it on first use.
-func (g *Generations) Open(ctx context.Context) (int32, error) {
+// Open returns the open generation, reading it through q on first use.
+// Pass the transaction the claim runs in: reading through the pool from
+// inside a transaction could wait for a connection that every other
+// partition's transaction holds.
+func (g *Generations) Open(ctx context.Context, q Row) (int32, error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.read {
-		return g.open, nil
+	open, read := g.open, g.read
+	g.mu.Unlock()
+	if read {
+		return open, nil
 	}
-	return g.refreshLocked(ctx)
+	return g.load(ctx, q)
 }
 
-// Refresh reads the open generation again.
+// Refresh reads the open generation again, through the pool (call it
+// outside any transaction).
 func (g *Generations) Refresh(ctx context.Context) (int32, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.refreshLocked(ctx)
+	return g.load(ctx, g.db)
 }
 
-func (g *Generations) refreshLocked(ctx context.Context) (int32, error) {
+// load reads the open generation through q; no lock is held while it
+// waits.
+func (g *Generations) load(ctx context.Context, q Row) (int32, error) {
 	var open int32
-	if err := g.db.QueryRow(ctx, openGenerationSQL).Scan(&open); err != nil {
+	if err := q.QueryRow(ctx, openGenerationSQL).Scan(&open); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return 0, errors.New("no claims generation is open (claim_generations): run `effectively migrate`")
 		}
 		return 0, fmt.Errorf("reading the open claims generation: %w", err)
 	}
+	g.mu.Lock()
 	g.open, g.read = open, true
+	g.mu.Unlock()
 	return open, nil
 }
 

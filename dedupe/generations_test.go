@@ -79,11 +79,12 @@ func TestClaimsStayExactAcrossGenerationRotations(t *testing.T) {
 
 	claimBatch := func(pool *pgxpool.Pool, gens *dedupe.Generations, member int, ks []int) error {
 		for {
-			gen, err := gens.Open(ctx)
-			if err != nil {
-				return err
-			}
-			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var gen int32
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				var err error
+				if gen, err = gens.Open(ctx, tx); err != nil {
+					return err
+				}
 				claims := make([]dedupe.Claim, len(ks))
 				for i, k := range ks {
 					claims[i] = dedupe.Claim{Key: fmt.Sprintf("k%05d", k), Strategy: "cloudevents", PayloadHash: hashOf(member, k),
@@ -163,7 +164,7 @@ func TestClaimsStayExactAcrossGenerationRotations(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		gens := dedupe.NewGenerations(db.Pool)
-		stale, err := gens.Open(ctx)
+		stale, err := gens.Open(ctx, db.Pool)
 		if err != nil {
 			errs <- err
 			return

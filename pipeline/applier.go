@@ -364,7 +364,7 @@ func (a *Applier) claim(ctx context.Context, tx pgx.Tx, b consumer.Batch, items 
 			Type: it.ev.Type, Subject: it.ev.Subject, Topic: b.Topic, Partition: b.Partition, Offset: it.rec.Offset,
 		})
 	}
-	gen, err := a.gens.Open(ctx)
+	gen, err := a.gens.Open(ctx, tx)
 	if err != nil {
 		return err
 	}

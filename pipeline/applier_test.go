@@ -3,10 +3,14 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap/zaptest"
@@ -29,6 +33,12 @@ func setup(t *testing.T) (pgtest.DB, *pipeline.Applier) {
 	db := pgtest.New(t)
 	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE things (id text PRIMARY KEY, color text NOT NULL)`)
 	require.NoError(t, err)
+	return setupOn(t, db, db.Pool)
+}
+
+// setupOn is setup's applier on pool, a pool of db's.
+func setupOn(t *testing.T, db pgtest.DB, pool *pgxpool.Pool) (pgtest.DB, *pipeline.Applier) {
+	t.Helper()
 	var reg handlers.Registry
 	reg.Target("painter", handlers.Idempotent)
 	reg.HandleFunc("thing.set", func(_ context.Context, fx *handlers.Effects, ev event.Event) error {
@@ -52,7 +62,7 @@ func setup(t *testing.T) (pgtest.DB, *pipeline.Applier) {
 	})
 	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
 	require.NoError(t, err)
-	return db, pipeline.NewApplier(db.Pool, pipeline.Options{
+	return db, pipeline.NewApplier(pool, pipeline.Options{
 		Decoders: map[string]*event.Decoder{topic: dec}, Handlers: &reg, Logger: zaptest.NewLogger(t),
 	})
 }
@@ -130,4 +140,56 @@ func TestPermanentPrefetchFailureKeepsTheClaim(t *testing.T) {
 	require.Equal(t, map[dedupe.Disposition]int{dedupe.Duplicate: 1}, res.Counts)
 	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM dead_letters`))
 	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM things`))
+}
+
+// As many partitions as the pool has connections apply their first batches
+// at once, then again across a rotation of the claims generations: learning
+// the open generation must not need a connection of its own (every one is
+// held by a partition's transaction), and a batch refused by the closed
+// generation is redone in the open one.
+func TestClaimsGenerationIsReadWithoutAnotherConnection(t *testing.T) {
+	t.Parallel()
+	db, _ := setup(t)
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	const partitions = 3
+	cfg.MaxConns = partitions
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, a := setupOn(t, db, pool)
+
+	apply := func(round int) {
+		// A hang guard: a partition waiting for a connection the others
+		// hold fails with the deadline instead of hanging the test.
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make(chan error, partitions)
+		for p := range partitions {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var recs []*kgo.Record
+				for i := range 20 {
+					r := thing(fmt.Sprintf("r%d-p%d-%d", round, p, i), fmt.Sprintf("t%d-%d", p, i), map[string]any{"color": "blue"})
+					r.Offset = int64(round*20 + i)
+					recs = append(recs, r)
+				}
+				_, err := a.ApplyBatch(ctx, consumer.Batch{Group: "g", Topic: topic, Partition: int32(p), Records: recs})
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err, "a partition waited for a connection the others hold")
+		}
+	}
+	apply(0)
+	closed := db.RotateClaims(t)
+	apply(1)
+	require.Equal(t, int64(2*partitions*20), db.Count(t, `SELECT count(*) FROM effectively_claims`))
+	require.Equal(t, int64(partitions*20), db.Count(t, `SELECT count(*) FROM effectively_claims WHERE generation > $1`, closed), "the second round went into the open generation")
 }

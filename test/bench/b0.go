@@ -197,7 +197,7 @@ func (b *bench) runB0(ctx context.Context, data *b0Data) (baselineRun, error) {
 	return b.fromMemory(ctx, "b0", group, len(data.parts), func(pool *pgxpool.Pool) partitionFunc {
 		gens := dedupe.NewGenerations(pool)
 		return func(ctx context.Context, p int) (int64, error) {
-			gen, err := gens.Open(ctx)
+			gen, err := gens.Open(ctx, pool)
 			if err != nil {
 				return 0, err
 			}
