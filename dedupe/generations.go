@@ -470,6 +470,7 @@ func lockTimedOut(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
+
 // GenerationsStatus is where the claims generations stand.
 type GenerationsStatus struct {
 	// Open is the generation claims go into, open since OpenedAt.
