@@ -178,9 +178,6 @@ func (p GenerationPass) Claims() int64 {
 	return n
 }
 
-// generationTable names generation n's table.
-func generationTable(n int32) string { return "effectively_claims_g" + strconv.Itoa(int(n)) }
-
 type generationRow struct {
 	gen      int32
 	relname  string
@@ -229,7 +226,10 @@ func MaintainGenerations(ctx context.Context, conn *pgx.Conn, now time.Time, pol
 		if err := rotateTo(ctx, conn, &pass, open, pol.LockTimeout); err != nil {
 			return pass, err
 		}
-		open.gen++
+		// Read it again: a busy rotation left it where it was.
+		if open, err = openGeneration(ctx, conn); err != nil {
+			return pass, err
+		}
 	}
 	expired, err := expiredGenerations(ctx, conn, now, pol.Retention)
 	if err != nil {

@@ -236,3 +236,38 @@ func TestClaimsStayExactAcrossGenerationRotations(t *testing.T) {
 	}
 	require.Positive(t, conflicts, "member 0's different payloads were detected as conflicts")
 }
+
+// A pass whose rotation finds the open generation busy (a vacuum holds
+// it) still expires an old generation: its parked claim moves into the
+// generation that is open, not into the next one, which is not open yet
+// (a claim there would be invisible to the open generation's claims).
+func TestParkedClaimsMoveIntoTheOpenGenerationWhenTheRotationIsBusy(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO effectively_claims (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", generation)
+		VALUES ('p1', 'cloudevents', decode(repeat('00', 32), 'hex'), 'line.added', 'a', 'parked', 'g', 't', 0, 1, `+pgtest.OpenGeneration+`)`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO parked_events (event_key, consumer_group, topic, "partition", "offset", resource, event_type, event) VALUES ('p1', 'g', 't', 0, 1, 'a', 'line.added', '{}')`)
+	require.NoError(t, err)
+	db.AgeClaims(t, 30*24*time.Hour)
+	open := int32(db.Count(t, `SELECT generation FROM claim_generations WHERE opened_at IS NOT NULL AND closed_at IS NULL`))
+
+	// What a vacuum holds: the open generation's table is busy.
+	holder, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(ctx) //nolint:errcheck // the lock goes with it
+	_, err = holder.Exec(ctx, fmt.Sprintf(`LOCK TABLE effectively_claims_g%d IN SHARE UPDATE EXCLUSIVE MODE`, open))
+	require.NoError(t, err)
+
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	pass, err := dedupe.MaintainGenerations(ctx, conn.Conn(), time.Now(), dedupe.GenerationPolicy{Interval: time.Nanosecond, Retention: 14 * 24 * time.Hour}, false)
+	require.NoError(t, err)
+	require.Nil(t, pass.Opened, "the rotation waited for the next pass")
+	require.NotEmpty(t, pass.Busy)
+	require.Len(t, pass.Dropped, 1)
+	require.Equal(t, int64(1), pass.Dropped[0].Parked)
+	require.Equal(t, int64(open), db.Count(t, `SELECT generation FROM effectively_claims WHERE event_key = 'p1'`), "the parked claim is in the open generation")
+}
