@@ -450,18 +450,36 @@ SET pruned_before = greatest(w.pruned_before, excluded.pruned_before),
 }
 
 // dropTable drops the table of generation n, which claim_generations
-// marks dropped (effectively_claims_drop, as the tables' owner); not while
-// a vacuum holds it (busy: the next pass tries again).
+// marks dropped, as the tables' owner: first it detaches it
+// (effectively_claims_detach, the parent's lock held for a catalog change),
+// then drops it (effectively_claims_drop) in a transaction of its own, so
+// that no claim waits while its files are removed. Not while a vacuum
+// holds it (busy: the next pass tries again).
 func dropTable(ctx context.Context, conn *pgx.Conn, n int32, lockTimeout time.Duration) (busy bool, err error) {
-	var res string
-	if err := conn.QueryRow(ctx, `SELECT effectively_claims_drop($1, $2)`, n, lockTimeout.Milliseconds()).Scan(&res); err != nil {
-		if lockTimedOut(err) {
+	for _, step := range []struct{ fn, what string }{
+		{"effectively_claims_detach", "detaching"},
+		{"effectively_claims_drop", "dropping"},
+	} {
+		var res string
+		if err := conn.QueryRow(ctx, `SELECT `+step.fn+`($1, $2)`, n, lockTimeout.Milliseconds()).Scan(&res); err != nil {
+			if lockTimedOut(err) {
+				return true, nil
+			}
+			return false, fmt.Errorf("%s the table of claims generation %d: %w", step.what, n, err)
+		}
+		if res == "busy" {
 			return true, nil
 		}
-		return false, fmt.Errorf("dropping the table of claims generation %d: %w", n, err)
+		if res == "detached" && afterDetach != nil {
+			afterDetach(n)
+		}
 	}
-	return res == "busy", nil
+	return false, nil
 }
+
+// afterDetach, when a test sets it, runs between detaching a generation's
+// table and dropping it.
+var afterDetach func(n int32)
 
 // lockTimedOut reports a lock_timeout (55P03): the lock was not granted in
 // time, the claims that queued behind it went on, the next pass tries

@@ -271,3 +271,72 @@ func TestParkedClaimsMoveIntoTheOpenGenerationWhenTheRotationIsBusy(t *testing.T
 	require.Equal(t, int64(1), pass.Dropped[0].Parked)
 	require.Equal(t, int64(open), db.Count(t, `SELECT generation FROM effectively_claims WHERE event_key = 'p1'`), "the parked claim is in the open generation")
 }
+
+// An expired generation is detached in one transaction and dropped in
+// another, so claims never wait for its files to go: here a reader holds
+// the detached table, the drop waits for it (busy, the next pass finishes
+// it), and a claim commits meanwhile. Dropped in the detach's transaction,
+// the table would keep the parent locked and the claim would wait for the
+// reader too. Not parallel: it sets a package hook.
+func TestClaimsGoOnWhileAnExpiredGenerationIsDropped(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	hash := sha256.Sum256([]byte("payload"))
+	claim := func(ctx context.Context, key string) error {
+		return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			gen, err := dedupe.NewGenerations(db.Pool).Open(ctx, tx)
+			if err != nil {
+				return err
+			}
+			_, err = dedupe.ClaimAll(ctx, tx, gen, "g", []dedupe.Claim{{Key: key, Strategy: "cloudevents", PayloadHash: hash[:],
+				Type: "t", Subject: "s", Topic: "topic", Partition: 0, Offset: 1}})
+			return err
+		})
+	}
+	require.NoError(t, claim(ctx, "old"))
+	expired := db.RotateClaims(t)
+	db.AgeClosedClaims(t, 30*24*time.Hour)
+	table := fmt.Sprintf("effectively_claims_g%d", expired)
+
+	var (
+		reader              pgx.Tx
+		readerErr, claimErr error
+		detached            int64 = -1
+	)
+	// Everything in the hook is bounded: had the detach not committed, the
+	// reader and the claim would wait for it, and the test would hang.
+	restore := dedupe.SetAfterDetach(func(n int32) {
+		hookCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if reader, readerErr = db.Pool.Begin(ctx); readerErr == nil {
+			_, readerErr = reader.Exec(hookCtx, `LOCK TABLE `+table+` IN ACCESS SHARE MODE`)
+		}
+		if readerErr != nil {
+			return
+		}
+		detached = db.Count(t, `SELECT count(*) FROM pg_inherits WHERE inhrelid = to_regclass($1)`, table)
+		claimErr = claim(hookCtx, "new")
+	})
+	defer restore()
+
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	pol := dedupe.GenerationPolicy{Interval: time.Hour, Retention: 14 * 24 * time.Hour, LockTimeout: 200 * time.Millisecond}
+	pass, err := dedupe.MaintainGenerations(ctx, conn.Conn(), time.Now(), pol, false)
+	require.NoError(t, err)
+	require.NotNil(t, reader, "the generation was detached")
+	defer reader.Rollback(ctx) //nolint:errcheck // the lock goes with it
+	require.NoError(t, readerErr, "a reader locks the detached table at once")
+	require.Equal(t, int64(0), detached, "the table is no partition of effectively_claims once detached")
+	require.NoError(t, claimErr, "a claim commits while the detached table waits to be dropped")
+	require.Len(t, pass.Dropped, 1)
+	require.NotEmpty(t, pass.Busy, "the drop waits for the reader")
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM effectively_claims WHERE event_key = 'new'`))
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM `+table), "still there while the reader holds it")
+
+	require.NoError(t, reader.Rollback(ctx))
+	_, err = dedupe.MaintainGenerations(ctx, conn.Conn(), time.Now(), pol, false)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM pg_class WHERE oid = to_regclass($1)`, table), "the next pass drops it")
+}
