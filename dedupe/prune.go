@@ -89,6 +89,10 @@ type PrunerOptions struct {
 	// PrunedFunc, when set, is called after each batch with the table and
 	// the rows deleted (the metrics).
 	PrunedFunc func(table string, rows int64)
+	// PassedFunc, when set, is called after each pass that pruned every
+	// table (not a dry run, not one skipped for another pruner's lock): the
+	// metric an alert on a stalled pruner reads.
+	PassedFunc func(PruneResult)
 }
 
 func (o *PrunerOptions) setDefaults() {
@@ -327,6 +331,10 @@ func (p *Pruner) pass(ctx context.Context, dry bool) (res PruneResult, err error
 			p.log.Info("pruned", zap.String("table", t.Name), zap.Int64("rows", tp.Rows),
 				zap.Int("batches", tp.Batches), zap.Time("before", tp.Before), zap.Duration("took", tp.Took))
 		}
+	}
+	if !dry && p.opts.PassedFunc != nil {
+		res.Took = time.Since(start)
+		p.opts.PassedFunc(res)
 	}
 	return res, nil
 }

@@ -116,6 +116,22 @@ load 1m
 eval instant at 5m (EXPR) * 0 + 1
   {` + w + `} 1
 `},
+		// effectively-0 completed a pass a minute for 10 minutes, then none;
+		// effectively-1 never held the pruner's lock (0). The "ok" job's
+		// pruner passes throughout, though one of its replicas never does.
+		// Silent at 30m (the last pass 20 minutes old), firing at 80m.
+		{"EffectivelyPrunerStalled", `
+load 1m
+  effectively_pruner_last_pass_timestamp_seconds{` + w + `, instance="effectively-0"} 0+60x10 600x70
+  effectively_pruner_last_pass_timestamp_seconds{` + w + `, instance="effectively-1"} 0x80
+  effectively_pruner_last_pass_timestamp_seconds{job="ok", namespace="payments", instance="ok-0"} 0+60x80
+  effectively_pruner_last_pass_timestamp_seconds{job="ok", namespace="payments", instance="ok-1"} 0x80
+
+eval instant at 30m (EXPR) * 0 + 1
+
+eval instant at 80m (EXPR) * 0 + 1
+  {` + w + `} 1
+`},
 		// effectively-1 stopped answering scrapes after 5 minutes; node-0 is
 		// not a worker; effectively-2 was removed by a scale-down (its
 		// target left service discovery: no more up samples).

@@ -259,7 +259,7 @@ type workerMetrics struct {
 	consumer *consumer.Metrics
 	pipeline *pipeline.Metrics
 	outbox   *outbox.Metrics
-	pruned   func(table string, rows int64)
+	pruner   prunerMetrics
 	build    *prometheus.GaugeVec
 }
 
@@ -269,7 +269,7 @@ func engineMetrics(reg prometheus.Registerer) workerMetrics {
 		consumer: consumer.NewMetrics(reg),
 		pipeline: pipeline.NewMetrics(reg),
 		outbox:   outbox.NewMetrics(reg),
-		pruned:   prunedRowsMetric(reg),
+		pruner:   newPrunerMetrics(reg),
 		build:    buildInfoMetric(reg),
 	}
 }

@@ -61,7 +61,7 @@ While a worker's pruner is in the middle of a pass, prune waits for it.`,
 // the lock.
 func prune(ctx context.Context, c *CLI, pool *pgxpool.Pool, dry bool) (dedupe.PruneResult, error) {
 	prog := newProgress(c.stderr, "pruning: rows deleted", 0)
-	p, err := newPruner(pool, c.cfg, c.log, func(_ string, rows int64) { prog.add(rows) })
+	p, err := newPruner(pool, c.cfg, c.log, prunerMetrics{rows: func(_ string, rows int64) { prog.add(rows) }})
 	if err != nil {
 		return dedupe.PruneResult{}, err
 	}
@@ -146,7 +146,7 @@ func printPrune(c *CLI, res dedupe.PruneResult) error {
 var prunedTables = []dedupe.PrunedTable{dedupe.Claims, deadletter.Pruned, outbox.Pruned, pipeline.ParkedPruned, handlers.TombstonesPruned}
 
 // newPruner configures the pruner from dedupe.* and outbox.retention.
-func newPruner(pool *pgxpool.Pool, cfg config.Config, log *zap.Logger, pruned func(table string, rows int64)) (*dedupe.Pruner, error) {
+func newPruner(pool *pgxpool.Pool, cfg config.Config, log *zap.Logger, m prunerMetrics) (*dedupe.Pruner, error) {
 	return dedupe.NewPruner(pool, dedupe.PrunerOptions{
 		Retention:          cfg.Dedupe.Retention,
 		OutboxRetention:    cfg.Outbox.Retention,
@@ -154,20 +154,35 @@ func newPruner(pool *pgxpool.Pool, cfg config.Config, log *zap.Logger, pruned fu
 		GenerationInterval: cfg.Dedupe.ClaimGenerationInterval(),
 		Tables:             prunedTables,
 		Logger:             log.Named("pruner"),
-		PrunedFunc:         pruned,
+		PrunedFunc:         m.rows,
+		PassedFunc:         m.passed,
 	})
 }
 
-// prunedRowsMetric registers effectively_pruned_rows_total{table} and
-// returns the pruner's PrunedFunc that counts into it.
-func prunedRowsMetric(reg prometheus.Registerer) func(table string, rows int64) {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+// prunerMetrics are the pruner's hooks into its metric families.
+type prunerMetrics struct {
+	rows   func(table string, rows int64)
+	passed func(dedupe.PruneResult)
+}
+
+// newPrunerMetrics registers effectively_pruned_rows_total{table} and
+// effectively_pruner_last_pass_timestamp_seconds, and returns the hooks
+// that set them.
+func newPrunerMetrics(reg prometheus.Registerer) prunerMetrics {
+	rows := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "effectively_pruned_rows_total",
 		Help: "Rows the retention pruner deleted, by table (effectively_claims — PostgreSQL's estimate of the rows of the generations it dropped —, dead_letters, outbox, parked_events, effectively_tombstones).",
 	}, []string{"table"})
 	for _, t := range prunedTables {
-		c.WithLabelValues(t.Name) // export zeros from the start
+		rows.WithLabelValues(t.Name) // export zeros from the start
 	}
-	reg.MustRegister(c)
-	return func(table string, rows int64) { c.WithLabelValues(table).Add(float64(rows)) }
+	last := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "effectively_pruner_last_pass_timestamp_seconds",
+		Help: "Unix time at which this worker's pruner last completed a pass over every pruned table (0 until its first; one replica at a time holds the pruner's lock, so take the max over replicas). A pruner that stops completing passes stops expiring claims: storage then grows with traffic.",
+	})
+	reg.MustRegister(rows, last)
+	return prunerMetrics{
+		rows:   func(table string, n int64) { rows.WithLabelValues(table).Add(float64(n)) },
+		passed: func(dedupe.PruneResult) { last.SetToCurrentTime() },
+	}
 }

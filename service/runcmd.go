@@ -194,7 +194,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 		cons.Close()
 		return err
 	}
-	pruner, err := newPruner(pool, cfg, log, metrics.pruned)
+	pruner, err := newPruner(pool, cfg, log, metrics.pruner)
 	if err != nil {
 		cons.Close()
 		return err

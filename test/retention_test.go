@@ -80,6 +80,11 @@ func TestRetentionEffectsStayIdempotentAfterClaimsExpire(t *testing.T) {
 	waitUntil(t, "the pruned-rows metric", 30*time.Second, func(context.Context) bool {
 		return prunedMetric(t, addr, "effectively_claims") >= int64(float64(exp.Distinct)*0.95)
 	})
+	// The pass that dropped them completed: the stalled-pruner alert reads
+	// when.
+	last := scrape(t, addr)["effectively_pruner_last_pass_timestamp_seconds"].GetMetric()
+	require.Len(t, last, 1)
+	require.InDelta(t, float64(time.Now().Unix()), last[0].GetGauge().GetValue(), 60, "the pruner's last completed pass is recent")
 	w.signal(t, syscall.SIGTERM)
 	require.Equal(t, 0, w.wait(t, time.Minute))
 	require.Contains(t, w.stderr.String(), `"msg":"pruned"`)
