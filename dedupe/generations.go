@@ -399,8 +399,9 @@ ORDER BY g.generation`, now.Add(-retention))
 
 // expire moves d's parked claims into the open generation, records what
 // the audit needs (the watermark: claims before d's close may be gone; per
-// source partition, the highest origin offset in d, read from the origin
-// index one partition at a time) and marks d dropped, in one transaction.
+// source partition, the highest offset settled when d closed, which the
+// rotation recorded in claim_generation_offsets) and marks d dropped, in
+// one transaction.
 func expire(ctx context.Context, conn *pgx.Conn, d *DroppedGeneration, open int32, lockTimeout time.Duration) error {
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, strconv.FormatInt(lockTimeout.Milliseconds(), 10)); err != nil {
@@ -414,21 +415,10 @@ WHERE p.state = 'parked' AND c.event_key = p.event_key AND c.generation = $2`, o
 			return fmt.Errorf("moving parked claims into generation %d: %w", open, err)
 		}
 		d.Parked = tag.RowsAffected()
-		// A loose index scan: one probe of the origin index per source
-		// partition, however many claims the generation holds.
 		if _, err := tx.Exec(ctx, `
-WITH RECURSIVE tp AS (
-    (SELECT topic, "partition" FROM effectively_claims WHERE generation = $1 ORDER BY topic, "partition" LIMIT 1)
-    UNION ALL
-    SELECT n.topic, n."partition" FROM tp, LATERAL (
-        SELECT topic, "partition" FROM effectively_claims
-        WHERE generation = $1 AND (topic, "partition") > (tp.topic, tp."partition")
-        ORDER BY topic, "partition" LIMIT 1) n
-)
+WITH closed AS (DELETE FROM claim_generation_offsets WHERE generation = $1 RETURNING topic, "partition", max_offset)
 INSERT INTO pruned_offsets AS w (topic, "partition", max_offset)
-SELECT tp.topic, tp."partition",
-       (SELECT max("offset") FROM effectively_claims c WHERE c.generation = $1 AND c.topic = tp.topic AND c."partition" = tp."partition")
-FROM tp ORDER BY 1, 2
+SELECT topic, "partition", max_offset FROM closed ORDER BY 1, 2
 ON CONFLICT (topic, "partition") DO UPDATE
 SET max_offset = greatest(w.max_offset, excluded.max_offset), updated_at = now()`, d.Generation); err != nil {
 			return fmt.Errorf("recording the pruned offsets: %w", err)

@@ -25,8 +25,13 @@ func seedExpired(t *testing.T, db pgtest.DB) {
 	ctx := context.Background()
 	// A generation of 20 claims, on t/0 at offsets 0..9 and t/1 at
 	// 100..109, closed 30 days ago; the last is the claim of the event p3,
-	// still parked. 5 recent claims in the open generation.
-	_, err := db.Pool.Exec(ctx, `INSERT INTO effectively_claims (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", generation)
+	// still parked. 5 recent claims in the open generation. When it
+	// closed, group g had settled t/0 through 9 and t/1 through 111 (two
+	// duplicates after its last claim), group g2 t/0 through 6.
+	_, err := db.Pool.Exec(ctx, `INSERT INTO consumer_offsets (consumer_group, topic, "partition", next_offset)
+		VALUES ('g', 't', 0, 10), ('g', 't', 1, 112), ('g2', 't', 0, 7)`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO effectively_claims (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", generation)
 		 SELECT CASE WHEN p = 1 AND i = 9 THEN 'p3' ELSE 'old-' || p || '-' || i END, 'cloudevents', decode(repeat('00', 32), 'hex'), 'invoice.opened', 'a',
 		        CASE WHEN p = 1 AND i = 9 THEN 'parked' ELSE 'applied' END, 'g', 't', p, p * 100 + i, `+pgtest.OpenGeneration+`
 		 FROM generate_series(0, 1) p, generate_series(0, 9) i`)
@@ -120,7 +125,8 @@ func TestPrunerDeletesOnlyExpiredRowsAndKeepsWatermarks(t *testing.T) {
 
 	offsets, err := dedupe.PrunedOffsets(ctx, db.Pool, "t")
 	require.NoError(t, err)
-	require.Equal(t, map[int32]int64{0: 9, 1: 108, 2: 500}, offsets, "the highest pruned origin per partition")
+	require.Equal(t, map[int32]int64{0: 9, 1: 111, 2: 500}, offsets, "per partition, the highest offset settled when the dropped generation closed, or of a pruned dead letter")
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM claim_generation_offsets WHERE generation = $1`, old.Generation), "the dropped generation's offsets went into pruned_offsets")
 	marks, err := dedupe.Watermarks(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Len(t, marks, 5)

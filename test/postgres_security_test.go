@@ -125,6 +125,9 @@ func TestPostgresSecurity(t *testing.T) {
 		// Claims generations are rotated and dropped by the worker's role,
 		// which owns nothing: the DDL runs in the migration's functions.
 		env := append(append([]string{}, r.env...), tinyRetention...)
+		// The open generation must be a generation interval (retention / 2,
+		// 1 s) old to rotate; on a fast machine all of the above takes less.
+		time.Sleep(1100 * time.Millisecond)
 		code, stdout, stderr := runCmd(t, env, "prune")
 		require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
 		require.Contains(t, stdout, "effectively_claims: opened generation 2")
