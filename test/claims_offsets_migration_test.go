@@ -87,16 +87,5 @@ SELECT $1 || o, 'cloudevents', decode(repeat('00', 32), 'hex'), 't', 's', 'appli
 // closeOffsets reads the offsets recorded for generation gen.
 func closeOffsets(t *testing.T, db pgtest.DB, gen int32) map[int32]int64 {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), `SELECT "partition", max_offset FROM claim_generation_offsets WHERE generation = $1 AND topic = 't'`, gen)
-	require.NoError(t, err)
-	defer rows.Close()
-	out := map[int32]int64{}
-	for rows.Next() {
-		var p int32
-		var o int64
-		require.NoError(t, rows.Scan(&p, &o))
-		out[p] = o
-	}
-	require.NoError(t, rows.Err())
-	return out
+	return byPartition(t, db, `SELECT "partition", max_offset FROM claim_generation_offsets WHERE generation = $1 AND topic = 't'`, gen)
 }

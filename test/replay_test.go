@@ -14,6 +14,7 @@ import (
 
 	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/test/kafkatest"
+	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // replayPlan is the JSON a rewind prints.
@@ -67,15 +68,22 @@ func (r *rig) kafkaCommitted(t *testing.T, group string) map[int32]int64 {
 // resetEpochs reads the reset epoch of each stored position of group.
 func (r *rig) resetEpochs(t *testing.T, group string) map[int32]int64 {
 	t.Helper()
-	rows, err := r.db.Pool.Query(context.Background(), `SELECT "partition", reset_epoch FROM consumer_offsets WHERE consumer_group = $1 AND topic = $2`, group, r.topic)
+	return byPartition(t, r.db, `SELECT "partition", reset_epoch FROM consumer_offsets WHERE consumer_group = $1 AND topic = $2`, group, r.topic)
+}
+
+// byPartition runs a query of (partition, bigint) rows and returns them as
+// a map.
+func byPartition(t *testing.T, db pgtest.DB, query string, args ...any) map[int32]int64 {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), query, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[int32]int64{}
 	for rows.Next() {
 		var p int32
-		var e int64
-		require.NoError(t, rows.Scan(&p, &e))
-		out[p] = e
+		var v int64
+		require.NoError(t, rows.Scan(&p, &v))
+		out[p] = v
 	}
 	require.NoError(t, rows.Err())
 	return out
