@@ -65,7 +65,7 @@ func TestMigrateFromThreeProcessesAtOnce(t *testing.T) {
 		names = append(names, n)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"account_balances", "accounts", "claim_generations", "consumer_offsets", "dead_letter_relay_cursors", "dead_letters",
+	require.Equal(t, []string{"account_balances", "accounts", "claim_generation_offsets", "claim_generations", "consumer_offsets", "dead_letter_relay_cursors", "dead_letters",
 		"effectively_claims", "effectively_claims_g1", "effectively_claims_g2", "effectively_tombstones", "ledger_entries", "operator_actions", "outbox", "parked_events",
 		"prune_watermarks", "pruned_offsets", "topic_partitions", "topic_strategies"}, names)
 
