@@ -92,7 +92,7 @@ type PrunerOptions struct {
 	// PassedFunc, when set, is called after each pass that pruned every
 	// table (not a dry run, not one skipped for another pruner's lock): the
 	// metric an alert on a stalled pruner reads.
-	PassedFunc func(PruneResult)
+	PassedFunc func()
 }
 
 func (o *PrunerOptions) setDefaults() {
@@ -333,8 +333,7 @@ func (p *Pruner) pass(ctx context.Context, dry bool) (res PruneResult, err error
 		}
 	}
 	if !dry && p.opts.PassedFunc != nil {
-		res.Took = time.Since(start)
-		p.opts.PassedFunc(res)
+		p.opts.PassedFunc()
 	}
 	return res, nil
 }

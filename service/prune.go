@@ -162,7 +162,7 @@ func newPruner(pool *pgxpool.Pool, cfg config.Config, log *zap.Logger, m prunerM
 // prunerMetrics are the pruner's hooks into its metric families.
 type prunerMetrics struct {
 	rows   func(table string, rows int64)
-	passed func(dedupe.PruneResult)
+	passed func()
 }
 
 // newPrunerMetrics registers effectively_pruned_rows_total{table} and
@@ -183,6 +183,6 @@ func newPrunerMetrics(reg prometheus.Registerer) prunerMetrics {
 	reg.MustRegister(rows, last)
 	return prunerMetrics{
 		rows:   func(table string, n int64) { rows.WithLabelValues(table).Add(float64(n)) },
-		passed: func(dedupe.PruneResult) { last.SetToCurrentTime() },
+		passed: last.SetToCurrentTime,
 	}
 }
