@@ -9,12 +9,17 @@ package main
 //     the median rate is the maximum (-soak-rate skips this).
 //  2. The soak: a fresh topic and schema, a worker with short retention
 //     (-soak-retention, -soak-prune-interval), and a paced producer offering
-//     -soak-share of the maximum for -soak-duration, every record
-//     timestamped when it is handed to the producer.
+//     -soak-share of the maximum for -soak-warmup and then -soak-duration,
+//     every record timestamped when it is handed to the producer. The
+//     warm-up takes the fresh schema to its steady state (the claims table
+//     through its first drops, every account created, the database's WAL
+//     segments made); its samples are shown, the summary compares the
+//     measured run's first and last stretches.
 //  3. Every -soak-sample: applied events/s (stored positions), p50/p99 of
 //     the worker's end-to-end histogram's change since the last sample, the
-//     worker's RSS, the worker's and PostgreSQL's CPU, claims storage, live
-//     and dead tuples, autovacuum activity and the pruner's rows.
+//     worker's RSS and Go heap, the worker's and PostgreSQL's CPU, claims
+//     storage, live and dead tuples, autovacuum activity and the pruner's
+//     rows.
 //
 // It prints a table and a summary, and writes them as markdown
 // (-soak-report) and a plot (-soak-plot, soakplot.go).
@@ -41,6 +46,7 @@ import (
 type soakOptions struct {
 	on            bool
 	duration      time.Duration
+	warmup        time.Duration
 	share         float64
 	events        int
 	rate          int
@@ -55,6 +61,7 @@ type soakOptions struct {
 func (s *soakOptions) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&s.on, "soak", false, "instead of the benchmark, run the soak: measure the maximum, then offer -soak-share of it for -soak-duration with short retention, sampling every -soak-sample")
 	fs.DurationVar(&s.duration, "soak-duration", 30*time.Minute, "length of the soak's paced run")
+	fs.DurationVar(&s.warmup, "soak-warmup", 5*time.Minute, "offer the same rate for this long before the measured run: its samples are shown (negative times) but the summary compares the measured run's first and last stretches (0: measure from the cold start)")
 	fs.Float64Var(&s.share, "soak-share", 0.80, "the soak's offered rate as a share of the measured maximum")
 	fs.IntVar(&s.events, "soak-events", 200_000, "records of the reference workload the maximum is measured on (the worker drains them -runs times; median)")
 	fs.IntVar(&s.rate, "soak-rate", 0, "offer this many events/s instead of -soak-share of a measured maximum (0: measure it)")
@@ -72,6 +79,8 @@ func (s *soakOptions) validate() error {
 		return nil
 	case s.duration <= 0 || s.sample <= 0:
 		return errors.New("-soak-duration and -soak-sample: want positive durations")
+	case s.warmup < 0:
+		return fmt.Errorf("-soak-warmup %s: want 0 (none) or a positive duration", s.warmup)
 	case s.sample > s.duration:
 		return fmt.Errorf("-soak-sample %s is longer than -soak-duration %s: want several samples", s.sample, s.duration)
 	case !(s.share > 0 && s.share <= 2):
@@ -166,6 +175,7 @@ type soakPoint struct {
 	pruned   float64       // effectively_pruned_rows_total, all tables
 	extra    map[string]float64
 	rss      int64
+	heap     int64 // the worker's Go heap in use (go_memstats_heap_inuse_bytes)
 	claims   claimStats
 
 	// The window since the previous sample.
@@ -263,9 +273,9 @@ func (b *bench) soakMaximum(ctx context.Context, rep *soakReport) error {
 func (b *bench) soakProbe(ctx context.Context, rep *soakReport) error {
 	so := b.opts.soak
 	probe := &soakReport{opts: b.opts, rate: int(rep.drainMax), accounts: rep.accounts}
-	probe.opts.soak.duration = so.probe
+	probe.opts.soak.duration, probe.opts.soak.warmup = so.probe, 0
 	saved := b.opts.soak
-	b.opts.soak.duration = so.probe
+	b.opts.soak.duration, b.opts.soak.warmup = so.probe, 0
 	defer func() { b.opts.soak = saved }()
 	progress("soak: maximum with the producer in the loop: offering %d ev/s for %s", probe.rate, so.probe)
 	if err := b.soakRun(ctx, probe); err != nil {
@@ -288,11 +298,12 @@ func (b *bench) soakProbe(ctx context.Context, rep *soakReport) error {
 // soakRun is the paced run with sampling.
 func (b *bench) soakRun(ctx context.Context, rep *soakReport) error {
 	so := b.opts.soak
-	rep.events = int(float64(rep.rate) * so.duration.Seconds())
+	total := so.warmup + so.duration
+	rep.events = int(float64(rep.rate) * total.Seconds())
 	gen, err := workload.NewGenerator(workload.Config{
 		Accounts: rep.accounts, Events: rep.events,
 		Duplicates: 0.1, OutOfOrder: 0.1,
-		Seed: b.opts.seed + 2, StartTime: time.Now(), TimeSpan: so.duration,
+		Seed: b.opts.seed + 2, StartTime: time.Now(), TimeSpan: total,
 	})
 	if err != nil {
 		return err
@@ -348,7 +359,7 @@ func (b *bench) soakRun(ctx context.Context, rep *soakReport) error {
 	var took time.Duration
 	go func() {
 		var err error
-		took, err = pace(pctx, gen, p, rep.rate, rep.events, fmt.Sprintf("soak: paced producer for %s", so.duration))
+		took, err = pace(pctx, gen, p, rep.rate, rep.events, fmt.Sprintf("soak: paced producer for %s (warm-up %s)", total, so.warmup))
 		paced <- err
 	}()
 	tick := time.NewTicker(so.sample)
@@ -381,8 +392,8 @@ func (b *bench) soakRun(ctx context.Context, rep *soakReport) error {
 		s.window(prev, cpuBetween(snap, next), w.cmd.Process.Pid, b)
 		snap, prev = next, s
 		rep.points = append(rep.points, s)
-		progress("soak %s/%s: offered %.0f/s, applied %.0f/s, p99 %s, RSS %.0f MiB, worker %.2f + PostgreSQL %.2f cores, claims %.1f MiB in %d relation(s), %d live, %d dead, pruned %.0f",
-			s.elapsed.Round(time.Second), so.duration, s.offered, s.rate, fmtQuantile(s.p99), mib(s.rss), s.workerCPU, s.pgCPU,
+		progress("soak %s/%s: offered %.0f/s, applied %.0f/s, p99 %s, RSS %.0f MiB (heap %.0f), worker %.2f + PostgreSQL %.2f cores, claims %.1f MiB in %d relation(s), %d live, %d dead, pruned %.0f",
+			fmtElapsed(s.elapsed-so.warmup), so.duration, s.offered, s.rate, fmtQuantile(s.p99), mib(s.rss), mib(s.heap), s.workerCPU, s.pgCPU,
 			mib(s.claims.bytes), s.claims.rels, s.claims.live, s.claims.dead, s.prunedRows)
 	}
 	rep.paceTook = took
@@ -419,6 +430,7 @@ func (b *bench) soakSample(ctx context.Context, w *worker, d *db, group, topic s
 	}
 	s.hist = histogram(metrics, e2eHistogram, map[string]string{"topic": topic})
 	s.pruned = value(metrics, "effectively_pruned_rows_total", nil)
+	s.heap = int64(value(metrics, "go_memstats_heap_inuse_bytes", nil))
 	s.extra = map[string]float64{}
 	for _, m := range metrics {
 		if m.name != "effectively_pruned_rows_total" && prunerMetric.MatchString(m.name) {
@@ -526,32 +538,72 @@ func slope(xs, ys []float64) float64 {
 	return (n*sxy - sx*sy) / den
 }
 
-// rssSlope is the RSS trend of the samples in MiB/hour.
-func rssSlope(ps []soakPoint) float64 {
+// trend is the least-squares slope of f over the samples that have it, in
+// MiB/hour.
+func trend(ps []soakPoint, f func(soakPoint) int64) float64 {
 	var xs, ys []float64
 	for _, p := range ps {
-		if p.rss > 0 {
+		if v := f(p); v > 0 {
 			xs = append(xs, p.elapsed.Hours())
-			ys = append(ys, mib(p.rss))
+			ys = append(ys, mib(v))
 		}
 	}
 	return slope(xs, ys)
 }
 
-// summarize computes the summary lines.
+func rssOf(p soakPoint) int64  { return p.rss }
+func heapOf(p soakPoint) int64 { return p.heap }
+
+// measuredFrom is the index of the sample the measured run starts at: the
+// first at the end of the warm-up (half a sample early for jitter).
+func (r *soakReport) measuredFrom() int {
+	so := r.opts.soak
+	k := sort.Search(len(r.points), func(k int) bool { return r.points[k].elapsed >= so.warmup-so.sample/2 })
+	return min(k, len(r.points)-1)
+}
+
+// at is p's time on the report's axis: since the measured run started,
+// negative during the warm-up.
+func (r *soakReport) at(p soakPoint) string { return fmtElapsed(p.elapsed - r.opts.soak.warmup) }
+
+// stretches splits ps into consecutive windows of span (the last may be
+// shorter) and formats each one's p99; it returns the highest over the
+// lowest.
+func (r *soakReport) stretches(ps []soakPoint, span time.Duration) ([]string, float64) {
+	var parts []string
+	lo, hi := math.Inf(1), 0.0
+	for a := 0; a < len(ps)-1; {
+		b := a + 1
+		for b+1 < len(ps) && ps[b+1].elapsed-ps[a].elapsed <= span {
+			b++
+		}
+		if w := windowOf(ps[a], ps[b]); w.p99.ok {
+			parts = append(parts, fmt.Sprintf("%s→%s %s", r.at(ps[a]), r.at(ps[b]), ms(w.p99.v)))
+			lo, hi = min(lo, w.p99.v), max(hi, w.p99.v)
+		}
+		a = b
+	}
+	return parts, ratio(hi, lo)
+}
+
+// summarize computes the summary lines. The comparisons are over the
+// measured run (after the warm-up); the warm-up's own line compares its
+// cold start with the measured run's end.
 func (r *soakReport) summarize() {
-	ps := r.points
+	all := r.points
+	m := r.measuredFrom()
+	ps := all[m:]
 	if len(ps) < 3 {
 		r.summaryText = []string{"too few samples for a summary"}
 		return
 	}
 	so := r.opts.soak
-	end := ps[len(ps)-1].elapsed
-	span, spanName := compareSpan(end)
+	start, end := ps[0].elapsed, ps[len(ps)-1].elapsed
+	span, spanName := compareSpan(end - start)
 	// The first stretch: from the start to the last sample within span;
 	// the last: from the first sample at or after end-span to the end.
 	i := 1
-	for i+1 < len(ps) && ps[i+1].elapsed <= span {
+	for i+1 < len(ps) && ps[i+1].elapsed-start <= span {
 		i++
 	}
 	j := len(ps) - 2
@@ -561,8 +613,8 @@ func (r *soakReport) summarize() {
 	first, last := windowOf(ps[0], ps[i]), windowOf(ps[j], ps[len(ps)-1])
 	var lines []string
 	add := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
-	add("compared: the first and the last %s of the paced run (samples %s → %s and %s → %s)", spanName,
-		ps[0].elapsed.Round(time.Second), ps[i].elapsed.Round(time.Second), ps[j].elapsed.Round(time.Second), ps[len(ps)-1].elapsed.Round(time.Second))
+	add("compared: the first and the last %s of the measured run (samples %s → %s and %s → %s)", spanName,
+		r.at(ps[0]), r.at(ps[i]), r.at(ps[j]), r.at(ps[len(ps)-1]))
 	add("throughput: first %.0f ev/s, last %.0f ev/s, last/first %.3f (target within 10%%: %s); offered %d ev/s", first.rate, last.rate,
 		ratio(last.rate, first.rate), verdict(math.Abs(ratio(last.rate, first.rate)-1) <= 0.10), r.rate)
 	if first.p99.ok && last.p99.ok {
@@ -571,37 +623,64 @@ func (r *soakReport) summarize() {
 	} else {
 		add("p99 latency: no observations in one of the stretches")
 	}
-	var rssMax int64
-	for _, p := range ps {
-		rssMax = max(rssMax, p.rss)
+	if parts, spread := r.stretches(ps, span); len(parts) > 0 {
+		add("p99 by stretch of the measured run: %s; highest/lowest %.2f", strings.Join(parts, ", "), spread)
 	}
-	// The first sample (t = 0) is the idle worker before any load.
+	if m > 0 {
+		// From the cold start: the warm-up's first stretch against the
+		// measured run's last, as a run without a warm-up would read.
+		k := 1
+		for k+1 < m && all[k+1].elapsed <= span {
+			k++
+		}
+		cold := windowOf(all[0], all[k])
+		line := fmt.Sprintf("warm-up: %s at the offered rate before the measured run (samples %s → %s: in the table, not compared)", so.warmup, r.at(all[0]), r.at(all[m]))
+		if cold.p99.ok && last.p99.ok {
+			line += fmt.Sprintf("; from the cold start (%s → %s) p99 %s and %.0f ev/s, against the measured run's last: p99 last/cold %.2f, throughput %.3f",
+				r.at(all[0]), r.at(all[k]), ms(cold.p99.v), cold.rate, last.p99.v/cold.p99.v, ratio(last.rate, cold.rate))
+		}
+		add("%s", line)
+	}
+	var rssMax, heapMax int64
+	for _, p := range ps {
+		rssMax, heapMax = max(rssMax, p.rss), max(heapMax, p.heap)
+	}
+	// Without a warm-up the first sample (t = 0) is the idle worker
+	// before any load.
+	loaded := ps
+	if m == 0 {
+		loaded = ps[1:]
+	}
 	half := ps[len(ps)/2:]
-	add("worker RSS: idle at the start %.1f MiB; first sample %.1f MiB, last %.1f MiB, max %.1f MiB; trend (least squares) %+.1f MiB/hour over the run's samples, %+.1f MiB/hour over its second half",
-		mib(ps[0].rss), mib(ps[1].rss), mib(ps[len(ps)-1].rss), mib(rssMax), rssSlope(ps[1:]), rssSlope(half))
+	add("worker RSS: idle at the start %.1f MiB; measured run's first sample %.1f MiB, last %.1f MiB, max %.1f MiB; trend (least squares) %+.1f MiB/hour over the measured run, %+.1f MiB/hour over its second half",
+		mib(all[0].rss), mib(loaded[0].rss), mib(ps[len(ps)-1].rss), mib(rssMax), trend(loaded, rssOf), trend(half, rssOf))
+	if heapMax > 0 {
+		add("worker Go heap in use: first %.1f MiB, last %.1f MiB, max %.1f MiB; trend %+.1f MiB/hour over the measured run, %+.1f MiB/hour over its second half",
+			mib(loaded[0].heap), mib(ps[len(ps)-1].heap), mib(heapMax), trend(loaded, heapOf), trend(half, heapOf))
+	}
 	var cmax claimStats
-	var cmaxAt time.Duration
+	var cmaxAt soakPoint
 	var deadMax int64
 	for _, p := range ps {
 		if p.claims.bytes > cmax.bytes {
-			cmax, cmaxAt = p.claims, p.elapsed
+			cmax, cmaxAt = p.claims, p
 		}
 		deadMax = max(deadMax, p.claims.dead)
 	}
 	cend := ps[len(ps)-1].claims
-	add("claims storage (%s, table + indexes): max %.1f MiB at %s (%d live rows est.), at the end %.1f MiB (%d live rows est., %d relation(s)); dead tuples max %d, at the end %d",
-		r.table, mib(cmax.bytes), cmaxAt.Round(time.Second), cmax.live, mib(cend.bytes), cend.live, cend.rels, deadMax, cend.dead)
-	// Storage after one retention period (plus a prune pass) against the
-	// end: bounded storage stays level from there on.
+	add("claims storage (%s, table + indexes) over the measured run: max %.1f MiB at %s (%d live rows est.), at the end %.1f MiB (%d live rows est., %d relation(s)); dead tuples max %d, at the end %d",
+		r.table, mib(cmax.bytes), r.at(cmaxAt), cmax.live, mib(cend.bytes), cend.live, cend.rels, deadMax, cend.dead)
+	// Storage one retention period (plus a prune pass) after the first
+	// record against the end: bounded storage stays level from there on.
 	settle := so.retention + so.pruneInterval
 	if end > 2*settle {
-		k := sort.Search(len(ps), func(k int) bool { return ps[k].elapsed >= settle })
+		k := sort.Search(len(all), func(k int) bool { return all[k].elapsed >= settle })
 		var hi int64
-		for _, p := range ps[k:] {
+		for _, p := range all[k:] {
 			hi = max(hi, p.claims.bytes)
 		}
-		add("claims storage after one retention period + one prune interval (from %s): %.1f MiB then, max %.1f MiB since, %.1f MiB at the end (end / then %.2f)",
-			ps[k].elapsed.Round(time.Second), mib(ps[k].claims.bytes), mib(hi), mib(cend.bytes), ratio(float64(cend.bytes), float64(ps[k].claims.bytes)))
+		add("claims storage one retention period + one prune interval after the first record (at %s): %.1f MiB then, max %.1f MiB since, %.1f MiB at the end (end / then %.2f)",
+			r.at(all[k]), mib(all[k].claims.bytes), mib(hi), mib(cend.bytes), ratio(float64(cend.bytes), float64(all[k].claims.bytes)))
 	} else {
 		add("claims storage: the run is shorter than two retention periods (%s): it cannot show a plateau", 2*settle)
 	}
@@ -617,10 +696,10 @@ func (r *soakReport) summarize() {
 			hiddenSamples++
 		}
 	}
-	add("autovacuum: %d autovacuum(s) of the claims relations finished; a vacuum of them was running in %d of %d samples, one hidden from this role (any relation) in %d", autovac, vacSamples, len(ps)-1, hiddenSamples)
-	add("pruner: %.0f rows deleted (all tables, effectively_pruned_rows_total)", pruned)
+	add("autovacuum (measured run): %d autovacuum(s) of the claims relations finished; a vacuum of them was running in %d of %d samples, one hidden from this role (any relation) in %d", autovac, vacSamples, len(ps)-1, hiddenSamples)
+	add("pruner (measured run): %.0f rows deleted (all tables, effectively_pruned_rows_total)", pruned)
 	for _, name := range r.extraNames {
-		add("pruner metric %s: %g at the start, %g at the end", name, ps[0].extra[name], ps[len(ps)-1].extra[name])
+		add("pruner metric %s: %g at the start, %g at the end", name, all[0].extra[name], ps[len(ps)-1].extra[name])
 	}
 	var wus, pus []float64
 	for _, p := range ps[1:] {
@@ -628,11 +707,11 @@ func (r *soakReport) summarize() {
 			wus, pus = append(wus, p.workerUs), append(pus, p.pgUs)
 		}
 	}
-	add("CPU per applied event (median over samples): worker %.1f µs, PostgreSQL %.1f µs", median(wus), median(pus))
+	add("CPU per applied event (median over the measured run's samples): worker %.1f µs, PostgreSQL %.1f µs", median(wus), median(pus))
 	if r.interrupted {
-		add("INTERRUPTED after %s of %s: no drain and no ledger check", end.Round(time.Second), so.duration)
+		add("INTERRUPTED at %s of %s: no drain and no ledger check", r.at(all[len(all)-1]), so.duration)
 	} else {
-		add("paced run: %d records offered at %d ev/s in %s; every record applied %s after the producer finished",
+		add("paced run: %d records offered at %d ev/s in %s (warm-up included); every record applied %s after the producer finished",
 			r.events, r.rate, r.paceTook.Round(time.Millisecond), r.drainedIn.Round(time.Millisecond))
 	}
 	if len(r.problems) == 0 && !r.interrupted {
@@ -684,20 +763,20 @@ func (r *soakReport) header() [][2]string {
 		{"started", fmt.Sprintf("%s, wall time %s; load average %s at start, %s at end", r.started.Format(time.RFC3339), r.wall.Round(time.Second), r.loadStart, r.loadEnd)},
 		{"worker", fmt.Sprintf("%s %s", r.opts.bin, r.worker)},
 		{"maximum", maxLine},
-		{"offered", fmt.Sprintf("%d ev/s (%.0f%% of the maximum) for %s: %d records, %d accounts, 10%% duplicates, 10%% out of order, %d partitions, timestamped when handed to the producer",
-			r.rate, 100*ratio(float64(r.rate), r.max), so.duration, r.events, r.accounts, r.opts.partitions)},
+		{"offered", fmt.Sprintf("%d ev/s (%.0f%% of the maximum) for %s after a warm-up of %s: %d records, %d accounts, 10%% duplicates, 10%% out of order, %d partitions, timestamped when handed to the producer",
+			r.rate, 100*ratio(float64(r.rate), r.max), so.duration, so.warmup, r.events, r.accounts, r.opts.partitions)},
 		{"retention", fmt.Sprintf("dedupe.retention %s, dedupe.prune_interval %s (upstream.max_retry_horizon %s, dedupe.reconciliation_window %s); the rest defaults",
 			so.retention, so.pruneInterval, so.retention/4, so.retention/2)},
 		{"claims", fmt.Sprintf("table %s: pg_total_relation_size (table + indexes + TOAST) summed over pg_partition_tree; live and dead tuples and autovacuum_count from pg_stat_user_tables; vacuum from pg_stat_progress_vacuum (\"N hidden\": vacuums running on relations this role may not see, autovacuum's without pg_read_all_stats)", r.table)},
-		{"sampling", fmt.Sprintf("every %s; rates, latency and CPU are over the window since the previous sample; latency is the change of effectively_end_to_end_seconds (produce → commit) between two scrapes; bench cores is this program (the paced producer, generating the workload); the machine's other processes are not shown", so.sample)},
+		{"sampling", fmt.Sprintf("every %s; t is the time since the measured run started (negative: the warm-up); rates, latency and CPU are over the window since the previous sample; latency is the change of effectively_end_to_end_seconds (produce → commit) between two scrapes; bench cores is this program (the paced producer, generating the workload); the machine's other processes are not shown", so.sample)},
 	}
 }
 
 // soakColumns are the table's headers.
-var soakColumns = []string{"t", "offered ev/s", "applied ev/s", "p50 ms", "p99 ms", "RSS MiB", "worker cores", "PG cores", "bench cores",
+var soakColumns = []string{"t", "offered ev/s", "applied ev/s", "p50 ms", "p99 ms", "RSS MiB", "heap MiB", "worker cores", "PG cores", "bench cores",
 	"claims MiB", "index MiB", "rels", "live rows", "dead rows", "autovac", "vacuum", "pruned rows"}
 
-func (p soakPoint) cells() []string {
+func (r *soakReport) cells(p soakPoint) []string {
 	q := func(r quantileResult) string {
 		if !r.ok {
 			return "-"
@@ -712,16 +791,19 @@ func (p soakPoint) cells() []string {
 		vac = "-"
 	}
 	return []string{
-		fmtElapsed(p.elapsed), fmt.Sprintf("%.0f", p.offered), fmt.Sprintf("%.0f", p.rate), q(p.p50), q(p.p99),
-		fmt.Sprintf("%.1f", mib(p.rss)), fmt.Sprintf("%.2f", p.workerCPU), fmt.Sprintf("%.2f", p.pgCPU), fmt.Sprintf("%.2f", p.benchCPU),
+		r.at(p), fmt.Sprintf("%.0f", p.offered), fmt.Sprintf("%.0f", p.rate), q(p.p50), q(p.p99),
+		fmt.Sprintf("%.1f", mib(p.rss)), fmt.Sprintf("%.1f", mib(p.heap)), fmt.Sprintf("%.2f", p.workerCPU), fmt.Sprintf("%.2f", p.pgCPU), fmt.Sprintf("%.2f", p.benchCPU),
 		fmt.Sprintf("%.1f", mib(p.claims.bytes)), fmt.Sprintf("%.1f", mib(p.claims.indexBytes)), fmt.Sprint(p.claims.rels),
 		fmt.Sprint(p.claims.live), fmt.Sprint(p.claims.dead), fmt.Sprint(p.autovacuums), vac, fmt.Sprintf("%.0f", p.prunedRows),
 	}
 }
 
 func fmtElapsed(d time.Duration) string {
-	d = d.Round(time.Second)
-	return fmt.Sprintf("%d:%02d", int(d.Minutes()), int(d.Seconds())%60)
+	sign := ""
+	if d = d.Round(time.Second); d < 0 {
+		sign, d = "-", -d
+	}
+	return fmt.Sprintf("%s%d:%02d", sign, int(d.Minutes()), int(d.Seconds())%60)
 }
 
 // output prints the report and writes its markdown and plot.
@@ -764,7 +846,7 @@ func (r *soakReport) print(out *os.File) {
 	fmt.Fprintln(out)
 	rows := [][]string{soakColumns}
 	for _, p := range r.points[1:] {
-		rows = append(rows, p.cells())
+		rows = append(rows, r.cells(p))
 	}
 	widths := make([]int, len(soakColumns))
 	for _, row := range rows {
@@ -811,7 +893,7 @@ func (r *soakReport) markdown() string {
 	sb.WriteString("| " + strings.Join(soakColumns, " | ") + " |\n")
 	sb.WriteString("|" + strings.Repeat("---:|", len(soakColumns)) + "\n")
 	for _, p := range r.points[1:] {
-		sb.WriteString("| " + strings.Join(p.cells(), " | ") + " |\n")
+		sb.WriteString("| " + strings.Join(r.cells(p), " | ") + " |\n")
 	}
 	return sb.String()
 }

@@ -79,15 +79,43 @@ func TestSoakSummary(t *testing.T) {
 	text := strings.Join(r.summaryText, "\n")
 	// The first sixth (30 s) is samples 0 → 3 at 1,000 ev/s; the last is
 	// 2m30s → 3m0s at 1,500.
-	require.Contains(t, text, "samples 0s → 30s and 2m30s → 3m0s")
+	require.Contains(t, text, "samples 0:00 → 0:30 and 2:30 → 3:00")
 	require.Contains(t, text, "first 1000 ev/s, last 1500 ev/s, last/first 1.500")
 	// RSS grows 1 MiB per 10 s: 360 MiB/hour.
-	require.Contains(t, text, "+360.0 MiB/hour over the run's samples")
-	require.Contains(t, text, "max 18.0 MiB at 3m0s")
+	require.Contains(t, text, "+360.0 MiB/hour over the measured run")
+	require.Contains(t, text, "max 18.0 MiB at 3:00")
+	// Six stretches of 30 s: two at the first minute's latency, four at
+	// the slower one's.
+	require.Contains(t, text, "p99 by stretch of the measured run: 0:00→0:30 19.9 ms, 0:30→1:00 19.9 ms, 1:00→1:30 79.6 ms")
+	require.Contains(t, text, "highest/lowest 4.00")
+	require.NotContains(t, text, "warm-up:", "no warm-up, no warm-up line")
 
 	md := r.markdown()
 	require.Equal(t, len(r.points)-1, strings.Count(md, "\n| ")-1, "one markdown row per sample after t = 0, and the header")
 	require.Contains(t, md, "![soak plot](soak.png)")
+}
+
+// With a warm-up of a minute the first minute's samples are shown at
+// negative times and the comparison is over the two minutes after it, all
+// at 1,500 ev/s and the slower latency.
+func TestSoakSummaryAfterWarmup(t *testing.T) {
+	r := syntheticSoak()
+	r.opts.soak.warmup, r.opts.soak.duration = time.Minute, 2*time.Minute
+	require.Equal(t, 6, r.measuredFrom())
+	r.summarize()
+	text := strings.Join(r.summaryText, "\n")
+	require.Contains(t, text, "samples 0:00 → 0:20 and 1:40 → 2:00")
+	require.Contains(t, text, "first 1500 ev/s, last 1500 ev/s, last/first 1.000 (target within 10%: met)")
+	require.Contains(t, text, "last/first 1.00 (target within 20%: met)")
+	require.Contains(t, text, "warm-up: 1m0s at the offered rate before the measured run (samples -1:00 → 0:00")
+	// From the cold start (the warm-up's first 20 s at the fast latency)
+	// the last stretch is four times slower.
+	require.Contains(t, text, "p99 last/cold 4.00, throughput 1.500")
+	require.Contains(t, text, "measured run's first sample 106.0 MiB")
+
+	md := r.markdown()
+	require.Contains(t, md, "| -0:10 | 1000 |", "warm-up samples at negative times")
+	require.Contains(t, md, "| 2:00 | 1500 |")
 }
 
 func TestSoakPlot(t *testing.T) {

@@ -60,8 +60,9 @@ func (r *soakReport) panels() []soakPanel {
 			{"PostgreSQL", orange, always(func(p soakPoint) float64 { return p.pgCPU })},
 			{"bench (paced producer)", gray, always(func(p soakPoint) float64 { return p.benchCPU })},
 		}},
-		{"worker RSS", "MiB", []soakSeries{
+		{"worker memory", "MiB", []soakSeries{
 			{"RSS", blue, always(func(p soakPoint) float64 { return mib(p.rss) })},
+			{"Go heap in use", green, always(func(p soakPoint) float64 { return mib(p.heap) })},
 		}},
 		{"claims storage (" + r.table + ")", "MiB", []soakSeries{
 			{"table + indexes", blue, always(func(p soakPoint) float64 { return mib(p.claims.bytes) })},
@@ -87,14 +88,14 @@ func (r *soakReport) plot() ([]byte, error) {
 		p.Add(plotter.NewGrid())
 		p.Legend.Top = true
 		if i == len(panels)-1 {
-			p.X.Label.Text = "minutes since the paced run started"
+			p.X.Label.Text = "minutes since the measured run started (before 0: the warm-up)"
 		}
 		top := 0.0
 		for _, s := range pn.series {
 			var xys plotter.XYs
 			for _, pt := range r.points[1:] {
 				if y, ok := s.y(pt); ok {
-					xys = append(xys, plotter.XY{X: pt.elapsed.Minutes(), Y: y})
+					xys = append(xys, plotter.XY{X: (pt.elapsed - r.opts.soak.warmup).Minutes(), Y: y})
 					top = max(top, y)
 				}
 			}
@@ -116,9 +117,9 @@ func (r *soakReport) plot() ([]byte, error) {
 	}
 	if len(r.points) > 1 {
 		// The same time axis on every panel.
-		end := r.points[len(r.points)-1].elapsed.Minutes()
+		first, end := r.points[0].elapsed-r.opts.soak.warmup, r.points[len(r.points)-1].elapsed-r.opts.soak.warmup
 		for _, row := range rows {
-			row[0].X.Min, row[0].X.Max = 0, end
+			row[0].X.Min, row[0].X.Max = first.Minutes(), end.Minutes()
 		}
 	}
 	img := vgimg.New(9*vg.Inch, vg.Length(len(panels))*2.2*vg.Inch)
