@@ -160,6 +160,24 @@ func (d *db) claimStats(ctx context.Context, table string) (claimStats, error) {
 	return c, nil
 }
 
+// walStats are the cluster's cumulative WAL and checkpoint counters
+// (pg_stat_wal, pg_stat_bgwriter: readable by any role). The stack serves
+// the benchmark alone, so their change is the soak's.
+type walStats struct {
+	bytes, fpi  int64
+	checkpoints int64 // timed + requested
+}
+
+func (d *db) walStats(ctx context.Context) (walStats, error) {
+	var w walStats
+	err := d.pool.QueryRow(ctx, `SELECT (SELECT wal_bytes::bigint FROM pg_stat_wal), (SELECT wal_fpi FROM pg_stat_wal),
+       (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)`).Scan(&w.bytes, &w.fpi, &w.checkpoints)
+	if err != nil {
+		return w, fmt.Errorf("reading pg_stat_wal and pg_stat_bgwriter: %w", err)
+	}
+	return w, nil
+}
+
 // prunerMetric matches the worker's metrics about retention other than
 // effectively_pruned_rows_total (generations dropped, pass times, …):
 // whatever exists is reported, so the soak needs no change when they do.
@@ -177,6 +195,7 @@ type soakPoint struct {
 	rss      int64
 	heap     int64 // the worker's Go heap in use (go_memstats_heap_inuse_bytes)
 	claims   claimStats
+	wal      walStats
 
 	// The window since the previous sample.
 	rate, offered      float64 // applied and acked events/s
@@ -187,6 +206,9 @@ type soakPoint struct {
 	prunedRows         float64
 	workerUs, pgUs     float64 // CPU µs per applied event
 	windowObservations float64
+	walPerEvent        float64 // WAL bytes per applied event
+	fpiPerEvent        float64 // full-page images per applied event
+	checkpoints        int64   // checkpoints started
 }
 
 // soakReport is what the soak prints and writes.
@@ -443,6 +465,9 @@ func (b *bench) soakSample(ctx context.Context, w *worker, d *db, group, topic s
 	if s.claims, err = d.claimStats(ctx, table); err != nil {
 		return s, err
 	}
+	if s.wal, err = d.walStats(ctx); err != nil {
+		return s, err
+	}
 	return s, nil
 }
 
@@ -466,8 +491,13 @@ func (s *soakPoint) window(prev soakPoint, u cpuUse, workerPid int, b *bench) {
 	if n := s.applied - prev.applied; n > 0 {
 		s.workerUs = 1e6 * u.pid(workerPid) / float64(n)
 		s.pgUs = 1e6 * b.pgCPU(u) / float64(n)
+		s.walPerEvent = float64(s.wal.bytes-prev.wal.bytes) / float64(n)
+		s.fpiPerEvent = float64(s.wal.fpi-prev.wal.fpi) / float64(n)
 	}
-	s.autovacuums = s.claims.autovacuums - prev.claims.autovacuums
+	s.checkpoints = s.wal.checkpoints - prev.wal.checkpoints
+	// A dropped generation takes its counts with it: a negative change is
+	// that, not vacuums undone.
+	s.autovacuums = max(0, s.claims.autovacuums-prev.claims.autovacuums)
 	s.prunedRows = s.pruned - prev.pruned
 }
 
@@ -708,6 +738,10 @@ func (r *soakReport) summarize() {
 		}
 	}
 	add("CPU per applied event (median over the measured run's samples): worker %.1f µs, PostgreSQL %.1f µs", median(wus), median(pus))
+	walFirst, walLast := windowWAL(ps[0], ps[i]), windowWAL(ps[j], ps[len(ps)-1])
+	add("WAL per applied event: first %.0f B (%.3f full-page images), last %.0f B (%.3f), last/first %.2f; checkpoints started in the measured run: %d (one per %s)",
+		walFirst.bytes, walFirst.fpi, walLast.bytes, walLast.fpi, ratio(walLast.bytes, walFirst.bytes),
+		ps[len(ps)-1].wal.checkpoints-ps[0].wal.checkpoints, perCheckpoint(ps))
 	if r.interrupted {
 		add("INTERRUPTED at %s of %s: no drain and no ledger check", r.at(all[len(all)-1]), so.duration)
 	} else {
@@ -722,6 +756,26 @@ func (r *soakReport) summarize() {
 		}
 	}
 	r.summaryText = lines
+}
+
+// walWindow is WAL per applied event over a stretch.
+type walWindow struct{ bytes, fpi float64 }
+
+func windowWAL(from, to soakPoint) walWindow {
+	n := float64(to.applied - from.applied)
+	if n <= 0 {
+		return walWindow{}
+	}
+	return walWindow{float64(to.wal.bytes-from.wal.bytes) / n, float64(to.wal.fpi-from.wal.fpi) / n}
+}
+
+// perCheckpoint is the measured run's length over its checkpoints.
+func perCheckpoint(ps []soakPoint) string {
+	n := ps[len(ps)-1].wal.checkpoints - ps[0].wal.checkpoints
+	if n <= 0 {
+		return "-"
+	}
+	return ((ps[len(ps)-1].elapsed - ps[0].elapsed) / time.Duration(n)).Round(time.Second).String()
 }
 
 // collectExtras names the pruner metrics any sample had.
@@ -774,7 +828,7 @@ func (r *soakReport) header() [][2]string {
 
 // soakColumns are the table's headers.
 var soakColumns = []string{"t", "offered ev/s", "applied ev/s", "p50 ms", "p99 ms", "RSS MiB", "heap MiB", "worker cores", "PG cores", "bench cores",
-	"claims MiB", "index MiB", "rels", "live rows", "dead rows", "autovac", "vacuum", "pruned rows"}
+	"claims MiB", "index MiB", "rels", "live rows", "dead rows", "autovac", "vacuum", "pruned rows", "WAL B/ev", "FPI/ev", "ckpt"}
 
 func (r *soakReport) cells(p soakPoint) []string {
 	q := func(r quantileResult) string {
@@ -795,6 +849,7 @@ func (r *soakReport) cells(p soakPoint) []string {
 		fmt.Sprintf("%.1f", mib(p.rss)), fmt.Sprintf("%.1f", mib(p.heap)), fmt.Sprintf("%.2f", p.workerCPU), fmt.Sprintf("%.2f", p.pgCPU), fmt.Sprintf("%.2f", p.benchCPU),
 		fmt.Sprintf("%.1f", mib(p.claims.bytes)), fmt.Sprintf("%.1f", mib(p.claims.indexBytes)), fmt.Sprint(p.claims.rels),
 		fmt.Sprint(p.claims.live), fmt.Sprint(p.claims.dead), fmt.Sprint(p.autovacuums), vac, fmt.Sprintf("%.0f", p.prunedRows),
+		fmt.Sprintf("%.0f", p.walPerEvent), fmt.Sprintf("%.3f", p.fpiPerEvent), fmt.Sprint(p.checkpoints),
 	}
 }
 

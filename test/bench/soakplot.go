@@ -68,6 +68,10 @@ func (r *soakReport) panels() []soakPanel {
 			{"table + indexes", blue, always(func(p soakPoint) float64 { return mib(p.claims.bytes) })},
 			{"indexes", green, always(func(p soakPoint) float64 { return mib(p.claims.indexBytes) })},
 		}},
+		{"PostgreSQL's WAL per applied event", "bytes", []soakSeries{
+			{"WAL", blue, always(func(p soakPoint) float64 { return p.walPerEvent })},
+			{"full-page images × 8 kB", orange, always(func(p soakPoint) float64 { return 8192 * p.fpiPerEvent })},
+		}},
 		{"claims tuples (estimates)", "rows", []soakSeries{
 			{"live", blue, always(func(p soakPoint) float64 { return float64(p.claims.live) })},
 			{"dead", red, always(func(p soakPoint) float64 { return float64(p.claims.dead) })},
