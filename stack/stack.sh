@@ -137,12 +137,14 @@ SQL
 # compressed full-page images are what a production database of this
 # write rate would run with (docs/operations/capacity.md).
 pg_tuning_conf() {
-  local conf="$PG_DIR/data/postgresql.conf"
+  local conf="$PG_DIR/data/postgresql.conf" compression=pglz
+  # lz4 is cheaper than pglz; only a server built with it accepts it.
+  if "$PGBIN/pg_config" --configure 2>/dev/null | grep -q -- "--with-lz4"; then compression=lz4; fi
   as_pg sh -c "cat >'$PG_DIR/data/effectively-tuning.conf'" <<CONF
 # Written by stack/stack.sh at every start; edits are overwritten.
 max_wal_size = 16GB
 checkpoint_timeout = 5min
-wal_compression = lz4
+wal_compression = $compression
 log_autovacuum_min_duration = 1s
 CONF
   grep -q "^include_if_exists = 'effectively-tuning.conf'" "$conf" \

@@ -29,7 +29,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,6 +58,7 @@ type soakOptions struct {
 	probe         time.Duration
 	plot          string
 	report        string
+	heapDir       string
 }
 
 func (s *soakOptions) flags(fs *flag.FlagSet) {
@@ -70,6 +73,7 @@ func (s *soakOptions) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.sample, "soak-sample", 10*time.Second, "time between two samples")
 	fs.DurationVar(&s.probe, "soak-probe", 90*time.Second, "after the drains, offer the drained maximum for this long with the producer in the loop and the soak's retention; the rate the worker sustains over its second half is the maximum the share applies to (0: the drained maximum)")
 	fs.StringVar(&s.plot, "soak-plot", "docs/explanation/soak.png", "where the soak writes its plot (PNG; empty: none)")
+	fs.StringVar(&s.heapDir, "soak-heap-dir", os.TempDir(), "where the soak writes the worker's heap profiles (after a GC) at the start and the end of the measured run, to compare with go tool pprof -diff_base (empty: none)")
 	fs.StringVar(&s.report, "soak-report", "docs/explanation/soak.md", "where the soak writes its table and summary as markdown (empty: none)")
 }
 
@@ -235,6 +239,9 @@ type soakReport struct {
 	interrupted bool // by a signal: the samples up to then, no drain or check
 	wall        time.Duration
 	summaryText []string // filled by summarize
+	// heapStart and heapEnd are the worker's heap profiles at the start
+	// and the end of the measured run ("" when none was taken).
+	heapStart, heapEnd string
 }
 
 // runSoak measures the maximum, then runs the soak.
@@ -358,7 +365,11 @@ func (b *bench) soakRun(ctx context.Context, rep *soakReport) error {
 	}
 	defer cl.Close()
 	p := &asyncProducer{cl: cl}
-	w, err := b.startWorker(d, group, topic, so.env()...)
+	env := so.env()
+	if so.heapDir != "" {
+		env = append(env, "EFFECTIVELY_HTTP_PPROF=true") // on the worker's localhost address
+	}
+	w, err := b.startWorker(d, group, topic, env...)
 	if err != nil {
 		return err
 	}
@@ -414,11 +425,17 @@ func (b *bench) soakRun(ctx context.Context, rep *soakReport) error {
 		s.window(prev, cpuBetween(snap, next), w.cmd.Process.Pid, b)
 		snap, prev = next, s
 		rep.points = append(rep.points, s)
+		if rep.heapStart == "" && so.heapDir != "" && s.elapsed >= so.warmup-so.sample/2 {
+			rep.heapStart = b.heapProfile(ctx, w, rep.topic, "start")
+		}
 		progress("soak %s/%s: offered %.0f/s, applied %.0f/s, p99 %s, RSS %.0f MiB (heap %.0f), worker %.2f + PostgreSQL %.2f cores, claims %.1f MiB in %d relation(s), %d live, %d dead, pruned %.0f",
 			fmtElapsed(s.elapsed-so.warmup), so.duration, s.offered, s.rate, fmtQuantile(s.p99), mib(s.rss), mib(s.heap), s.workerCPU, s.pgCPU,
 			mib(s.claims.bytes), s.claims.rels, s.claims.live, s.claims.dead, s.prunedRows)
 	}
 	rep.paceTook = took
+	if so.heapDir != "" && !rep.interrupted {
+		rep.heapEnd = b.heapProfile(ctx, w, rep.topic, "end")
+	}
 
 	// Every record applied, then the ledger as generated: retention pruned
 	// claims, never effects.
@@ -737,6 +754,9 @@ func (r *soakReport) summarize() {
 			wus, pus = append(wus, p.workerUs), append(pus, p.pgUs)
 		}
 	}
+	if r.heapStart != "" && r.heapEnd != "" {
+		add("worker heap profiles (after a GC) at the start and the end of the measured run: go tool pprof -sample_index=inuse_space -top -diff_base %s %s", r.heapStart, r.heapEnd)
+	}
 	add("CPU per applied event (median over the measured run's samples): worker %.1f µs, PostgreSQL %.1f µs", median(wus), median(pus))
 	walFirst, walLast := windowWAL(ps[0], ps[i]), windowWAL(ps[j], ps[len(ps)-1])
 	add("WAL per applied event: first %.0f B (%.3f full-page images), last %.0f B (%.3f), last/first %.2f; checkpoints started in the measured run: %d (one per %s)",
@@ -951,6 +971,40 @@ func (r *soakReport) markdown() string {
 		sb.WriteString("| " + strings.Join(r.cells(p), " | ") + " |\n")
 	}
 	return sb.String()
+}
+
+// heapProfile writes the worker's heap profile, after a GC, to
+// -soak-heap-dir and returns its path ("" when it failed: a warning, the
+// soak goes on).
+func (b *bench) heapProfile(ctx context.Context, w *worker, topic, when string) string {
+	path := filepath.Join(b.opts.soak.heapDir, fmt.Sprintf("%s-heap-%s.pb.gz", topic, when))
+	err := func() error {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.http+"/debug/pprof/heap?gc=1", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		return writeFile(path, body)
+	}()
+	if err != nil {
+		progress("warning: the worker's heap profile (%s): %v", when, err)
+		return ""
+	}
+	progress("soak: the worker's heap profile at the %s of the measured run: %s", when, path)
+	return path
 }
 
 // workerVersion is `bin/effectively version`.
