@@ -118,7 +118,7 @@ func (r *report) printReplay(out io.Writer) {
 			rr.dispositions["applied"], rr.dispositions["duplicate"], rr.dispositions["stale"], rr.dispositions["parked"], rr.dispositions["dead_lettered"])
 		if f := rr.first.rate(); f > 0 {
 			ratio := rr.rate / f
-			fmt.Fprintf(out, "  replay/E        %.2f (target ≥ 2: duplicates skip the handlers) %s", ratio, verdict(ratio >= 2))
+			fmt.Fprintf(out, "  replay/E        %.2f (target ≥ 3, issue 12: duplicates skip the handlers) %s", ratio, verdict(ratio >= 3))
 			if e := r.medianRate("E"); e > 0 {
 				fmt.Fprintf(out, "; replay / median E of the rounds %.2f", rr.rate/e)
 			}
