@@ -302,9 +302,9 @@ func (b *bench) soakMaximum(ctx context.Context, rep *soakReport) error {
 func (b *bench) soakProbe(ctx context.Context, rep *soakReport) error {
 	so := b.opts.soak
 	probe := &soakReport{opts: b.opts, rate: int(rep.drainMax), accounts: rep.accounts}
-	probe.opts.soak.duration, probe.opts.soak.warmup = so.probe, 0
+	probe.opts.soak.duration, probe.opts.soak.warmup, probe.opts.soak.heapDir = so.probe, 0, ""
 	saved := b.opts.soak
-	b.opts.soak.duration, b.opts.soak.warmup = so.probe, 0
+	b.opts.soak.duration, b.opts.soak.warmup, b.opts.soak.heapDir = so.probe, 0, ""
 	defer func() { b.opts.soak = saved }()
 	progress("soak: maximum with the producer in the loop: offering %d ev/s for %s", probe.rate, so.probe)
 	if err := b.soakRun(ctx, probe); err != nil {
