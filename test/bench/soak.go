@@ -99,6 +99,16 @@ func (s *soakOptions) validate() error {
 	return nil
 }
 
+// measured reports whether a sample taken elapsed after the paced run
+// started belongs to the measured run (half a sample early for jitter).
+func (s soakOptions) measured(elapsed time.Duration) bool {
+	return elapsed >= s.warmup-s.sample/2
+}
+
+// clock is elapsed on the report's axis: since the measured run started,
+// negative during the warm-up.
+func (s soakOptions) clock(elapsed time.Duration) time.Duration { return elapsed - s.warmup }
+
 // env configures the soak worker's retention. dedupe.retention must be
 // at least 2 × upstream.max_retry_horizon + dedupe.reconciliation_window
 // (invariant 9): a quarter and a half of it make exactly that.
@@ -301,11 +311,10 @@ func (b *bench) soakMaximum(ctx context.Context, rep *soakReport) error {
 // drain did not pay for.
 func (b *bench) soakProbe(ctx context.Context, rep *soakReport) error {
 	so := b.opts.soak
-	probe := &soakReport{opts: b.opts, rate: int(rep.drainMax), accounts: rep.accounts}
-	probe.opts.soak.duration, probe.opts.soak.warmup, probe.opts.soak.heapDir = so.probe, 0, ""
 	saved := b.opts.soak
 	b.opts.soak.duration, b.opts.soak.warmup, b.opts.soak.heapDir = so.probe, 0, ""
 	defer func() { b.opts.soak = saved }()
+	probe := &soakReport{opts: b.opts, rate: int(rep.drainMax), accounts: rep.accounts}
 	progress("soak: maximum with the producer in the loop: offering %d ev/s for %s", probe.rate, so.probe)
 	if err := b.soakRun(ctx, probe); err != nil {
 		return fmt.Errorf("probing the sustained maximum: %w", err)
@@ -425,11 +434,11 @@ func (b *bench) soakRun(ctx context.Context, rep *soakReport) error {
 		s.window(prev, cpuBetween(snap, next), w.cmd.Process.Pid, b)
 		snap, prev = next, s
 		rep.points = append(rep.points, s)
-		if rep.heapStart == "" && so.heapDir != "" && s.elapsed >= so.warmup-so.sample/2 {
+		if rep.heapStart == "" && so.heapDir != "" && so.measured(s.elapsed) {
 			rep.heapStart = b.heapProfile(ctx, w, rep.topic, "start")
 		}
 		progress("soak %s/%s: offered %.0f/s, applied %.0f/s, p99 %s, RSS %.0f MiB (heap %.0f), worker %.2f + PostgreSQL %.2f cores, claims %.1f MiB in %d relation(s), %d live, %d dead, pruned %.0f",
-			fmtElapsed(s.elapsed-so.warmup), so.duration, s.offered, s.rate, fmtQuantile(s.p99), mib(s.rss), mib(s.heap), s.workerCPU, s.pgCPU,
+			fmtElapsed(so.clock(s.elapsed)), so.duration, s.offered, s.rate, fmtQuantile(s.p99), mib(s.rss), mib(s.heap), s.workerCPU, s.pgCPU,
 			mib(s.claims.bytes), s.claims.rels, s.claims.live, s.claims.dead, s.prunedRows)
 	}
 	rep.paceTook = took
@@ -508,9 +517,9 @@ func (s *soakPoint) window(prev soakPoint, u cpuUse, workerPid int, b *bench) {
 	if n := s.applied - prev.applied; n > 0 {
 		s.workerUs = 1e6 * u.pid(workerPid) / float64(n)
 		s.pgUs = 1e6 * b.pgCPU(u) / float64(n)
-		s.walPerEvent = float64(s.wal.bytes-prev.wal.bytes) / float64(n)
-		s.fpiPerEvent = float64(s.wal.fpi-prev.wal.fpi) / float64(n)
 	}
+	wal := windowWAL(prev, *s)
+	s.walPerEvent, s.fpiPerEvent = wal.bytes, wal.fpi
 	s.checkpoints = s.wal.checkpoints - prev.wal.checkpoints
 	// A dropped generation takes its counts with it: a negative change is
 	// that, not vacuums undone.
@@ -604,14 +613,23 @@ func heapOf(p soakPoint) int64 { return p.heap }
 // measuredFrom is the index of the sample the measured run starts at: the
 // first at the end of the warm-up (half a sample early for jitter).
 func (r *soakReport) measuredFrom() int {
-	so := r.opts.soak
-	k := sort.Search(len(r.points), func(k int) bool { return r.points[k].elapsed >= so.warmup-so.sample/2 })
+	k := sort.Search(len(r.points), func(k int) bool { return r.opts.soak.measured(r.points[k].elapsed) })
 	return min(k, len(r.points)-1)
 }
 
 // at is p's time on the report's axis: since the measured run started,
 // negative during the warm-up.
-func (r *soakReport) at(p soakPoint) string { return fmtElapsed(p.elapsed - r.opts.soak.warmup) }
+func (r *soakReport) at(p soakPoint) string { return fmtElapsed(r.opts.soak.clock(p.elapsed)) }
+
+// spanEnd is the index of the last sample within span of ps[a] (at least
+// a+1).
+func spanEnd(ps []soakPoint, a int, span time.Duration) int {
+	b := a + 1
+	for b+1 < len(ps) && ps[b+1].elapsed-ps[a].elapsed <= span {
+		b++
+	}
+	return b
+}
 
 // stretches splits ps into consecutive windows of span (the last may be
 // shorter) and formats each one's p99; it returns the highest over the
@@ -620,10 +638,7 @@ func (r *soakReport) stretches(ps []soakPoint, span time.Duration) ([]string, fl
 	var parts []string
 	lo, hi := math.Inf(1), 0.0
 	for a := 0; a < len(ps)-1; {
-		b := a + 1
-		for b+1 < len(ps) && ps[b+1].elapsed-ps[a].elapsed <= span {
-			b++
-		}
+		b := spanEnd(ps, a, span)
 		if w := windowOf(ps[a], ps[b]); w.p99.ok {
 			parts = append(parts, fmt.Sprintf("%s→%s %s", r.at(ps[a]), r.at(ps[b]), ms(w.p99.v)))
 			lo, hi = min(lo, w.p99.v), max(hi, w.p99.v)
@@ -649,10 +664,7 @@ func (r *soakReport) summarize() {
 	span, spanName := compareSpan(end - start)
 	// The first stretch: from the start to the last sample within span;
 	// the last: from the first sample at or after end-span to the end.
-	i := 1
-	for i+1 < len(ps) && ps[i+1].elapsed-start <= span {
-		i++
-	}
+	i := spanEnd(ps, 0, span)
 	j := len(ps) - 2
 	for j-1 > 0 && ps[j-1].elapsed >= end-span {
 		j--
@@ -676,10 +688,7 @@ func (r *soakReport) summarize() {
 	if m > 0 {
 		// From the cold start: the warm-up's first stretch against the
 		// measured run's last, as a run without a warm-up would read.
-		k := 1
-		for k+1 < m && all[k+1].elapsed <= span {
-			k++
-		}
+		k := spanEnd(all[:m], 0, span)
 		cold := windowOf(all[0], all[k])
 		line := fmt.Sprintf("warm-up: %s at the offered rate before the measured run (samples %s → %s: in the table, not compared)", so.warmup, r.at(all[0]), r.at(all[m]))
 		if cold.p99.ok && last.p99.ok {

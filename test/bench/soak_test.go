@@ -58,6 +58,9 @@ func syntheticSoak() *soakReport {
 			p.hist = append(p.hist, bucket{le, cum[i]})
 		}
 		p.claims = claimStats{rels: 1, bytes: int64(k) << 20, live: int64(k) * 1000}
+		// 800 bytes of WAL and a hundredth of a full-page image per event,
+		// a checkpoint every minute.
+		p.wal = walStats{bytes: applied * 800, fpi: applied / 100, checkpoints: int64(k / 6)}
 		r.points = append(r.points, p)
 	}
 	for k := 1; k < len(r.points); k++ {
@@ -89,6 +92,10 @@ func TestSoakSummary(t *testing.T) {
 	require.Contains(t, text, "p99 by stretch of the measured run: 0:00→0:30 19.9 ms, 0:30→1:00 19.9 ms, 1:00→1:30 79.6 ms")
 	require.Contains(t, text, "highest/lowest 4.00")
 	require.NotContains(t, text, "warm-up:", "no warm-up, no warm-up line")
+	require.InDelta(t, 800, r.points[5].walPerEvent, 1e-9)
+	require.InDelta(t, 0.01, r.points[12].fpiPerEvent, 1e-9)
+	require.Equal(t, int64(1), r.points[6].checkpoints)
+	require.Contains(t, text, "WAL per applied event: first 800 B (0.010 full-page images), last 800 B (0.010), last/first 1.00; checkpoints started in the measured run: 3 (one per 1m0s)")
 
 	md := r.markdown()
 	require.Equal(t, len(r.points)-1, strings.Count(md, "\n| ")-1, "one markdown row per sample after t = 0, and the header")

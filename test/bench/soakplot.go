@@ -99,7 +99,7 @@ func (r *soakReport) plot() ([]byte, error) {
 			var xys plotter.XYs
 			for _, pt := range r.points[1:] {
 				if y, ok := s.y(pt); ok {
-					xys = append(xys, plotter.XY{X: (pt.elapsed - r.opts.soak.warmup).Minutes(), Y: y})
+					xys = append(xys, plotter.XY{X: r.opts.soak.clock(pt.elapsed).Minutes(), Y: y})
 					top = max(top, y)
 				}
 			}
@@ -121,7 +121,7 @@ func (r *soakReport) plot() ([]byte, error) {
 	}
 	if len(r.points) > 1 {
 		// The same time axis on every panel.
-		first, end := r.points[0].elapsed-r.opts.soak.warmup, r.points[len(r.points)-1].elapsed-r.opts.soak.warmup
+		first, end := r.opts.soak.clock(r.points[0].elapsed), r.opts.soak.clock(r.points[len(r.points)-1].elapsed)
 		for _, row := range rows {
 			row[0].X.Min, row[0].X.Max = first.Minutes(), end.Minutes()
 		}
