@@ -55,12 +55,12 @@ func TestUpgradeFromTheReleaseBeforeThePublicAPI(t *testing.T) {
 
 	code, stdout, stderr := runCmd(t, up.env, "migrate")
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, stdout, "effectively migrations at version 16 (applied [10 11 12 13 14 15 16])", "the engine's versions are carried over: only what came after the release is applied")
+	require.Contains(t, stdout, "effectively migrations at version 17 (applied [10 11 12 13 14 15 16 17])", "the engine's versions are carried over: only what came after the release is applied")
 	require.Contains(t, stdout, "accounts migrations at version 1 (applied [1])", "the reference domain adopts its tables")
 	require.Equal(t,
-		old.Count(t, `SELECT count(*) FROM goose_db_version WHERE version_id > 0`)+7,
+		old.Count(t, `SELECT count(*) FROM goose_db_version WHERE version_id > 0`)+8,
 		old.Count(t, `SELECT count(*) FROM effectively_schema_version WHERE version_id > 0`),
-		"every version of the previous history is carried over, and the seven after it applied")
+		"every version of the previous history is carried over, and the eight after it applied")
 	require.Equal(t, before, digest(t, &up), "migrate changes no effect (the claims are generation 0's)")
 	code, stdout, stderr = runCmd(t, up.env, "migrate")
 	require.Equal(t, 0, code, stderr)
@@ -99,22 +99,31 @@ func migrateLikeTheRelease(t *testing.T, db pgtest.DB) {
 // version (0: all).
 func gooseUp(t *testing.T, db pgtest.DB, fsys fs.FS, table string, upTo int64) {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(db.URL)
-	require.NoError(t, err)
-	sqlDB := stdlib.OpenDB(*cfg)
-	defer sqlDB.Close()
-	opts := []goose.ProviderOption{goose.WithDisableGlobalRegistry(true)}
-	if table != "" {
-		opts = append(opts, goose.WithTableName(table))
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys, opts...)
-	require.NoError(t, err)
+	p := gooseProvider(t, db, fsys, table)
+	var err error
 	if upTo > 0 {
 		_, err = p.UpTo(context.Background(), upTo)
 	} else {
 		_, err = p.Up(context.Background())
 	}
 	require.NoError(t, err)
+}
+
+// gooseProvider is a goose provider of the migrations in fsys on db, with
+// table as its version table ("": goose's default), closed with the test.
+func gooseProvider(t *testing.T, db pgtest.DB, fsys fs.FS, table string) *goose.Provider {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	sqlDB := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { sqlDB.Close() })
+	opts := []goose.ProviderOption{goose.WithDisableGlobalRegistry(true)}
+	if table != "" {
+		opts = append(opts, goose.WithTableName(table))
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys, opts...)
+	require.NoError(t, err)
+	return p
 }
 
 // copyRows copies every row of every table of from into the same table of
