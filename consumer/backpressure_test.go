@@ -92,10 +92,22 @@ func testSlowPartition(t *testing.T, maxRecords, maxBytes int) {
 		return testutil.ToFloat64(pausedGauge(t, reg, "0"))
 	}
 	waitFor(t, "partition 0 paused", func() bool { return paused() == 1 })
+	buffered := func(unit string) float64 {
+		return testutil.ToFloat64(gaugeCollector{reg: reg, name: "effectively_partition_buffered_" + unit, partition: "0"})
+	}
+	if maxBytes > 0 {
+		require.GreaterOrEqual(t, buffered("bytes"), float64(maxBytes), "paused at the byte bound")
+	} else {
+		require.GreaterOrEqual(t, buffered("records"), float64(maxRecords), "paused at the record bound")
+	}
+	require.Less(t, buffered("records"), float64(perPartition-10), "held at the bound: neither the whole partition nor the blocked batch")
+	require.Greater(t, buffered("bytes"), 0.0)
 
 	close(a.release)
 	waitFor(t, "partition 0 caught up", func() bool { return applied(0) == perPartition })
 	waitFor(t, "partition 0 resumed", func() bool { return paused() == 0 })
+	require.Zero(t, buffered("records"), "nothing waits once it caught up")
+	require.Zero(t, buffered("bytes"))
 	a.mu.Lock()
 	for i, o := range a.applied[0] {
 		require.Equal(t, int64(i), o, "after resuming, nothing skipped or repeated")

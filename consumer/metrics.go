@@ -20,6 +20,8 @@ type Metrics struct {
 	state      *prometheus.GaugeVec
 	cause      *prometheus.GaugeVec
 	lag        *prometheus.GaugeVec
+	bufRecords *prometheus.GaugeVec
+	bufBytes   *prometheus.GaugeVec
 	mismatches *prometheus.CounterVec
 	skipped    *prometheus.CounterVec
 	commitErrs *prometheus.CounterVec
@@ -73,6 +75,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "effectively_consumer_lag",
 		Help: "Records between an owned partition's end (its last stable offset, listed every 5 s, or the high watermark of the last fetch if larger) and the position applied to PostgreSQL; it keeps rising while the partition cannot apply.",
 	}, []string{"topic", "partition"})
+	m.bufRecords = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "effectively_partition_buffered_records",
+		Help: "Records fetched for an owned partition and waiting for their batch: the partition is paused when they reach 4 × the batch size (at least 10,000) or their bytes 8 MiB, and resumed at half. With the client's buffered fetches (effectively_kafka_buffered_fetch_bytes), most of the worker's memory.",
+	}, []string{"topic", "partition"})
+	m.bufBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "effectively_partition_buffered_bytes",
+		Help: "Bytes of the keys and values of effectively_partition_buffered_records.",
+	}, []string{"topic", "partition"})
 	m.mismatches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "effectively_partitioner_mismatches_total",
 		Help: "Records whose partition is not murmur2 of their key (a producer uses another partitioner).",
@@ -85,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "effectively_kafka_commit_failures_total",
 		Help: "Kafka offset commits that failed after the batch committed to PostgreSQL (harmless: PostgreSQL holds the position; Kafka's lag reads high until the next commit).",
 	}, []string{"topic"})
-	reg.MustRegister(m.commitErrs, m.skipped, m.mismatches, m.lag, m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.state, m.cause)
+	reg.MustRegister(m.commitErrs, m.skipped, m.mismatches, m.lag, m.bufRecords, m.bufBytes, m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.state, m.cause)
 	return m
 }
 
@@ -175,13 +185,25 @@ func (m *Metrics) setLag(tp topicPartition, lag int64) {
 	m.lag.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(float64(max(lag, 0)))
 }
 
+// setBuffered sets the records and bytes waiting in the partition's queue.
+func (m *Metrics) setBuffered(tp topicPartition, records, bytes int) {
+	if m == nil {
+		return
+	}
+	p := strconv.Itoa(int(tp.partition))
+	m.bufRecords.WithLabelValues(tp.topic, p).Set(float64(records))
+	m.bufBytes.WithLabelValues(tp.topic, p).Set(float64(bytes))
+}
+
 // forget drops a revoked partition's series: another member reports it now.
 func (m *Metrics) forget(tp topicPartition) {
 	if m == nil {
 		return
 	}
 	p := strconv.Itoa(int(tp.partition))
-	m.lag.DeleteLabelValues(tp.topic, p)
+	for _, v := range []*prometheus.GaugeVec{m.lag, m.bufRecords, m.bufBytes} {
+		v.DeleteLabelValues(tp.topic, p)
+	}
 	for _, v := range []*prometheus.GaugeVec{m.state, m.cause} {
 		v.DeletePartialMatch(prometheus.Labels{"topic": tp.topic, "partition": p})
 	}

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,6 +168,7 @@ func (w *partitionWorker) stopGracefully() {
 // the same position on resume, so nothing is skipped.
 func (w *partitionWorker) updatePauseLocked() {
 	o := w.c.opts
+	o.Metrics.setBuffered(w.tp, len(w.queue), w.queued)
 	want := w.retrying || len(w.queue) >= o.MaxBufferedRecords || w.queued >= o.MaxBufferedBytes
 	if !want && w.paused && (len(w.queue) > o.MaxBufferedRecords/2 || w.queued > o.MaxBufferedBytes/2) {
 		want = true // hysteresis
@@ -225,7 +227,10 @@ func (w *partitionWorker) next() (Batch, bool) {
 			for _, r := range recs {
 				w.queued -= len(r.Key) + len(r.Value)
 			}
-			w.queue = append(w.queue[:0], w.queue[take:]...)
+			// Delete clears the slots it vacates: a taken record, and the
+			// fetched batch its key and value point into, are not kept
+			// alive by the queue's spare capacity.
+			w.queue = slices.Delete(w.queue, 0, take)
 			w.updatePauseLocked()
 			w.mu.Unlock()
 			return Batch{Group: w.c.opts.Group, Topic: w.tp.topic, Partition: w.tp.partition, Records: recs}, true

@@ -41,6 +41,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
 )
 
@@ -208,6 +209,10 @@ type soakPoint struct {
 	extra    map[string]float64
 	rss      int64
 	heap     int64 // the worker's Go heap in use (go_memstats_heap_inuse_bytes)
+	// buffered is the keys and values of the records the worker has
+	// fetched and not yet applied: its partitions' queues and the client's
+	// buffered fetches.
+	buffered int64
 	claims   claimStats
 	wal      walStats
 
@@ -479,6 +484,7 @@ func (b *bench) soakSample(ctx context.Context, w *worker, d *db, group, topic s
 	s.hist = histogram(metrics, e2eHistogram, map[string]string{"topic": topic})
 	s.pruned = value(metrics, "effectively_pruned_rows_total", nil)
 	s.heap = int64(value(metrics, "go_memstats_heap_inuse_bytes", nil))
+	s.buffered = int64(value(metrics, "effectively_partition_buffered_bytes", nil) + value(metrics, "effectively_kafka_buffered_fetch_bytes", nil))
 	s.extra = map[string]float64{}
 	for _, m := range metrics {
 		if m.name != "effectively_pruned_rows_total" && prunerMetric.MatchString(m.name) {
@@ -698,8 +704,12 @@ func (r *soakReport) summarize() {
 		add("%s", line)
 	}
 	var rssMax, heapMax int64
+	var bufMax soakPoint
 	for _, p := range ps {
 		rssMax, heapMax = max(rssMax, p.rss), max(heapMax, p.heap)
+		if p.buffered > bufMax.buffered {
+			bufMax = p
+		}
 	}
 	// Without a warm-up the first sample (t = 0) is the idle worker
 	// before any load.
@@ -713,6 +723,11 @@ func (r *soakReport) summarize() {
 	if heapMax > 0 {
 		add("worker Go heap in use: first %.1f MiB, last %.1f MiB, max %.1f MiB; trend %+.1f MiB/hour over the measured run, %+.1f MiB/hour over its second half",
 			mib(loaded[0].heap), mib(ps[len(ps)-1].heap), mib(heapMax), trend(loaded, heapOf), trend(half, heapOf))
+	}
+	if bufMax.buffered > 0 {
+		add("records fetched and not yet applied (keys and values: effectively_partition_buffered_bytes + effectively_kafka_buffered_fetch_bytes): first %.1f MiB, last %.1f MiB, max %.1f MiB at %s; the queues pause their partitions at %d × %d MiB = %d MiB",
+			mib(loaded[0].buffered), mib(ps[len(ps)-1].buffered), mib(bufMax.buffered), r.at(bufMax),
+			r.opts.partitions, consumer.MaxBufferedBytesDefault>>20, r.opts.partitions*consumer.MaxBufferedBytesDefault>>20)
 	}
 	var cmax claimStats
 	var cmaxAt soakPoint
@@ -856,7 +871,7 @@ func (r *soakReport) header() [][2]string {
 }
 
 // soakColumns are the table's headers.
-var soakColumns = []string{"t", "offered ev/s", "applied ev/s", "p50 ms", "p99 ms", "RSS MiB", "heap MiB", "worker cores", "PG cores", "bench cores",
+var soakColumns = []string{"t", "offered ev/s", "applied ev/s", "p50 ms", "p99 ms", "RSS MiB", "heap MiB", "buffered MiB", "worker cores", "PG cores", "bench cores",
 	"claims MiB", "index MiB", "rels", "live rows", "dead rows", "autovac", "vacuum", "pruned rows", "WAL B/ev", "FPI/ev", "ckpt"}
 
 func (r *soakReport) cells(p soakPoint) []string {
@@ -875,7 +890,7 @@ func (r *soakReport) cells(p soakPoint) []string {
 	}
 	return []string{
 		r.at(p), fmt.Sprintf("%.0f", p.offered), fmt.Sprintf("%.0f", p.rate), q(p.p50), q(p.p99),
-		fmt.Sprintf("%.1f", mib(p.rss)), fmt.Sprintf("%.1f", mib(p.heap)), fmt.Sprintf("%.2f", p.workerCPU), fmt.Sprintf("%.2f", p.pgCPU), fmt.Sprintf("%.2f", p.benchCPU),
+		fmt.Sprintf("%.1f", mib(p.rss)), fmt.Sprintf("%.1f", mib(p.heap)), fmt.Sprintf("%.1f", mib(p.buffered)), fmt.Sprintf("%.2f", p.workerCPU), fmt.Sprintf("%.2f", p.pgCPU), fmt.Sprintf("%.2f", p.benchCPU),
 		fmt.Sprintf("%.1f", mib(p.claims.bytes)), fmt.Sprintf("%.1f", mib(p.claims.indexBytes)), fmt.Sprint(p.claims.rels),
 		fmt.Sprint(p.claims.live), fmt.Sprint(p.claims.dead), fmt.Sprint(p.autovacuums), vac, fmt.Sprintf("%.0f", p.prunedRows),
 		fmt.Sprintf("%.0f", p.walPerEvent), fmt.Sprintf("%.3f", p.fpiPerEvent), fmt.Sprint(p.checkpoints),

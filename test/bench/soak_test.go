@@ -37,11 +37,12 @@ func TestCompareSpan(t *testing.T) {
 func syntheticSoak() *soakReport {
 	les := []float64{0.01, 0.02, 0.04, 0.08, math.Inf(1)}
 	r := &soakReport{table: "processed_events", rate: 1500, max: 2000, events: 240_000, accounts: 10}
+	r.opts.partitions = 4
 	r.opts.soak = soakOptions{on: true, duration: 3 * time.Minute, retention: 30 * time.Second, pruneInterval: 10 * time.Second, sample: 10 * time.Second, report: "/tmp/x/soak.md", plot: "/tmp/x/soak.png"}
 	var applied int64
 	cum := make([]float64, len(les))
 	for k := 0; k <= 18; k++ {
-		p := soakPoint{elapsed: time.Duration(k) * 10 * time.Second, rss: int64(100+k) << 20}
+		p := soakPoint{elapsed: time.Duration(k) * 10 * time.Second, rss: int64(100+k) << 20, buffered: int64(k%4) << 20}
 		if k > 0 {
 			rate := int64(1000)
 			slow := 1 // index of the bucket the window's observations fall in
@@ -87,6 +88,8 @@ func TestSoakSummary(t *testing.T) {
 	// RSS grows 1 MiB per 10 s: 360 MiB/hour.
 	require.Contains(t, text, "+360.0 MiB/hour over the measured run")
 	require.Contains(t, text, "max 18.0 MiB at 3:00")
+	// Buffered 0, 1, 2, 3, 0, … MiB; r.opts.partitions 4.
+	require.Contains(t, text, "first 1.0 MiB, last 2.0 MiB, max 3.0 MiB at 0:30; the queues pause their partitions at 4 × 8 MiB = 32 MiB")
 	// Six stretches of 30 s: two at the first minute's latency, four at
 	// the slower one's.
 	require.Contains(t, text, "p99 by stretch of the measured run: 0:00→0:30 19.9 ms, 0:30→1:00 19.9 ms, 1:00→1:30 79.6 ms")

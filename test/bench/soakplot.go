@@ -63,6 +63,7 @@ func (r *soakReport) panels() []soakPanel {
 		{"worker memory", "MiB", []soakSeries{
 			{"RSS", blue, always(func(p soakPoint) float64 { return mib(p.rss) })},
 			{"Go heap in use", green, always(func(p soakPoint) float64 { return mib(p.heap) })},
+			{"fetched, not applied (keys + values)", orange, always(func(p soakPoint) float64 { return mib(p.buffered) })},
 		}},
 		{"claims storage (" + r.table + ")", "MiB", []soakSeries{
 			{"table + indexes", blue, always(func(p soakPoint) float64 { return mib(p.claims.bytes) })},
