@@ -472,6 +472,8 @@ func (b *bench) soakRun(ctx context.Context, rep *soakReport) error {
 	rep.paceTook = took
 	if rep.probe {
 		progress("soak: the probe's backlog (%d records produced, %d applied) is left: its topic and schema are not the soak's", prev.produced, prev.applied)
+		w.stop(time.Minute)
+		b.deleteGroup(ctx, group)
 		return nil
 	}
 	if so.heapDir != "" && !rep.interrupted {
