@@ -22,11 +22,6 @@ func TestClaimsGenerationsMigrateWithoutAutovacuum(t *testing.T) {
 	db := pgtest.NewEmpty(t)
 	ctx := context.Background()
 	gooseUp(t, db, schema.Migrations(), schema.VersionTable, 16)
-	exec := func(q string) {
-		t.Helper()
-		_, err := db.Pool.Exec(ctx, q)
-		require.NoError(t, err, q)
-	}
 	// The options of table and of its TOAST table, "" when there are none.
 	options := func(table string) (string, string) {
 		t.Helper()
@@ -44,15 +39,10 @@ WHERE c.oid = to_regclass($1)`, table).Scan(&rel, &toast))
 		require.Equal(t, "autovacuum_enabled=false", toast, "%s's TOAST table: %s", table, why)
 	}
 	claims := func() int64 { return db.Count(t, `SELECT count(*) FROM effectively_claims`) }
-	claim := func(gen, prefix string) {
-		t.Helper()
-		exec(`INSERT INTO effectively_claims (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", generation)
-SELECT '` + prefix + `' || o, 'cloudevents', decode(repeat('00', 32), 'hex'), 't', 's', 'applied', 'g', 't', 0, o, ` + gen + ` FROM generate_series(1, 100) o`)
-	}
 
-	claim("0", "a")
+	claimRange(t, db, 0, "a", 0, 1, 100)
 	require.Equal(t, int32(0), db.RotateClaims(t), "generation 0 closes, 1 opens")
-	claim("1", "b")
+	claimRange(t, db, 1, "b", 0, 1, 100)
 	for _, g := range []string{"processed_events", "effectively_claims_g1", "effectively_claims_g2"} {
 		rel, _ := options(g)
 		require.Empty(t, rel, "%s has the default autovacuum before the migration", g)
@@ -65,7 +55,7 @@ SELECT '` + prefix + `' || o, 'cloudevents', decode(repeat('00', 32), 'hex'), 't
 	require.Equal(t, int64(200), claims(), "the migration changes no claim")
 
 	require.Equal(t, int32(1), db.RotateClaims(t), "generation 1 closes, 2 opens")
-	claim("2", "c")
+	claimRange(t, db, 2, "c", 0, 1, 100)
 	off("effectively_claims_g3", "a generation created after the migration")
 	require.Equal(t, int64(300), claims())
 

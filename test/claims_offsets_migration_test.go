@@ -36,18 +36,12 @@ func TestClaimsOffsetsMigrateFromTheOriginIndex(t *testing.T) {
 		// definitions of other schemas' indexes, which parallel tests drop.
 		return db.Count(t, `SELECT count(*) FROM pg_index WHERE indrelid = to_regclass($1) AND pg_get_indexdef(indexrelid) LIKE '%(topic, partition, "offset")%'`, table)
 	}
-	claim := func(gen int32, keyPrefix string, partition int32, from, to int64) {
-		t.Helper()
-		exec(`INSERT INTO effectively_claims (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", generation)
-SELECT $1 || o, 'cloudevents', decode(repeat('00', 32), 'hex'), 't', 's', 'applied', 'g', 't', $2, o, $3 FROM generate_series($4::bigint, $5::bigint) o`,
-			keyPrefix, partition, gen, from, to)
-	}
 
 	// Version 15: generation 0 (processed_events) holds claims of t/0 at
 	// 0..9 and t/1 at 100..104; it closes and generation 1 opens, both
 	// with the origin index the functions of 00014 create.
-	claim(0, "a", 0, 0, 9)
-	claim(0, "b", 1, 100, 104)
+	claimRange(t, db, 0, "a", 0, 0, 9)
+	claimRange(t, db, 0, "b", 1, 100, 104)
 	exec(`SELECT effectively_claims_create(1)`)
 	var res string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT effectively_claims_rotate(0, 1000)`).Scan(&res))
@@ -66,7 +60,7 @@ SELECT $1 || o, 'cloudevents', decode(repeat('00', 32), 'hex'), 't', 's', 'appli
 	// Generation 1 takes claims of t/0 at 10..19 while group g settles
 	// t/0 through 21 (two duplicates after the last claim) and a second
 	// group t/1 through 90; then it closes.
-	claim(1, "c", 0, 10, 19)
+	claimRange(t, db, 1, "c", 0, 10, 19)
 	exec(`INSERT INTO consumer_offsets (consumer_group, topic, "partition", next_offset) VALUES ('g', 't', 0, 22), ('g2', 't', 1, 91)`)
 	require.Equal(t, int32(1), db.RotateClaims(t))
 	require.Equal(t, map[int32]int64{0: 21, 1: 90}, closeOffsets(t, db, 1), "the positions when generation 1 closed")
@@ -90,4 +84,15 @@ SELECT $1 || o, 'cloudevents', decode(repeat('00', 32), 'hex'), 't', 's', 'appli
 func closeOffsets(t *testing.T, db pgtest.DB, gen int32) map[int32]int64 {
 	t.Helper()
 	return byPartition(t, db, `SELECT "partition", max_offset FROM claim_generation_offsets WHERE generation = $1 AND topic = 't'`, gen)
+}
+
+// claimRange inserts claims of generation gen for offsets from..to of
+// source partition t/partition, keyed keyPrefix + offset, as a worker of
+// any version since generations would.
+func claimRange(t *testing.T, db pgtest.DB, gen int32, keyPrefix string, partition int32, from, to int64) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO effectively_claims (event_key, key_strategy, payload_hash, event_type, subject, disposition, consumer_group, topic, "partition", "offset", generation)
+SELECT $1 || o, 'cloudevents', decode(repeat('00', 32), 'hex'), 't', 's', 'applied', 'g', 't', $2, o, $3 FROM generate_series($4::bigint, $5::bigint) o`,
+		keyPrefix, partition, gen, from, to)
+	require.NoError(t, err)
 }
