@@ -41,6 +41,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
 )
@@ -111,12 +112,12 @@ func (s soakOptions) measured(elapsed time.Duration) bool {
 func (s soakOptions) clock(elapsed time.Duration) time.Duration { return elapsed - s.warmup }
 
 // steady is how long a soak run takes for its claims to first hold a full
-// window: the retention, a generation (dedupe.generation_interval's
-// default, half the retention) and a prune pass; from then on a
-// generation is dropped for every one opened, and a claim costs what it
-// will for the rest of the run.
+// window: the retention, a generation (the worker's default
+// dedupe.generation_interval for that retention) and a prune pass; from
+// then on a generation is dropped for every one opened, and a claim costs
+// what it will for the rest of the run.
 func (s *soakOptions) steady() time.Duration {
-	return s.retention + s.retention/2 + s.pruneInterval
+	return s.retention + config.Dedupe{Retention: s.retention}.ClaimGenerationInterval() + s.pruneInterval
 }
 
 // env configures the soak worker's retention. dedupe.retention must be

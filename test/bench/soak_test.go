@@ -72,6 +72,9 @@ func syntheticSoak() *soakReport {
 
 func TestSoakSummary(t *testing.T) {
 	r := syntheticSoak()
+	// 30 s of retention, the worker's default generation (15 s) and a
+	// 10 s prune pass: the probe reads its rate from 55 s.
+	require.Equal(t, 55*time.Second, r.opts.soak.steady())
 	require.InDelta(t, 1000, r.points[1].rate, 1e-9)
 	require.InDelta(t, 1500, r.points[18].rate, 1e-9)
 	require.True(t, r.points[1].p99.ok)
