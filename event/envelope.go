@@ -7,7 +7,6 @@ import (
 	"mime"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 )
 
@@ -499,9 +498,12 @@ func (d *Decoder) envelope(r Record, attrs attributes, binary bool) (Event, erro
 		}
 	}
 	if a := attrs.get("time"); a.present {
-		t, terr := time.Parse(time.RFC3339Nano, a.text)
-		if a.kind != kindString || terr != nil {
+		if a.kind != kindString {
 			return Event{}, decodeErr(ReasonInvalidAttribute, "time %s is not an RFC 3339 timestamp", Excerpt(string(a.raw)))
+		}
+		t, terr := ParseTime(a.text)
+		if terr != nil {
+			return Event{}, decodeErr(ReasonInvalidAttribute, "time %s is not an RFC 3339 timestamp: %v", Excerpt(string(a.raw)), terr)
 		}
 		ev.Time = t
 	}
