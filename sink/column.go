@@ -204,9 +204,9 @@ func convertString(typ, s string) (any, error) {
 		}
 		return b, nil
 	case "timestamptz":
-		t, err := time.Parse(time.RFC3339Nano, s)
+		t, err := event.ParseTime(s)
 		if err != nil {
-			return nil, fmt.Errorf("%s is not an RFC 3339 time", event.Excerpt(s))
+			return nil, fmt.Errorf("%s is not an RFC 3339 time: %v", event.Excerpt(s), err)
 		}
 		return t, nil
 	case "jsonb":
