@@ -29,6 +29,38 @@ func (f HandlerFunc) Handle(ctx context.Context, e *Effects, ev event.Event) err
 	return f(ctx, e, ev)
 }
 
+// Validator is a handler that can tell, from the event alone, that it can
+// never apply: a negative amount, a malformed currency, a field of the
+// wrong type. The engine calls Validate before it decides whether the event
+// waits for a prerequisite, so an invalid event is dead-lettered at once
+// instead of being parked until parking.max_age, and only events that
+// would apply once their prerequisite arrives are parked. Validate returns
+// a permanent error (event.PermanentWithReason) for an invalid event; any
+// other error is taken as invalid too, with reason invalid_payload (an
+// event's validation cannot depend on the environment). Handle still
+// validates on its own: Validate is an earlier look, not a promise the
+// handler may rely on.
+type Validator interface {
+	Validate(ev event.Event) error
+}
+
+// Validated returns a Handler that is also a Validator: validate decides,
+// before the gate, whether the event can ever apply; handle applies it.
+func Validated(validate func(ev event.Event) error, handle HandlerFunc) Handler {
+	return validated{validate: validate, HandlerFunc: handle}
+}
+
+type validated struct {
+	validate func(ev event.Event) error
+	HandlerFunc
+}
+
+func (v validated) Validate(ev event.Event) error { return v.validate(ev) }
+
+// ReasonInvalidPayload: a handler's Validate refused the event's data
+// without naming a reason of its own.
+const ReasonInvalidPayload event.Reason = "invalid_payload"
+
 // Prefetcher is a handler that reads from the outside world before the
 // batch's transaction begins (never inside it): a doorbell fetches the
 // resource's current state. Prefetch returns the event to apply (its Key and

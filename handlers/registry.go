@@ -213,6 +213,23 @@ func (r *Registry) WaitsFor(ev event.Event) *Prerequisite {
 	return p
 }
 
+// Validate runs the Validate of ev's handler, when it is a Validator, and
+// returns a permanent error for an event that can never apply (nil for
+// one that may, and for a type without a handler: that is decided later).
+// The handler registered is asked, not a wrapper (tracing's), so a wrapper
+// need not forward the method.
+func (r *Registry) Validate(ev event.Event) error {
+	v, ok := r.handlers[ev.Type].(Validator)
+	if !ok {
+		return nil
+	}
+	err := v.Validate(ev)
+	if err == nil || event.IsPermanent(err) {
+		return err
+	}
+	return event.PermanentWithReason(ReasonInvalidPayload, fmt.Errorf("validating %s: %w", ev.Type, err))
+}
+
 // Creates reports whether an applied event of type typ means its resource
 // exists, for some prerequisite.
 func (r *Registry) Creates(typ string) bool { return len(r.creates[typ]) > 0 }

@@ -469,18 +469,26 @@ func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated b
 		out := effects.Begin(j.origin, j.ev)
 		park := false
 		if gate != nil {
+			// Validate before the gate: an event that can never apply is
+			// dead-lettered now, not parked until parking.max_age.
+			if err := a.opts.Handlers.Validate(j.ev); err != nil {
+				j.settle("", err)
+				continue
+			}
 			var err error
 			if park, err = gate.mustPark(j.ev); err != nil {
 				j.settle("", err)
 				continue
 			}
 		}
+		var err error
 		if park {
-			if err := queuePark(effects, *j); err != nil {
-				return err
-			}
-		} else if err := h.Handle(ctx, effects, j.ev); err != nil {
-			if !event.IsPermanent(err) {
+			err = queuePark(effects, *j)
+		} else {
+			err = h.Handle(ctx, effects, j.ev)
+		}
+		if err != nil {
+			if _, fault := eventsFault(err); !fault {
 				return fmt.Errorf("handling %s %s: %w", j.ev.Type, truncateKey(j.ev.Key), err)
 			}
 			effects.Discard() // none of a dead-lettered event's effects apply
@@ -490,7 +498,7 @@ func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated b
 		queued = append(queued, pending{j, out})
 		if isolated {
 			if err := sendIsolated(ctx, tx, effects); err != nil {
-				reason, fault := eventFault(err)
+				reason, fault := eventsFault(err)
 				if !fault {
 					return err
 				}

@@ -136,11 +136,12 @@ INSERT INTO parked_events (event_key, consumer_group, topic, "partition", "offse
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (event_key) DO NOTHING`
 
-// queuePark queues the statement that parks j's event.
+// queuePark queues the statement that parks j's event, or returns the
+// permanent error of an event that cannot be encoded for its row.
 func queuePark(e *handlers.Effects, j job) error {
 	raw, err := MarshalParked(j.ev)
 	if err != nil {
-		return err
+		return event.PermanentWithReason(ReasonUnencodable, fmt.Errorf("encoding %s for its parked row: %w", truncateKey(j.ev.Key), err))
 	}
 	o := j.origin
 	e.Exec(func(ct pgconn.CommandTag) (dedupe.Disposition, error) {

@@ -96,6 +96,29 @@ func EventFaultReasons() []event.Reason {
 	}
 }
 
+// eventsFault is the one rule that decides retry versus dead letter (the
+// "event's fault" of the design): an error that follows from one event's
+// content — a permanent error from the decoder, a validation, a handler, a
+// sink's conversion or the encoding of its parked row, or a statement that
+// PostgreSQL refused for the event's values (eventFaultClasses) — isolates
+// that event: it is dead-lettered with the reason returned and its
+// batch-mates commit. Every other error is the environment's (a
+// connection, a timeout, a lock, a source or target down) and retries the
+// batch. Every place in the batch that meets an error asks here.
+func eventsFault(err error) (event.Reason, bool) {
+	if err == nil {
+		return "", false
+	}
+	if event.IsPermanent(err) {
+		r := event.ReasonOf(err)
+		if r == "" {
+			r = event.ReasonHandlerError
+		}
+		return r, true
+	}
+	return eventFault(err)
+}
+
 // eventFault reports whether err is a statement failure that is one event's
 // fault (see eventFaultClasses), and the reason to dead-letter it with.
 func eventFault(err error) (event.Reason, bool) {

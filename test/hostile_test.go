@@ -67,6 +67,23 @@ func hostileCatalogue() []hostileRecord {
 			deep := strings.Repeat(`{"a":`, 5000) + "1" + strings.Repeat("}", 5000)
 			return envelope(tp, "h-deep", ceJSON("h5", "account.opened", "h-deep", "1", deep))
 		}},
+		// Each of the next four used to park (its account does not
+		// exist), and the first stopped its partition for good: its
+		// parked row could not be encoded and the batch was retried
+		// without end. Now the time is refused at decode and the others
+		// are validated before the gate: dead-lettered at once.
+		{"time with offset +24:00 on an event that would park", "invalid_attribute", func(tp string) *kgo.Record {
+			return envelope(tp, "h-tz", `{"specversion":"1.0","id":"h7","source":"test","type":"ledger.credited","subject":"h-tz","time":"2024-01-01T00:00:00+24:00","data":{"amount_cents":5,"currency":"EUR"}}`)
+		}},
+		{"negative amount for an account that does not exist", "invalid_amount", func(tp string) *kgo.Record {
+			return envelope(tp, "h-neg", ceJSON("h8", "ledger.credited", "h-neg", "", `{"amount_cents":-5,"currency":"EUR"}`))
+		}},
+		{"malformed currency for an account that does not exist", "invalid_currency", func(tp string) *kgo.Record {
+			return envelope(tp, "h-cur", ceJSON("h9", "ledger.debited", "h-cur", "", `{"amount_cents":5,"currency":"eu\u0000"}`))
+		}},
+		{"an array for an amount, for an account that does not exist", "invalid_amount", func(tp string) *kgo.Record {
+			return envelope(tp, "h-arr", ceJSON("h10", "ledger.credited", "h-arr", "", `{"amount_cents":[5],"currency":"EUR"}`))
+		}},
 		{"400 kB array of numbers", "invalid_payload", func(tp string) *kgo.Record {
 			// Decoded in time linear in its size; the account handler then
 			// refuses data that is not an account.
@@ -155,6 +172,7 @@ func TestHostileRecordCatalogue(t *testing.T) {
 	require.Equal(t, int64(parkedN), r.db.Count(t, `SELECT count(*) FROM parked_events WHERE resource = 'parked-acct' AND state = 'released'`))
 	require.Equal(t, int64(parkedN*(parkedN+1)/2), r.db.Count(t, `SELECT balance_cents FROM account_balances WHERE account_id = 'parked-acct'`))
 	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM accounts WHERE id = 'good-last'`))
+	require.Equal(t, int64(0), r.db.Count(t, `SELECT count(*) FROM parked_events WHERE state = 'parked'`), "nothing that can never apply is parked")
 
 	// The stored position moved past every record, hostile ones included.
 	require.Equal(t, int64(len(recs)), r.db.Count(t,

@@ -37,8 +37,8 @@ func Register(r *handlers.Registry) {
 	for _, t := range []string{TypeAccountOpened, TypeAccountUpdated, TypeAccountClosed} {
 		r.HandleFunc(t, handleAccountWithSideEffects)
 	}
-	r.HandleFunc(TypeLedgerCredited, handleLedger)
-	r.HandleFunc(TypeLedgerDebited, handleLedger)
+	r.Handle(TypeLedgerCredited, handlers.Validated(validateLedger, handleLedger))
+	r.Handle(TypeLedgerDebited, handlers.Validated(validateLedger, handleLedger))
 	r.Handle(TypeAccountRefreshed, &doorbell{})
 	r.Table(Accounts)
 	r.Table(LedgerEntries)

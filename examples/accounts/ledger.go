@@ -82,6 +82,15 @@ var LedgerEntries = &handlers.Table{
 	Columns: []string{"account_id", "currency", "amount_cents", "event_type"},
 }
 
+// validateLedger is the ledger handlers' Validate: an entry with a
+// negative amount or a malformed currency is dead-lettered at once, even
+// while its account does not exist yet, instead of being parked for
+// parking.max_age.
+func validateLedger(ev event.Event) error {
+	_, err := ParseLedger(ev)
+	return err
+}
+
 func handleLedger(_ context.Context, e *handlers.Effects, ev event.Event) error {
 	entry, err := ParseLedger(ev)
 	if err != nil {

@@ -77,6 +77,13 @@ var linesTable = &handlers.Table{
 	Columns: []string{"order_id", "line_id", "sku", "quantity", "unit_price_cents"},
 }
 
+// validateLine dead-letters an invalid line at once, before the gate, even
+// while its order does not exist yet (it would never apply).
+func validateLine(ev event.Event) error {
+	_, err := parseLine(ev)
+	return err
+}
+
 // handleLine applies order.line_added: a relative fact, one row per event.
 func handleLine(_ context.Context, fx *handlers.Effects, ev event.Event) error {
 	l, err := parseLine(ev)

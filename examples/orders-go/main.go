@@ -11,7 +11,7 @@ func main() {
 	app.HandleFunc(TypePlaced, handleOrder)
 	app.HandleFunc(TypeUpdated, handleOrder)
 	app.HandleFunc(TypeCancelled, handleOrder)
-	app.HandleFunc(TypeLineAdded, handleLine)
+	app.Handle(TypeLineAdded, handlers.Validated(validateLine, handleLine))
 	app.Table(ordersTable)
 	app.Table(linesTable)
 	app.Require(orderExists)
