@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/effectively-io/effectively/pgtext"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -523,7 +524,7 @@ func (p *pending) record(dlq string, partitions int32) *kgo.Record {
 		kgo.RecordHeader{Key: HeaderReason, Value: []byte(p.reason)},
 		// Stored bounded and cleaned already; bounded again in case the row
 		// came from elsewhere.
-		kgo.RecordHeader{Key: HeaderError, Value: []byte(truncate(cleanText(p.errText), MaxErrorBytes))},
+		kgo.RecordHeader{Key: HeaderError, Value: []byte(pgtext.Truncate(pgtext.Clean(p.errText), MaxErrorBytes))},
 		kgo.RecordHeader{Key: HeaderConsumerGroup, Value: []byte(p.group)},
 		kgo.RecordHeader{Key: HeaderDeadLetterID, Value: []byte(strconv.FormatInt(p.id, 10))},
 		kgo.RecordHeader{Key: HeaderValueSize, Value: []byte(strconv.FormatInt(p.valueSize, 10))},

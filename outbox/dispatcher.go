@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/crashpoint"
+	"github.com/effectively-io/effectively/pgtext"
 	"github.com/effectively-io/effectively/redact"
 )
 
@@ -562,6 +563,10 @@ func (d *Dispatcher) record(ctx context.Context, c claimed, o outcome) error {
 		status = o.status
 	}
 	if o.err != "" {
+		// A target's answer is untrusted text: a NUL in it would make
+		// the outcome unrecordable, and the intent would be called again
+		// for ever, holding back its resource's later intents.
+		o.err = pgtext.Clean(o.err)
 		lastErr = o.err
 	}
 	ct, err := d.pool.Exec(rctx, recordOutcomeSQL, c.id, string(o.state), status, lastErr, o.wait.Milliseconds())

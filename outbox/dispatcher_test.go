@@ -220,6 +220,31 @@ func TestCRMBadRequestIsDeadLettered(t *testing.T) {
 	require.Len(t, erp.requests(), 1)
 }
 
+// A target's answer with a NUL and bytes that are not UTF-8 is recorded
+// (cleaned), not refused by PostgreSQL: an unrecordable outcome would have
+// the intent called again for ever and hold back its resource's later
+// intents.
+func TestAnswerWithNULIsRecordedAndDoesNotBlockTheResource(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	erp := newServer(t, func(w http.ResponseWriter) {
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		_, _ = io.WriteString(w, "bad\x00input\xff\xfe")
+	}, status(200))
+	b.record(t, crmIntent(erp.URL, "ev-1", "acct-1"))
+	b.record(t, crmIntent(erp.URL, "ev-2", "acct-1"))
+
+	b.deliverUntil(t, 10*time.Second)
+	st, attempts, last, lastErr := b.state(t, "ev-1", "erp.upsert_contact")
+	require.Equal(t, "dead_lettered", st)
+	require.Equal(t, 1, attempts, "called once, not again and again")
+	require.Equal(t, 422, *last)
+	require.Contains(t, *lastErr, `bad\0input`)
+	st, _, _, _ = b.state(t, "ev-2", "erp.upsert_contact")
+	require.Equal(t, "sent", st, "the resource's next intent went out")
+	require.Len(t, erp.requests(), 2)
+}
+
 func TestResourceOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
