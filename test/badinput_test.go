@@ -93,6 +93,22 @@ var catalogue = []badInput{
 		return envelope(tp, k, goodAccount, kgo.RecordHeader{Key: "ce_id", Value: []byte("x16")}, kgo.RecordHeader{Key: "ce_type", Value: []byte("account.opened")})
 	}},
 	{"empty value", "empty_value", func(tp, k string) *kgo.Record { return &kgo.Record{Topic: tp, Key: []byte(k)} }},
+	// The next four are for an account that does not exist (and never
+	// will): they used to be parked — the gate ran before validation —
+	// and the first stopped its partition for good (its parked row could
+	// not be encoded). Now: dead-lettered at once, nothing parked.
+	{"time offset +24:00, account missing", "invalid_attribute", func(tp, k string) *kgo.Record {
+		return envelope(tp, "ghost-"+k, `{"specversion":"1.0","id":"x19","source":"urn:test","type":"ledger.credited","subject":"ghost-`+k+`","time":"2024-01-01T00:00:00+24:00","data":{"amount_cents":5,"currency":"EUR"}}`)
+	}},
+	{"amount negative, account missing", "invalid_amount", func(tp, k string) *kgo.Record {
+		return envelope(tp, "ghost-"+k, ceJSON("x20", "ledger.credited", "ghost-"+k, "", `{"amount_cents":-5,"currency":"EUR"}`))
+	}},
+	{"amount an array, account missing", "invalid_amount", func(tp, k string) *kgo.Record {
+		return envelope(tp, "ghost-"+k, ceJSON("x21", "ledger.debited", "ghost-"+k, "", `{"amount_cents":[5],"currency":"EUR"}`))
+	}},
+	{"currency malformed, account missing", "invalid_currency", func(tp, k string) *kgo.Record {
+		return envelope(tp, "ghost-"+k, ceJSON("x22", "ledger.credited", "ghost-"+k, "", `{"amount_cents":5,"currency":"e\u0000r"}`))
+	}},
 	{"same id, different payload", "conflict", func(tp, k string) *kgo.Record {
 		// The good record before it (see below) used id "dup-<k>".
 		return envelope(tp, k, ceJSON("dup-"+k, "account.opened", k, "1", `{"name":"other","email":"o@example.com","plan":"free"}`))
@@ -187,6 +203,7 @@ func TestBadInputCatalogue(t *testing.T) {
 		})
 	}
 	require.Equal(t, int64(dead), r.db.Count(t, `SELECT count(*) FROM dead_letters`))
+	require.Equal(t, int64(0), r.db.Count(t, `SELECT count(*) FROM parked_events`), "nothing that can never apply was parked")
 
 	// The operator's view: list by reason, show one, redrive (what is still
 	// bad stays dead, with one more attempt).
