@@ -122,3 +122,38 @@ func TestInvalidEventsAreDeadLetteredBeforeTheGate(t *testing.T) {
 	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM items`))
 	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM parked_events WHERE state = 'parked'`))
 }
+
+// A valid event whose data holds a \u0000 escape (which jsonb refuses)
+// parks like any other and comes back with its data byte for byte: the
+// parking lot's encoding is never the event's fault.
+func TestEventWithNULEscapeParksAndIsReleasedWhole(t *testing.T) {
+	t.Parallel()
+	db, a := setupBoxes(t)
+	_, err := db.Pool.Exec(context.Background(), `ALTER TABLE items ADD COLUMN note bytea`)
+	require.NoError(t, err)
+	data := `{"count":1,"note":"a\u0000b"}`
+	rec := &kgo.Record{Topic: topic, Key: []byte("b2"), Offset: 0, Value: []byte(
+		`{"specversion":"1.0","id":"n1","source":"` + cetest.Source + `","type":"item.added","subject":"b2","data":` + data + `}`)}
+	res, err := a.ApplyBatch(context.Background(), consumer.Batch{Group: "g", Topic: topic, Partition: 0, Records: []*kgo.Record{rec}})
+	require.NoError(t, err)
+	require.Equal(t, map[dedupe.Disposition]int{dedupe.Parked: 1}, res.Counts)
+
+	box := cetest.Record(topic, "b", "box.opened", "b2", 0, map[string]any{})
+	box.Offset = 1
+	res, err = a.ApplyBatch(context.Background(), consumer.Batch{Group: "g", Topic: topic, Partition: 0, Records: []*kgo.Record{box}})
+	require.NoError(t, err)
+	require.Equal(t, map[dedupe.Disposition]int{dedupe.Applied: 1}, res.Released)
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM items WHERE key = $1`, cetest.Key("n1")))
+	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM dead_letters`))
+}
+
+func TestParkedDataWithNULEscapeRoundTrips(t *testing.T) {
+	t.Parallel()
+	ev := event.Event{Source: "s", ID: "1", Type: "t", Subject: "x", Key: "k", Data: []byte(`{"note":"a\u0000b","n":1.50}`)}
+	raw, err := pipeline.MarshalParked(ev)
+	require.NoError(t, err)
+	require.NotContains(t, string(raw), `\u0000`, "nothing jsonb refuses")
+	got, err := pipeline.UnmarshalParked(raw)
+	require.NoError(t, err)
+	require.Equal(t, ev.Data, got.Data)
+}

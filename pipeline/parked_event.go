@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -18,6 +19,13 @@ type parkedEvent struct {
 	Version     int64           `json:"resourceversion,omitempty"`
 	Time        *time.Time      `json:"time,omitempty"`
 	Data        json.RawMessage `json:"data,omitempty"`
+	// DataBytes holds data that jsonb cannot (a \u0000 escape, which
+	// PostgreSQL refuses in jsonb: 22P05), base64-encoded, instead of
+	// Data. Such an event is valid and would apply once its prerequisite
+	// exists (its handler may never store that string), so it must park
+	// like any other rather than be dead-lettered for the parking lot's
+	// encoding.
+	DataBytes []byte `json:"data_bytes,omitempty"`
 	Key         string          `json:"key"`
 	Strategy    string          `json:"strategy"`
 	PayloadHash []byte          `json:"payload_hash"`
@@ -33,6 +41,9 @@ func MarshalParked(ev event.Event) ([]byte, error) {
 		TraceParent: ev.TraceParent, TraceState: ev.TraceState}
 	if !ev.Time.IsZero() {
 		p.Time = &ev.Time
+	}
+	if bytes.Contains(ev.Data, []byte(`\u0000`)) {
+		p.Data, p.DataBytes = nil, ev.Data
 	}
 	return json.Marshal(p)
 }
@@ -50,6 +61,9 @@ func UnmarshalParked(b []byte) (event.Event, error) {
 		Data: p.Data, Key: p.Key, Strategy: p.Strategy, TraceParent: p.TraceParent, TraceState: p.TraceState}
 	if p.Time != nil {
 		ev.Time = *p.Time
+	}
+	if p.DataBytes != nil {
+		ev.Data = p.DataBytes
 	}
 	copy(ev.PayloadHash[:], p.PayloadHash)
 	return ev, nil
