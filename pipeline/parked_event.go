@@ -12,23 +12,23 @@ import (
 // parkedEvent is an event.Event as stored in parked_events.event, so that it can
 // be applied when its prerequisite arrives without the original record.
 type parkedEvent struct {
-	Source      string          `json:"source"`
-	ID          string          `json:"id"`
-	Type        string          `json:"type"`
-	Subject     string          `json:"subject"`
-	Version     int64           `json:"resourceversion,omitempty"`
-	Time        *time.Time      `json:"time,omitempty"`
-	Data        json.RawMessage `json:"data,omitempty"`
+	Source  string          `json:"source"`
+	ID      string          `json:"id"`
+	Type    string          `json:"type"`
+	Subject string          `json:"subject"`
+	Version int64           `json:"resourceversion,omitempty"`
+	Time    *time.Time      `json:"time,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
 	// DataBytes holds data that jsonb cannot (a \u0000 escape, which
 	// PostgreSQL refuses in jsonb: 22P05), base64-encoded, instead of
 	// Data. Such an event is valid and would apply once its prerequisite
 	// exists (its handler may never store that string), so it must park
 	// like any other rather than be dead-lettered for the parking lot's
 	// encoding.
-	DataBytes []byte `json:"data_bytes,omitempty"`
-	Key         string          `json:"key"`
-	Strategy    string          `json:"strategy"`
-	PayloadHash []byte          `json:"payload_hash"`
+	DataBytes   []byte `json:"data_bytes,omitempty"`
+	Key         string `json:"key"`
+	Strategy    string `json:"strategy"`
+	PayloadHash []byte `json:"payload_hash"`
 	// The producer's trace context, so a released event's trace continues.
 	TraceParent string `json:"traceparent,omitempty"`
 	TraceState  string `json:"tracestate,omitempty"`
