@@ -106,7 +106,7 @@ func genCase(rt *rapid.T, n int) propCase {
 			if len(c.records) > 0 {
 				prev := c.records[rapid.IntRange(0, len(c.records)-1).Draw(rt, "resend")]
 				kind := "resend"
-				if prev.kind == "broken" {
+				if prev.kind == "broken" || prev.kind == "resend-broken" {
 					kind = "resend-broken" // a duplicate of its dead claim, or undecodable again
 				}
 				c.records = append(c.records, genRecord{rec: &kgo.Record{Topic: topic, Key: prev.rec.Key, Value: prev.rec.Value, Headers: prev.rec.Headers}, id: prev.id, kind: kind, why: "re-sent " + prev.why})
