@@ -69,6 +69,10 @@ var ownerOnlyFuncs = []string{
 //   - search_path tricks, with a schema of the worker's own and TEMP (more
 //     than the page grants), shadow nothing: tables, functions and an
 //     operator of the worker's in front of the schema, and in pg_temp;
+//   - even with CREATE on the engine's schema (a misconfiguration), a
+//     format() of exact argument types there, which PostgreSQL prefers to
+//     pg_catalog's variadic one, is never called: a whole pruner cycle
+//     runs as it should;
 //   - no function, trigger or privilege of the owner's can be changed, no
 //     partition of the worker's attached, no overload added;
 //
@@ -166,8 +170,7 @@ func TestWorkerRoleReachesNoDDL(t *testing.T) {
 	// claim_generations and of a table the worker writes, the partitions.
 	ownerExec(`INSERT INTO operator_actions (operator, action, target, outcome, result) VALUES ('test', 'test', 'test', 'ok', 'kept')`)
 	targets := []string{"operator_actions", "accounts", "ledger_entries", "consumer_offsets", "dead_letters", "outbox",
-		"claim_generations", "claim_generation_offsets", "effectively_schema_version", "effectively_claims",
-		"processed_events", "effectively_claims_g1", "effectively_claims_g2"}
+		"claim_generations", "claim_generation_offsets", "effectively_schema_version", "effectively_claims"}
 	snapshot := func() string {
 		t.Helper()
 		var s string
@@ -405,6 +408,56 @@ func TestWorkerRoleReachesNoDDL(t *testing.T) {
 		unchanged(t)
 	})
 
+	t.Run("even CREATE on the engine's schema shadows no built-in", func(t *testing.T) {
+		// A misconfiguration the page never makes: the worker may create in
+		// the functions' own schema, which is on their search path. A
+		// format() of exact argument types would be preferred to
+		// pg_catalog's format(text, VARIADIC "any") wherever it sits in the
+		// path; the functions call pg_catalog.format, so it is never used.
+		_, err := su.Exec(ctx, `GRANT CREATE ON SCHEMA effectively TO effectively_worker`)
+		require.NoError(t, err)
+		defer func() {
+			_, err := su.Exec(context.Background(), `REVOKE CREATE ON SCHEMA effectively FROM effectively_worker`)
+			require.NoError(t, err)
+		}()
+		var shadows []string
+		for _, args := range []string{"text, text, text", "text, text, text, text", "text, text, text, text, integer", "text, integer, text", "text, integer, text, text, text"} {
+			fn := "effectively.format(" + args + ")"
+			workerExec(`CREATE FUNCTION ` + fn + ` RETURNS text LANGUAGE sql AS $$SELECT 'DROP TABLE effectively.operator_actions'$$`)
+			shadows = append(shadows, fn)
+		}
+		workerExec(`CREATE FUNCTION effectively.set_config(text, text, boolean) RETURNS text LANGUAGE sql AS $$SELECT 'x'$$`)
+		shadows = append(shadows, "effectively.set_config(text, text, boolean)")
+		defer func() {
+			for _, fn := range shadows {
+				_, err := su.Exec(context.Background(), `DROP FUNCTION `+fn)
+				require.NoError(t, err)
+			}
+		}()
+		// A whole cycle, as the pruner runs it: generation 1 closes, 3 is
+		// created, 1 is marked dropped, detached and dropped.
+		for _, c := range []struct{ q, want string }{
+			{`SELECT effectively_claims_rotate(1, 1000)`, "rotated"},
+			{`SELECT effectively_claims_create(3)::text`, "true"},
+			{`SELECT effectively_claims_expire(1)::text`, "true"},
+			{`SELECT effectively_claims_detach(1, 1000)`, "detached"},
+			{`SELECT effectively_claims_drop(1, 1000)`, "dropped"},
+		} {
+			var got string
+			require.NoError(t, worker.QueryRow(ctx, c.q).Scan(&got), c.q)
+			require.Equal(t, c.want, got, c.q)
+		}
+		refused(t, worker, "P0001", `SELECT effectively_claims_drop(2, 1000)`)
+		refused(t, worker, "22023", `SELECT effectively_claims_create(9)`)
+		for _, table := range targets {
+			require.True(t, exists(table), "%s is still there", table)
+		}
+		require.False(t, exists("effectively_claims_g1"))
+		before = snapshot()
+		require.Equal(t, "0 processed_events t t f; 1 effectively_claims_g1 t t t; 2 effectively_claims_g2 t f f; 3 effectively_claims_g3 f f f"+
+			" | effectively_claims_g2,effectively_claims_g3,processed_events | 1 | effectively_claim_generations_guard:O", before)
+	})
+
 	t.Run("the down migration gives 17 back, up takes it away again", func(t *testing.T) {
 		p := gooseProvider(t, db, schema.Migrations(), schema.VersionTable)
 		_, err := p.DownTo(ctx, 17)
@@ -463,6 +516,7 @@ func TestWorkerRoleReachesNoDDL(t *testing.T) {
 		high := db.Count(t, `SELECT max(generation) FROM effectively_claims`)
 		expired := db.Count(t, `SELECT count(*) FROM claim_generations WHERE closed_at IS NOT NULL AND dropped_at IS NULL AND generation < $1`, high)
 		require.GreaterOrEqual(t, expired, int64(2), "generation 0 and one the worker's pruner closed")
+		droppedBefore := db.Count(t, `SELECT count(*) FROM claim_generations WHERE dropped_at IS NOT NULL`)
 		total := db.Count(t, `SELECT count(*) FROM effectively_claims`)
 		kept := db.Count(t, `SELECT count(*) FROM effectively_claims WHERE generation >= $1`, high)
 		require.Positive(t, kept)
@@ -475,9 +529,10 @@ func TestWorkerRoleReachesNoDDL(t *testing.T) {
 		require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
 		require.Equal(t, int(expired), strings.Count(stdout, "effectively_claims: dropped generation"), stdout)
 		require.Zero(t, db.Count(t, `SELECT count(*) FROM claim_generations g WHERE dropped_at IS NOT NULL AND to_regclass(quote_ident(g.relname)) IS NOT NULL`), "every dropped generation's table is gone")
-		require.Equal(t, expired, db.Count(t, `SELECT count(*) FROM claim_generations WHERE dropped_at IS NOT NULL AND generation < $1`, high))
+		require.Equal(t, droppedBefore+expired, db.Count(t, `SELECT count(*) FROM claim_generations WHERE dropped_at IS NOT NULL`))
+		require.Zero(t, db.Count(t, `SELECT count(*) FROM claim_generations WHERE dropped_at IS NULL AND generation < $1`, high), "every generation before the newest with claims is dropped")
 		require.Equal(t, kept, db.Count(t, `SELECT count(*) FROM effectively_claims`), "the claims of the generations not expired are kept")
-		for _, table := range targets[:9] {
+		for _, table := range targets {
 			require.True(t, exists(table), "%s is still there", table)
 		}
 		code, rep := r.runAudit(t)

@@ -24,9 +24,15 @@
 --   * effectively_claims_create creates only the generation after the open
 --     one (the only one the engine ever creates).
 --   * Every SECURITY DEFINER function has search_path = pg_catalog, this
---     schema, pg_temp (pg_catalog first: no object of this schema's can
---     stand in for a built-in; pg_temp last) and names every object of the
---     schema qualified. They are STRICT (a NULL argument does nothing).
+--     schema, pg_temp (pg_catalog first, pg_temp last), names every object
+--     of the schema qualified, and calls the built-ins it relies on as
+--     pg_catalog's: pg_catalog first hides an object of the same argument
+--     types further down the path, but not a format(text, text, text),
+--     which PostgreSQL prefers to pg_catalog's format(text, VARIADIC "any")
+--     wherever it sits — one in this schema would have run as the owner.
+--     (Only the owner may create in this schema; the qualification keeps
+--     it so if that is ever not true.) They are STRICT (a NULL argument
+--     does nothing).
 --   * EXECUTE is revoked from PUBLIC (PostgreSQL's default grants it to
 --     every role) and granted to the roles that may insert claims — the
 --     worker's role, which runs the pruner — as they stand at this
@@ -84,19 +90,19 @@ BEGIN
     SELECT generation INTO cur FROM %1$I.claim_generations WHERE opened_at IS NOT NULL AND closed_at IS NULL;
     IF cur IS NULL OR n <> cur::bigint + 1 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('claims generation %%s cannot be created: only the one after the open generation (%%s) is', n, coalesce(cur::text, 'none'));
+            MESSAGE = pg_catalog.format('claims generation %%s cannot be created: only the one after the open generation (%%s) is', n, coalesce(cur::text, 'none'));
     END IF;
     INSERT INTO %1$I.claim_generations (generation, relname) VALUES (n, t) ON CONFLICT (generation) DO NOTHING;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    EXECUTE format('CREATE TABLE %%I.%%I (LIKE %%I.effectively_claims INCLUDING DEFAULTS,
+    EXECUTE pg_catalog.format('CREATE TABLE %%I.%%I (LIKE %%I.effectively_claims INCLUDING DEFAULTS,
         PRIMARY KEY (event_key),
         CHECK (generation = %%s),
         CHECK (length(payload_hash) = 32),
         CHECK (disposition IN (''applied'', ''stale'', ''parked'', ''dead_lettered'')))
         WITH (autovacuum_enabled = false, toast.autovacuum_enabled = false)', s, t, s, n);
-    EXECUTE format('ALTER TABLE %%I.effectively_claims ATTACH PARTITION %%I.%%I FOR VALUES IN (%%s)', s, s, t, n);
+    EXECUTE pg_catalog.format('ALTER TABLE %%I.effectively_claims ATTACH PARTITION %%I.%%I FOR VALUES IN (%%s)', s, s, t, n);
     RETURN true;
 END $b$ $f$, s);
 
@@ -110,7 +116,7 @@ DECLARE
     stored text;
     rel regclass;
 BEGIN
-    PERFORM set_config('lock_timeout', lock_timeout_ms::text, true);
+    PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_ms::text, true);
     SELECT relname INTO stored FROM %1$I.claim_generations WHERE generation = n AND opened_at IS NOT NULL AND closed_at IS NULL FOR UPDATE;
     IF NOT FOUND THEN
         RETURN 'not_open';
@@ -118,18 +124,18 @@ BEGIN
     rel := %1$I.effectively_claims_partition(n);
     IF stored IS DISTINCT FROM t OR rel IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-            MESSAGE = format('claims generation %%s is open, but claim_generations names its table %%L and the partition of %%I.effectively_claims it must be is %%L: refusing to close it', n, stored, s, t);
+            MESSAGE = pg_catalog.format('claims generation %%s is open, but claim_generations names its table %%L and the partition of %%I.effectively_claims it must be is %%L: refusing to close it', n, stored, s, t);
     END IF;
-    IF EXISTS (SELECT 1 FROM pg_locks WHERE relation = rel AND granted AND mode = 'ShareUpdateExclusiveLock') THEN
+    IF EXISTS (SELECT 1 FROM pg_locks WHERE relation = rel::oid AND granted AND mode = 'ShareUpdateExclusiveLock') THEN
         RETURN 'busy';
     END IF;
-    EXECUTE format('ALTER TABLE %%I.%%I ADD CONSTRAINT effectively_claims_closed CHECK (false) NOT VALID', s, t);
+    EXECUTE pg_catalog.format('ALTER TABLE %%I.%%I ADD CONSTRAINT effectively_claims_closed CHECK (false) NOT VALID', s, t);
     INSERT INTO %1$I.claim_generation_offsets (generation, topic, "partition", max_offset)
-    SELECT n, topic, "partition", max(next_offset) - 1 FROM %1$I.consumer_offsets
-    GROUP BY topic, "partition" HAVING max(next_offset) > 0
+    SELECT n, topic, "partition", pg_catalog.max(next_offset) - 1 FROM %1$I.consumer_offsets
+    GROUP BY topic, "partition" HAVING pg_catalog.max(next_offset) > 0
     ON CONFLICT DO NOTHING;
-    UPDATE %1$I.claim_generations SET closed_at = clock_timestamp() WHERE generation = n;
-    UPDATE %1$I.claim_generations SET opened_at = clock_timestamp() WHERE generation = n + 1 AND opened_at IS NULL;
+    UPDATE %1$I.claim_generations SET closed_at = pg_catalog.clock_timestamp() WHERE generation = n;
+    UPDATE %1$I.claim_generations SET opened_at = pg_catalog.clock_timestamp() WHERE generation = n + 1 AND opened_at IS NULL;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'claims generation %% is missing or already open', n + 1;
     END IF;
@@ -143,7 +149,7 @@ END $b$ $f$, s);
 CREATE OR REPLACE FUNCTION %1$I.effectively_claims_expire(n integer) RETURNS boolean
 LANGUAGE plpgsql STRICT SECURITY DEFINER SET search_path = pg_catalog, %1$I, pg_temp AS $b$
 BEGIN
-    UPDATE %1$I.claim_generations SET dropped_at = now() WHERE generation = n AND closed_at IS NOT NULL AND dropped_at IS NULL;
+    UPDATE %1$I.claim_generations SET dropped_at = pg_catalog.now() WHERE generation = n AND closed_at IS NOT NULL AND dropped_at IS NULL;
     RETURN FOUND;
 END $b$ $f$, s);
 
@@ -157,23 +163,23 @@ DECLARE
     stored text;
     rel regclass;
 BEGIN
-    PERFORM set_config('lock_timeout', lock_timeout_ms::text, true);
+    PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_ms::text, true);
     SELECT relname INTO stored FROM %1$I.claim_generations WHERE generation = n AND dropped_at IS NOT NULL;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'claims generation %% is not marked dropped', n;
     END IF;
     IF stored IS DISTINCT FROM t THEN
         RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-            MESSAGE = format('claim_generations names %%L as the table of claims generation %%s, which is %%L: refusing to detach it', stored, n, t);
+            MESSAGE = pg_catalog.format('claim_generations names %%L as the table of claims generation %%s, which is %%L: refusing to detach it', stored, n, t);
     END IF;
     rel := %1$I.effectively_claims_partition(n);
     IF rel IS NULL THEN
         RETURN 'gone';
     END IF;
-    IF EXISTS (SELECT 1 FROM pg_locks WHERE relation = rel AND granted AND mode = 'ShareUpdateExclusiveLock') THEN
+    IF EXISTS (SELECT 1 FROM pg_locks WHERE relation = rel::oid AND granted AND mode = 'ShareUpdateExclusiveLock') THEN
         RETURN 'busy';
     END IF;
-    EXECUTE format('ALTER TABLE %%I.effectively_claims DETACH PARTITION %%I.%%I', s, s, t);
+    EXECUTE pg_catalog.format('ALTER TABLE %%I.effectively_claims DETACH PARTITION %%I.%%I', s, s, t);
     RETURN 'detached';
 END $b$ $f$, s);
 
@@ -192,14 +198,14 @@ DECLARE
     rel regclass;
     attached boolean;
 BEGIN
-    PERFORM set_config('lock_timeout', lock_timeout_ms::text, true);
+    PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_ms::text, true);
     SELECT relname INTO stored FROM %1$I.claim_generations WHERE generation = n AND dropped_at IS NOT NULL;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'claims generation %% is not marked dropped', n;
     END IF;
     IF stored IS DISTINCT FROM t THEN
         RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-            MESSAGE = format('claim_generations names %%L as the table of claims generation %%s, which is %%L: refusing to drop it', stored, n, t);
+            MESSAGE = pg_catalog.format('claim_generations names %%L as the table of claims generation %%s, which is %%L: refusing to drop it', stored, n, t);
     END IF;
     rel := %1$I.effectively_claims_partition(n);
     attached := rel IS NOT NULL;
@@ -215,16 +221,16 @@ BEGIN
               AND EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = c.oid AND contype = 'c' AND conname = 'effectively_claims_closed'))
         THEN
             RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-                MESSAGE = format('%%I.%%I is not a detached claims generation (a table of the claims'' owner closed by effectively_claims_closed): refusing to drop it', s, t);
+                MESSAGE = pg_catalog.format('%%I.%%I is not a detached claims generation (a table of the claims'' owner closed by effectively_claims_closed): refusing to drop it', s, t);
         END IF;
     END IF;
-    IF EXISTS (SELECT 1 FROM pg_locks WHERE relation = rel AND granted AND mode = 'ShareUpdateExclusiveLock') THEN
+    IF EXISTS (SELECT 1 FROM pg_locks WHERE relation = rel::oid AND granted AND mode = 'ShareUpdateExclusiveLock') THEN
         RETURN 'busy';
     END IF;
     IF attached THEN
-        EXECUTE format('ALTER TABLE %%I.effectively_claims DETACH PARTITION %%I.%%I', s, s, t);
+        EXECUTE pg_catalog.format('ALTER TABLE %%I.effectively_claims DETACH PARTITION %%I.%%I', s, s, t);
     END IF;
-    EXECUTE format('DROP TABLE %%I.%%I', s, t);
+    EXECUTE pg_catalog.format('DROP TABLE %%I.%%I', s, t);
     RETURN 'dropped';
 END $b$ $f$, s);
 
@@ -236,9 +242,9 @@ END $b$ $f$, s);
 CREATE OR REPLACE FUNCTION %1$I.effectively_claim_generations_guard() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $b$
 BEGIN
-    IF NOT pg_has_role(current_user, (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
+    IF NOT pg_catalog.pg_has_role(current_user, (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('permission denied for table %%I: the role %%I may not %%s it', TG_TABLE_NAME, current_user, TG_OP),
+            MESSAGE = pg_catalog.format('permission denied for table %%I: the role %%I may not %%s it', TG_TABLE_NAME, current_user, TG_OP),
             HINT = 'claim_generations drives the DDL of the claims generations; only the schema owner''s functions (effectively_claims_create, _rotate, _expire) write it, and the worker''s role calls them (docs/security.md)';
     END IF;
     RETURN NULL;
