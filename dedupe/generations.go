@@ -47,9 +47,13 @@ import (
 // detached and dropped: the parent's ACCESS EXCLUSIVE lock is held for a
 // moment, whatever the number of claims.
 //
-// The DDL (create, close, drop) runs in SQL functions the migration
+// The DDL (create, close, drop) runs in SQL functions the migrations
 // created, as the tables' owner (SECURITY DEFINER): the worker's role owns
-// nothing.
+// nothing. They name a generation's table from its number alone and touch
+// it only as a partition of effectively_claims (migration 18), and
+// claim_generations, whose states decide what they do, is written only
+// through them (effectively_claims_expire marks a generation dropped): the
+// worker's role reaches no DDL but theirs, on the claims' own tables.
 
 // ClosedConstraint is the check constraint that closes a generation's
 // table.
@@ -314,12 +318,13 @@ func prepareGenerations(ctx context.Context, conn *pgx.Conn) (GenerationPass, er
 	if !empty {
 		return pass, nil
 	}
-	if err := rotateTo(ctx, conn, &pass, open, 2*time.Second); err != nil {
+	if err := rotateTo(ctx, conn, &pass, open, 2*time.Second); err != nil || pass.Opened == nil {
+		// Not rotated (busy): it stays open, and empty, until a later pass.
 		return pass, err
 	}
 	// Closed empty, it has nothing to keep and nothing for the audit's
 	// watermarks: it goes at once.
-	if _, err := conn.Exec(ctx, `UPDATE claim_generations SET dropped_at = now() WHERE generation = 0`); err != nil {
+	if err := markDropped(ctx, conn, 0); err != nil {
 		return pass, fmt.Errorf("dropping the empty claims generation 0: %w", err)
 	}
 	if _, err := dropTable(ctx, conn, 0, 2*time.Second); err != nil {
@@ -430,11 +435,24 @@ SET pruned_before = greatest(w.pruned_before, excluded.pruned_before),
     rows_pruned = w.rows_pruned + excluded.rows_pruned, updated_at = now()`, Claims.Name, d.ClosedAt, d.Claims); err != nil {
 			return fmt.Errorf("moving the watermark: %w", err)
 		}
-		_, err = tx.Exec(ctx, `UPDATE claim_generations SET dropped_at = now() WHERE generation = $1`, d.Generation)
-		return err
+		return markDropped(ctx, tx, d.Generation)
 	})
 	if err != nil {
 		return fmt.Errorf("expiring claims generation %d (%s): %w", d.Generation, d.Table, err)
+	}
+	return nil
+}
+
+// markDropped marks the closed generation n dropped
+// (effectively_claims_expire, as the tables' owner: no other role may
+// write claim_generations, whose states decide what the functions drop).
+func markDropped(ctx context.Context, q Row, n int32) error {
+	var marked bool
+	if err := q.QueryRow(ctx, `SELECT effectively_claims_expire($1)`, n).Scan(&marked); err != nil {
+		return fmt.Errorf("marking claims generation %d dropped: %w", n, err)
+	}
+	if !marked {
+		return fmt.Errorf("claims generation %d cannot be marked dropped: it is not closed, or it is dropped already", n)
 	}
 	return nil
 }
