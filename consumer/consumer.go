@@ -180,9 +180,9 @@ type Consumer struct {
 	joined  bool // the group assigned us at least once (possibly nothing)
 	// closing is set when Run's context ends: the member is draining.
 	closing bool
-	// resumed are the stored positions adjustOffsets read, for workers
-	// created before or after it ran.
-	resumed map[topicPartition]int64
+	// resumed are the positions adjustOffsets read, for workers created
+	// before or after it ran; a revoke forgets them.
+	resumed map[topicPartition]resumePoint
 	// epochs are the reset epochs of stored positions this member has
 	// logged, so a reassignment does not log the same reset again.
 	epochs map[topicPartition]int64
@@ -193,6 +193,12 @@ type Consumer struct {
 type topicPartition struct {
 	topic     string
 	partition int32
+}
+
+// resumePoint is where an assigned partition stands: stored is the position
+// PostgreSQL holds, kafka the group's committed offset in Kafka (-1: none).
+type resumePoint struct {
+	stored, kafka int64
 }
 
 // New creates the group member; it does not connect until [Consumer.Run] or
@@ -212,7 +218,7 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 		workers:    make(map[topicPartition]*partitionWorker),
 		epochs:     make(map[topicPartition]int64),
 		growing:    make(map[string]bool),
-		resumed:    make(map[topicPartition]int64),
+		resumed:    make(map[topicPartition]resumePoint),
 	}
 
 	kopts := []kgo.Opt{
@@ -535,8 +541,8 @@ func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[stri
 			}
 			w := newPartitionWorker(c, tp)
 			c.opts.Metrics.initPartition(tp)
-			if pos, ok := c.resumed[tp]; ok {
-				w.position.Store(pos)
+			if rp, ok := c.resumed[tp]; ok {
+				w.resume(rp.stored, rp.kafka)
 			}
 			c.workers[tp] = w
 			go w.run()
@@ -562,6 +568,9 @@ func (c *Consumer) revoked(_ context.Context, cl *kgo.Client, revoked map[string
 				continue
 			}
 			delete(c.workers, tp)
+			// What was read at this assignment is stale once another
+			// member has owned the partition.
+			delete(c.resumed, tp)
 			w.cancel()
 			stopped = append(stopped, w)
 		}
@@ -602,6 +611,8 @@ func (c *Consumer) revoked(_ context.Context, cl *kgo.Client, revoked map[string
 // same transactions as the effects. Kafka's commit lags by at most a batch
 // after a crash; one ahead of the database, or further behind, means someone
 // moved it with Kafka's own tools, which the worker explains and ignores.
+// Either way the partition's worker then commits the stored position to
+// Kafka, so Kafka's tools read the true lag without waiting for a record.
 func (c *Consumer) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	for topic, parts := range offsets {
 		ps := make([]int32, 0, len(parts))
@@ -621,10 +632,11 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offsets map[string]map[int
 			return offsets, err
 		}
 		c.logResetEpochs(topic, stored)
-		c.noteResumed(topic, stored)
+		kafka := make(map[int32]int64, len(stored))
 		for p, pos := range stored {
 			next := pos.Next
 			kafkaAt := parts[p].EpochOffset().Offset
+			kafka[p] = max(kafkaAt, -1) // franz-go gives a start offset (-2, -1) where nothing is committed
 			switch {
 			case kafkaAt > next:
 				c.log.Warn("Kafka's committed offset is ahead of the position stored in PostgreSQL; "+
@@ -639,11 +651,14 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offsets map[string]map[int
 					"resuming from its position. To reprocess records, stop the workers and use `effectively replay` (dry run first, then --execute)",
 					zap.String("topic", topic), zap.Int32("partition", p), zap.Int64("kafka_offset", kafkaAt), zap.Int64("stored_offset", next))
 			case kafkaAt >= 0 && kafkaAt < next:
-				c.log.Info("resuming from the position stored in PostgreSQL (Kafka's commit lagged)",
+				c.log.Info("resuming from the position stored in PostgreSQL (Kafka's commit lagged); committing it to Kafka",
 					zap.String("topic", topic), zap.Int32("partition", p), zap.Int64("kafka_offset", kafkaAt), zap.Int64("stored_offset", next))
 			}
 			parts[p] = kgo.NewOffset().At(next).WithEpoch(-1)
 		}
+		// The workers commit the stored positions where Kafka's differ,
+		// before any record arrives (see partitionWorker.syncKafka).
+		c.noteResumed(topic, stored, kafka)
 	}
 	return offsets, nil
 }
@@ -664,16 +679,17 @@ func (c *Consumer) logResetEpochs(topic string, stored map[int32]Position) {
 	}
 }
 
-// noteResumed records the stored positions the partitions resume from, for
-// lag before their first batch.
-func (c *Consumer) noteResumed(topic string, stored map[int32]Position) {
+// noteResumed hands the partitions' workers where they resume: the stored
+// positions (for lag before the first batch, and to commit to Kafka) and
+// Kafka's committed offsets (-1: none).
+func (c *Consumer) noteResumed(topic string, stored map[int32]Position, kafka map[int32]int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for p, pos := range stored {
 		tp := topicPartition{topic, p}
-		c.resumed[tp] = pos.Next
-		if w := c.workers[tp]; w != nil && w.position.Load() < 0 {
-			w.position.Store(pos.Next)
+		c.resumed[tp] = resumePoint{stored: pos.Next, kafka: kafka[p]}
+		if w := c.workers[tp]; w != nil {
+			w.resume(pos.Next, kafka[p])
 		}
 	}
 }

@@ -9,7 +9,8 @@ import (
 )
 
 // refreshLag recomputes the owned partitions' lag every LagInterval from the
-// broker's end offsets until ctx ends. The end is the last stable offset
+// broker's end offsets until ctx ends, and checks Kafka's committed offsets
+// against the stored positions. The end is the last stable offset
 // (the group reads read_committed, so records of open transactions are not
 // yet lag) and the position is the one this member applied, so the lag
 // keeps rising while a partition cannot apply: PostgreSQL down, a stopped
@@ -69,5 +70,37 @@ func (c *Consumer) refreshLagOnce(ctx context.Context, adm *kadm.Client) {
 			}
 		}
 		w.updateLag()
+	}
+	c.checkCommitted(ctx, adm, workers)
+}
+
+// checkCommitted reads the group's committed offsets in Kafka and hands each
+// worker its partition's (see partitionWorker.observeKafka), so that a stale
+// member's commit that rewound Kafka behind this member's is undone within a
+// LagInterval, not at the partition's next record. One OffsetFetch request
+// per interval.
+func (c *Consumer) checkCommitted(ctx context.Context, adm *kadm.Client, workers []*partitionWorker) {
+	// What each worker knew before the read: a commit of its own that
+	// finishes during the read makes the read stale for that partition.
+	was := make([]int64, len(workers))
+	for i, w := range workers {
+		was[i] = w.kafkaPosition()
+	}
+	committed, err := adm.FetchOffsets(ctx, c.opts.Group)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Debug("reading the group's committed offsets failed; trying again", zap.Error(err))
+		}
+		return
+	}
+	for i, w := range workers {
+		at := int64(-1) // absent: nothing committed
+		if o, ok := committed.Lookup(w.tp.topic, w.tp.partition); ok {
+			if o.Err != nil {
+				continue
+			}
+			at = o.At
+		}
+		w.observeKafka(was[i], at)
 	}
 }

@@ -25,6 +25,7 @@ type Metrics struct {
 	mismatches *prometheus.CounterVec
 	skipped    *prometheus.CounterVec
 	commitErrs *prometheus.CounterVec
+	syncs      *prometheus.CounterVec
 }
 
 // NewMetrics creates the consumer's metrics and registers them with reg.
@@ -93,9 +94,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"topic", "partition"})
 	m.commitErrs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "effectively_kafka_commit_failures_total",
-		Help: "Kafka offset commits that failed after the batch committed to PostgreSQL (harmless: PostgreSQL holds the position; Kafka's lag reads high until the next commit).",
+		Help: "Kafka offset commits that failed after the batch committed to PostgreSQL (harmless: PostgreSQL holds the position; Kafka's lag reads high until the commit is retried, within seconds, with or without new records).",
 	}, []string{"topic"})
-	reg.MustRegister(m.commitErrs, m.skipped, m.mismatches, m.lag, m.bufRecords, m.bufBytes, m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.state, m.cause)
+	m.syncs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "effectively_kafka_position_commits_total",
+		Help: "Commits of the position stored in PostgreSQL to Kafka made without a new batch, because Kafka's committed offset differed: after an assignment (a commit the previous owner missed, a rewind whose Kafka step failed, offsets moved with Kafka's tools), after a failed commit, or after a stale member's commit rewound Kafka.",
+	}, []string{"topic"})
+	reg.MustRegister(m.syncs, m.commitErrs, m.skipped, m.mismatches, m.lag, m.bufRecords, m.bufBytes, m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.state, m.cause)
 	return m
 }
 
@@ -108,6 +113,7 @@ func (m *Metrics) initTopic(topic string) {
 	m.records.WithLabelValues(topic)
 	m.mismatches.WithLabelValues(topic)
 	m.commitErrs.WithLabelValues(topic)
+	m.syncs.WithLabelValues(topic)
 }
 
 // initPartition exports an owned partition's counters at zero.
@@ -221,6 +227,13 @@ func (m *Metrics) commitFailed(topic string) {
 		return
 	}
 	m.commitErrs.WithLabelValues(topic).Inc()
+}
+
+func (m *Metrics) kafkaSynced(topic string) {
+	if m == nil {
+		return
+	}
+	m.syncs.WithLabelValues(topic).Inc()
 }
 
 func (m *Metrics) skippedOffsets(tp topicPartition, n int64) {

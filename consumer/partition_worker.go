@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
@@ -46,6 +47,20 @@ type partitionWorker struct {
 	paused   bool
 	retrying bool
 	stopping bool
+	// stored is the position PostgreSQL holds as this member knows it (-1:
+	// none): read when the partition was assigned, then each applied
+	// batch's next offset, so it only moves forward while the member owns
+	// the partition. kafka is the group's committed offset in Kafka as this
+	// member last read or committed it (-1: none). While they differ the
+	// worker commits stored, also with no record to apply (see syncKafka).
+	// applied is set by the first batch applied: a stored position read at
+	// assignment is older than that.
+	stored, kafka int64
+	applied       bool
+	// commitRetryAt is when a failed commit of stored is tried again;
+	// commitBackoff spaces the attempts (reset by a success).
+	commitRetryAt time.Time
+	commitBackoff *backoff.ExponentialBackOff
 	// state is what effectively_partition_state shows, since when; cause,
 	// lastErr and attempts describe the retry or the stop.
 	state    string
@@ -69,6 +84,8 @@ func newPartitionWorker(c *Consumer, tp topicPartition) *partitionWorker {
 	}
 	w.end.Store(-1)
 	w.position.Store(-1)
+	w.stored, w.kafka = -1, -1
+	w.commitBackoff = newBackoff(c.opts.RetryInitial, min(c.opts.RetryMax, c.opts.LagInterval))
 	w.mu.Lock()
 	w.refreshStateLocked()
 	w.mu.Unlock()
@@ -211,7 +228,8 @@ func (w *partitionWorker) run() {
 }
 
 // next waits for records and takes up to BatchMaxRecords of them, lingering
-// up to BatchLinger for a fuller batch.
+// up to BatchLinger for a fuller batch. While it waits, it keeps Kafka's
+// committed offset at the stored position (see syncKafka).
 func (w *partitionWorker) next() (Batch, bool) {
 	var linger <-chan time.Time
 	for {
@@ -237,6 +255,10 @@ func (w *partitionWorker) next() (Batch, bool) {
 		}
 		w.mu.Unlock()
 		if stopping {
+			// A last attempt if the last commit failed: with no member
+			// left (scaled to zero), nobody else would correct Kafka,
+			// and an autoscaler would read lag that is not there.
+			w.syncKafka(true)
 			return Batch{}, false
 		}
 		if n > 0 && linger == nil {
@@ -244,12 +266,14 @@ func (w *partitionWorker) next() (Batch, bool) {
 			defer t.Stop()
 			linger = t.C
 		}
+		retry := w.syncKafka(false)
 		select {
 		case <-w.ctx.Done():
 			return Batch{}, false
 		case <-w.wake:
 		case <-linger:
 			linger = closedTimeChan
+		case <-retry:
 		}
 	}
 }
@@ -287,6 +311,9 @@ func (w *partitionWorker) apply(b Batch) bool {
 	}
 	w.c.opts.Metrics.applied(b, time.Since(start))
 	w.position.Store(b.NextOffset())
+	w.mu.Lock()
+	w.stored, w.applied = b.NextOffset(), true
+	w.mu.Unlock()
 	w.updateLag()
 	return true
 }
@@ -303,13 +330,59 @@ func (w *partitionWorker) setRetrying(v bool, cause, lastErr string, attempts in
 }
 
 // commit commits the batch's next offset to Kafka, after the database
-// committed it. A failure is logged, not retried: PostgreSQL holds the
-// authoritative position, so a lagging Kafka commit costs only a re-read.
+// committed it. A failure is logged and retried by syncKafka, also when no
+// record follows; PostgreSQL holds the authoritative position meanwhile, so
+// a lagging Kafka commit costs a re-read at most, and lag that Kafka's tools
+// read too high until the retry.
 func (w *partitionWorker) commit(b Batch) {
 	last := b.Records[len(b.Records)-1]
-	offsets := map[string]map[int32]kgo.EpochOffset{
-		b.Topic: {b.Partition: {Epoch: last.LeaderEpoch, Offset: last.Offset + 1}},
+	w.commitOffset(last.Offset+1, last.LeaderEpoch)
+}
+
+// syncKafka commits the stored position to Kafka when Kafka's committed
+// offset differs from it and no batch is about to: after an assignment that
+// found them apart (the previous owner's commit missed between its database
+// commit and a crash or a revoke, a rewind whose Kafka step failed, an
+// offset moved with Kafka's own tools), after a failed commit, and after a
+// stale member's commit rewound Kafka (see Consumer.refreshLagOnce).
+// Without it an idle, fully applied partition would show lag in every Kafka
+// tool and autoscaler until its next record. Kafka follows PostgreSQL both
+// ways here: the worker resumes from the stored position, whatever Kafka
+// says. Only the worker's goroutine commits, so the revoke callback, which
+// waits for it, fences these commits exactly like a batch's.
+//
+// A failed attempt waits for a backoff unless now is set; syncKafka returns
+// a channel that fires when the next attempt is due, nil when none is.
+func (w *partitionWorker) syncKafka(now bool) <-chan time.Time {
+	w.mu.Lock()
+	stored, kafka, retryAt := w.stored, w.kafka, w.commitRetryAt
+	w.mu.Unlock()
+	if stored < 0 || stored == kafka || w.ctx.Err() != nil {
+		return nil
 	}
+	if wait := time.Until(retryAt); wait > 0 && !now {
+		return time.After(wait)
+	}
+	if !w.commitOffset(stored, -1) {
+		w.mu.Lock()
+		wait := time.Until(w.commitRetryAt)
+		w.mu.Unlock()
+		return time.After(wait)
+	}
+	w.c.opts.Metrics.kafkaSynced(w.tp.topic)
+	w.log.Info("committed the position stored in PostgreSQL to Kafka, whose committed offset differed (Kafka's tools read the true lag again)",
+		zap.Int64("offset", stored), zap.Int64("kafka_offset", kafka))
+	return nil
+}
+
+// commitOffset commits offset for the partition to Kafka and records the
+// outcome: on success Kafka's committed offset as the worker knows it, on
+// failure when to try again. It reports whether the commit succeeded.
+func (w *partitionWorker) commitOffset(offset int64, epoch int32) bool {
+	offsets := map[string]map[int32]kgo.EpochOffset{
+		w.tp.topic: {w.tp.partition: {Epoch: epoch, Offset: offset}},
+	}
+	var failed error
 	w.c.cl.CommitOffsetsSync(w.ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err == nil {
 			for _, t := range resp.Topics {
@@ -320,9 +393,71 @@ func (w *partitionWorker) commit(b Batch) {
 				}
 			}
 		}
-		if err != nil && w.ctx.Err() == nil {
-			w.c.opts.Metrics.commitFailed(b.Topic)
-			w.log.Warn("committing to Kafka failed (PostgreSQL holds the position; continuing)", zap.Int64("offset", last.Offset+1), zap.Error(err))
-		}
+		failed = err
 	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if failed == nil {
+		w.kafka = offset
+		w.commitRetryAt = time.Time{}
+		w.commitBackoff.Reset()
+		return true
+	}
+	if w.ctx.Err() != nil {
+		return false // revoked or stopping hard: the partition is not ours to commit
+	}
+	wait := w.commitBackoff.NextBackOff()
+	w.commitRetryAt = time.Now().Add(wait)
+	w.c.opts.Metrics.commitFailed(w.tp.topic)
+	w.log.Warn("committing to Kafka failed; PostgreSQL holds the position, and the commit is retried, with or without new records",
+		zap.Int64("offset", offset), zap.Duration("retry_in", wait), zap.Error(failed))
+	return false
+}
+
+// resume sets the positions read when the partition was assigned: stored
+// from PostgreSQL, kafka the group's committed offset (-1: none). A worker
+// that has applied a batch since knows better and keeps its own.
+func (w *partitionWorker) resume(stored, kafka int64) {
+	w.mu.Lock()
+	if !w.applied {
+		w.stored, w.kafka = stored, kafka
+		w.position.Store(stored)
+	}
+	w.mu.Unlock()
+	w.signal()
+}
+
+// observeKafka compares the group's committed offset read from Kafka with
+// what the worker knew before the read (was). An offset below the stored
+// position that the worker did not expect means someone else committed
+// after it did — a stale member, whose commit rewinds this owner's —, and
+// the worker commits the stored position again. A commit of the worker's
+// own that finished since the read (kafka changed) makes the read stale:
+// it is ignored.
+func (w *partitionWorker) observeKafka(was, committed int64) {
+	w.mu.Lock()
+	rewound := w.kafka == was && committed != was && committed < w.stored
+	if rewound {
+		w.kafka = committed
+	}
+	w.mu.Unlock()
+	if rewound {
+		w.log.Warn("Kafka's committed offset fell behind the position stored in PostgreSQL (a stale member's commit?); committing the stored position again",
+			zap.Int64("kafka_offset", committed), zap.Int64("stored_offset", w.storedPosition()))
+		w.signal()
+	}
+}
+
+// storedPosition is the position PostgreSQL holds as the worker knows it.
+func (w *partitionWorker) storedPosition() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stored
+}
+
+// kafkaPosition is the group's committed offset as the worker knows it.
+func (w *partitionWorker) kafkaPosition() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.kafka
 }

@@ -11,10 +11,7 @@ import (
 // retry calls fn until it succeeds or ctx is done, sleeping a capped,
 // jittered exponential backoff between attempts.
 func retry(ctx context.Context, initial, maxInterval time.Duration, fn func() error) error {
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = initial
-	bo.MaxInterval = maxInterval
-	bo.RandomizationFactor = 0.5
+	bo := newBackoff(initial, maxInterval)
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -34,6 +31,16 @@ func retry(ctx context.Context, initial, maxInterval time.Duration, fn func() er
 		case <-t.C:
 		}
 	}
+}
+
+// newBackoff is the capped, jittered exponential backoff every retry of the
+// consumer uses.
+func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = initial
+	bo.MaxInterval = maxInterval
+	bo.RandomizationFactor = 0.5
+	return bo
 }
 
 func kerrForCode(code int16) error { return kerr.ErrorForCode(code) }

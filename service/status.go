@@ -80,8 +80,9 @@ type StatusPartition struct {
 	// ID); empty when unassigned.
 	Owner string `json:"owner,omitempty"`
 	// Stored is the position in PostgreSQL (authoritative), Committed the
-	// group's offset in Kafka (lags by up to a batch), End the last stable
-	// offset.
+	// group's offset in Kafka (what Kafka's tools and autoscalers read; the
+	// owning worker brings it to Stored within seconds, also with no new
+	// record), End the last stable offset.
 	Stored    *int64 `json:"stored,omitempty"`
 	Committed *int64 `json:"committed,omitempty"`
 	End       *int64 `json:"end,omitempty"`
