@@ -32,6 +32,9 @@ func ClientOpts(k config.Kafka, log *zap.Logger) ([]kgo.Opt, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	// A hand-built configuration may spell the mechanism as Kafka does
+	// (SCRAM-SHA-512); config.Load already returns the constant.
+	k.SASL.Mechanism = config.NormalizeSASLMechanism(k.SASL.Mechanism)
 	if len(k.Brokers) == 0 {
 		return nil, fmt.Errorf("kafka.brokers is empty; fix: set kafka.brokers (env %s) to e.g. 127.0.0.1:9092", config.EnvName("kafka.brokers"))
 	}
