@@ -2,6 +2,7 @@ package service
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -20,13 +21,16 @@ import (
 // refused with an error that names --yes, whatever n, so a script never
 // acts on rows nobody was shown and fails the same way on a quiet day as
 // on a busy one.
-func confirm(c *CLI, yes bool, n int64, what string) error {
-	return ask(c.stdin, isTerminal(c.stdin), c.stderr, yes, n, what)
+//
+// SIGINT or SIGTERM at the prompt (ctx done) is a no: the signal handler
+// keeps the process alive, so the read cannot be what ends it.
+func confirm(ctx context.Context, c *CLI, yes bool, n int64, what string) error {
+	return ask(ctx, c.stdin, isTerminal(c.stdin), c.stderr, yes, n, what)
 }
 
 // ask is confirm's logic on any reader: y or yes (any case) go on,
-// anything else (n, an empty line, end of input) does not.
-func ask(in io.Reader, terminal bool, out io.Writer, yes bool, n int64, what string) error {
+// anything else (n, an empty line, end of input, ctx done) does not.
+func ask(ctx context.Context, in io.Reader, terminal bool, out io.Writer, yes bool, n int64, what string) error {
 	switch {
 	case yes:
 		return nil
@@ -36,7 +40,20 @@ func ask(in io.Reader, terminal bool, out io.Writer, yes bool, n int64, what str
 		return nil
 	}
 	fmt.Fprintf(out, "This will %s.\nContinue? [y/N] ", what)
-	answer, _ := bufio.NewReader(in).ReadString('\n')
+	// A read from a terminal cannot be cancelled; on ctx done it is left
+	// blocked, and the command, which returns, ends the process with it.
+	line := make(chan string, 1)
+	go func() {
+		answer, _ := bufio.NewReader(in).ReadString('\n')
+		line <- answer
+	}()
+	var answer string
+	select {
+	case answer = <-line:
+	case <-ctx.Done():
+		fmt.Fprintln(out)
+		return usageError{errors.New("not confirmed (interrupted): nothing was changed")}
+	}
 	switch strings.ToLower(strings.TrimSpace(answer)) {
 	case "y", "yes":
 		return nil

@@ -2,8 +2,11 @@ package service
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -39,7 +42,7 @@ func TestAsk(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var out bytes.Buffer
-		err := ask(strings.NewReader(tt.input), tt.terminal, &out, tt.yes, tt.n, what)
+		err := ask(context.Background(), strings.NewReader(tt.input), tt.terminal, &out, tt.yes, tt.n, what)
 		if tt.ok {
 			require.NoError(t, err, tt.name)
 		} else {
@@ -53,4 +56,19 @@ func TestAsk(t *testing.T) {
 		}
 	}
 	require.False(t, isTerminal(strings.NewReader("")), "only a tty is a terminal")
+
+	// Ctrl-C at the prompt: the signal cancels the command's context (the
+	// handler keeps the process alive), and the answer is no, at once,
+	// though nothing was typed.
+	ctx, cancel := context.WithCancel(context.Background())
+	typed, _ := io.Pipe() // a terminal nobody types into
+	errc := make(chan error, 1)
+	go func() { errc <- ask(ctx, typed, true, io.Discard, false, 3, what) }()
+	cancel()
+	select {
+	case err := <-errc:
+		require.ErrorContains(t, err, "not confirmed (interrupted): nothing was changed")
+	case <-time.After(time.Minute): // a hang guard
+		t.Fatal("the prompt ignored the interrupt")
+	}
 }

@@ -159,7 +159,7 @@ shows what a filter selects.`,
 					for _, d := range ds {
 						ids = append(ids, d.ID)
 					}
-					if err := confirm(c, yes, int64(len(ids)), redriveWhat(ids, f, since)); err != nil {
+					if err := confirm(ctx, c, yes, int64(len(ids)), redriveWhat(ids, f, since)); err != nil {
 						return err
 					}
 				}

@@ -72,7 +72,7 @@ script, pass --yes).`,
 				if err != nil {
 					return err
 				}
-				if err := confirm(c, yes, due, fmt.Sprintf("make %d parked events %s due now (a running worker's sweeper then releases those whose prerequisite exists)", due, parkedSelection(f))); err != nil {
+				if err := confirm(ctx, c, yes, due, fmt.Sprintf("make %d parked events %s due now (a running worker's sweeper then releases those whose prerequisite exists)", due, parkedSelection(f))); err != nil {
 					return err
 				}
 				n, err := pipeline.RetryNow(ctx, pool, f)
@@ -107,7 +107,7 @@ good ('dlq redrive' can re-apply them later). It counts them and asks first
 				if err != nil {
 					return err
 				}
-				if err := confirm(c, yes, parked, fmt.Sprintf("dead-letter %d parked events %s with reason dropped (%q)", parked, parkedSelection(f), why)); err != nil {
+				if err := confirm(ctx, c, yes, parked, fmt.Sprintf("dead-letter %d parked events %s with reason dropped (%q)", parked, parkedSelection(f), why)); err != nil {
 					return err
 				}
 				n, err := pipeline.DropParked(ctx, pool, f, why)

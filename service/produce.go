@@ -86,7 +86,7 @@ The topic is created with --partitions partitions when it does not exist.`,
 				topic = c.cfg.Kafka.Topics[0]
 			}
 			if recreate {
-				if err := confirm(c, yes, 1, fmt.Sprintf("delete topic %s and every record in it", topic)); err != nil {
+				if err := confirm(ctx, c, yes, 1, fmt.Sprintf("delete topic %s and every record in it", topic)); err != nil {
 					return err
 				}
 			}

@@ -113,7 +113,7 @@ func confirmPrune(ctx context.Context, c *CLI, pool *pgxpool.Pool) error {
 	}
 	what := fmt.Sprintf("delete about %d rows (claims by PostgreSQL's estimate) and drop %d claims generations that have outlived dedupe.retention (%s) and outbox.retention (%s) ('prune --dry-run' lists them by table)",
 		rows, gens, c.cfg.Dedupe.Retention, c.cfg.Outbox.Retention)
-	return confirm(c, false, rows+int64(gens), what)
+	return confirm(ctx, c, false, rows+int64(gens), what)
 }
 
 func printPrune(w io.Writer, res dedupe.PruneResult) error {

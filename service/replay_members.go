@@ -26,6 +26,10 @@ type memberProbe struct {
 	// running: a worker there answered as this very member (its group and
 	// instance ID): the member runs.
 	running bool
+	// unidentified: something answered HTTP there, but not as a worker
+	// (an older build without /status, another program): it may be the
+	// member, so not even the operator's word removes it.
+	unidentified bool
 	// seen says what happened, for messages ("http://10.0.0.7:9410/status
 	// refused the connection").
 	seen string
@@ -34,7 +38,8 @@ type memberProbe struct {
 // probeMember asks the admin server at the member's host, on the port of
 // http.addr, who it is (GET /status). It proves one thing only: that the
 // member runs, when a worker there answers as this group's member with
-// this instance ID. Nothing it sees proves the member stopped: a refused
+// this instance ID; an HTTP answer that is not a worker's cannot rule it
+// out. Nothing it sees proves the member stopped: a refused
 // or unanswered connection means only that nothing listens at that
 // address, and the member's admin server may listen on another port (its
 // own http.addr), on none (http.addr empty), or behind an address the
@@ -66,7 +71,7 @@ func probeMember(ctx context.Context, group string, m replay.Member, adminAddr s
 	defer resp.Body.Close()
 	var st WorkerStatus
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st) != nil {
-		return memberProbe{seen: fmt.Sprintf("%s answered %s, not as a worker", url, resp.Status)}
+		return memberProbe{unidentified: true, seen: fmt.Sprintf("%s answered %s, not as a worker", url, resp.Status)}
 	}
 	if st.Group == group && st.InstanceID == m.InstanceID {
 		return memberProbe{running: true, seen: url + " answers as it"}
@@ -103,6 +108,8 @@ func (r *replayer) removeStopped(ctx context.Context, f *replayFlags) error {
 		switch {
 		case p.running:
 			running = append(running, fmt.Sprintf("%s (its admin server %s)", m.InstanceID, p.seen))
+		case p.unidentified && named[m.InstanceID]:
+			running = append(running, fmt.Sprintf("%s (something answers at its address and cannot say whose it is: %s; if it is not this member, wait kafka.session_timeout)", m.InstanceID, p.seen))
 		case named[m.InstanceID]:
 			remove = append(remove, m.InstanceID)
 		default:
@@ -112,7 +119,7 @@ func (r *replayer) removeStopped(ctx context.Context, f *replayFlags) error {
 		delete(named, m.InstanceID)
 	}
 	if len(running) > 0 {
-		return fmt.Errorf("refusing to remove running member(s) of group %s: %s; fix: stop them first (a running member would redo its partitions past the rewind)",
+		return fmt.Errorf("refusing to remove running member(s) of group %s: %s; nothing was removed; fix: stop them first (a running member would redo its partitions past the rewind)",
 			f.group, strings.Join(running, "; "))
 	}
 	if len(unproven) > 0 {

@@ -33,25 +33,27 @@ func TestProbeMember(t *testing.T) {
 
 	w0 := replay.Member{InstanceID: "w0", Host: "/127.0.0.1"}
 	tests := []struct {
-		name    string
-		member  replay.Member
-		admin   string
-		running bool
-		seen    string
+		name         string
+		member       replay.Member
+		admin        string
+		running      bool
+		unidentified bool
+		seen         string
 	}{
-		{"answers as itself", w0, answering(WorkerStatus{Group: "g", InstanceID: "w0"}, http.StatusOK), true, "/status answers as it"},
-		{"another instance of the group", w0, answering(WorkerStatus{Group: "g", InstanceID: "w1"}, http.StatusOK), false, `answers as another worker (group g, instance "w1")`},
-		{"the same instance ID in another group", w0, answering(WorkerStatus{Group: "other", InstanceID: "w0"}, http.StatusOK), false, "answers as another worker (group other"},
-		{"not a worker", w0, answering("hello", http.StatusNotFound), false, "answered 404 Not Found, not as a worker"},
-		{"not JSON of a worker", w0, answering([]int{1}, http.StatusOK), false, "not as a worker"},
-		{"refused", w0, refused, false, "refused the connection"},
-		{"no port in http.addr", w0, "", false, "http.addr names no port"},
-		{"no host from the broker", replay.Member{InstanceID: "w0"}, refused, false, "no host"},
+		{"answers as itself", w0, answering(WorkerStatus{Group: "g", InstanceID: "w0"}, http.StatusOK), true, false, "/status answers as it"},
+		{"another instance of the group", w0, answering(WorkerStatus{Group: "g", InstanceID: "w1"}, http.StatusOK), false, false, `answers as another worker (group g, instance "w1")`},
+		{"the same instance ID in another group", w0, answering(WorkerStatus{Group: "other", InstanceID: "w0"}, http.StatusOK), false, false, "answers as another worker (group other"},
+		{"not a worker (an older build?)", w0, answering("hello", http.StatusNotFound), false, true, "answered 404 Not Found, not as a worker"},
+		{"not JSON of a worker", w0, answering([]int{1}, http.StatusOK), false, true, "not as a worker"},
+		{"refused", w0, refused, false, false, "refused the connection"},
+		{"no port in http.addr", w0, "", false, false, "http.addr names no port"},
+		{"no host from the broker", replay.Member{InstanceID: "w0"}, refused, false, false, "no host"},
 	}
 	for _, tt := range tests {
 		// The member's host is the broker's view; the port is http.addr's.
 		p := probeMember(context.Background(), "g", tt.member, tt.admin)
 		require.Equal(t, tt.running, p.running, tt.name)
+		require.Equal(t, tt.unidentified, p.unidentified, tt.name)
 		require.Contains(t, p.seen, tt.seen, tt.name)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/termsafe"
 )
 
 // CLI is what every command shares: the app, the loaded configuration and
@@ -84,7 +85,8 @@ transaction commits.`,
 				// No logger without a valid log.* yet; a misspelt variable
 				// often explains the error (a key left at its default).
 				for _, w := range envWarnings {
-					fmt.Fprintf(stderr, "warning: %s\n", w)
+					// A variable's name is the environment's text, not ours.
+					fmt.Fprintf(stderr, "warning: %s\n", termsafe.Escape(w.String()))
 				}
 				return err
 			}
