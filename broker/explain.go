@@ -29,6 +29,7 @@ func Explain(err error, k config.Kafka) error {
 		return err
 	}
 	s := k.SASL
+	s.Mechanism = config.NormalizeSASLMechanism(s.Mechanism)
 	switch {
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
 		if s.Mechanism == config.SASLMechanismOAuthBearer {
@@ -107,7 +108,7 @@ func orSystemRoots(caFile string) string {
 // messages: User:<username> for PLAIN and SCRAM; for OAUTHBEARER and
 // certificates the broker derives it, and the message says so.
 func Principal(k config.Kafka) string {
-	switch k.SASL.Mechanism {
+	switch config.NormalizeSASLMechanism(k.SASL.Mechanism) {
 	case config.SASLMechanismPlain, config.SASLMechanismScramSHA256, config.SASLMechanismScramSHA512:
 		return "User:" + k.SASL.Username
 	case config.SASLMechanismOAuthBearer:

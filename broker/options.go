@@ -26,12 +26,16 @@ const DialTimeout = 5 * time.Second
 // brokers, the dial timeout, and TLS and SASL as k says. A client appends
 // its own options (consumer group, producer settings, logger) after them.
 // It reads the files k names once, to fail at start-up with the key to fix
-// rather than at the first connection; log receives the warnings (SASL
-// PLAIN without TLS) and the notes that a secret file changed.
+// rather than at the first connection; log receives the notes that a secret
+// file changed. SASL without TLS is allowed here and warned about once per
+// command by whoever loads the configuration ([config.Config.Warnings]).
 func ClientOpts(k config.Kafka, log *zap.Logger) ([]kgo.Opt, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	// A hand-built configuration may spell the mechanism as Kafka does
+	// (SCRAM-SHA-512); config.Load already returns the constant.
+	k.SASL.Mechanism = config.NormalizeSASLMechanism(k.SASL.Mechanism)
 	if len(k.Brokers) == 0 {
 		return nil, fmt.Errorf("kafka.brokers is empty; fix: set kafka.brokers (env %s) to e.g. 127.0.0.1:9092", config.EnvName("kafka.brokers"))
 	}
@@ -49,9 +53,6 @@ func ClientOpts(k config.Kafka, log *zap.Logger) ([]kgo.Opt, error) {
 	}
 	if mech != nil {
 		opts = append(opts, kgo.SASL(mech))
-		if k.SASL.Mechanism == config.SASLMechanismPlain && !k.TLS.Enabled {
-			log.Warn("kafka.sasl.mechanism plain without kafka.tls.enabled sends the password in clear text to the brokers; enable TLS or use scram-sha-512")
-		}
 	}
 	return opts, nil
 }

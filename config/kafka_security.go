@@ -27,8 +27,12 @@ type KafkaTLS struct {
 
 // KafkaSASL configures SASL authentication to the brokers.
 type KafkaSASL struct {
-	// Mechanism is none, plain, scram-sha-256, scram-sha-512 or oauthbearer.
-	// plain sends the password as it is: use it only with kafka.tls.enabled.
+	// Mechanism is none, plain, scram-sha-256, scram-sha-512 or oauthbearer,
+	// in any case: Kafka's own spelling (SCRAM-SHA-512, PLAIN, OAUTHBEARER)
+	// is the same mechanism. Without kafka.tls.enabled every mechanism but
+	// none starts with a warning: plain sends the password and oauthbearer
+	// the token as they are, and scram lets an eavesdropper guess the
+	// password offline and read the session.
 	Mechanism string `mapstructure:"mechanism"`
 	// Username is the SASL user (plain and scram).
 	Username string `mapstructure:"username"`
@@ -58,6 +62,22 @@ const (
 	// SASLMechanismOAuthBearer is OAUTHBEARER with a token read from a file.
 	SASLMechanismOAuthBearer = "oauthbearer"
 )
+
+// NormalizeSASLMechanism returns the constant that m names: the mechanisms
+// are case-insensitive, so Kafka's own spelling (SCRAM-SHA-512 in a Java
+// client's sasl.mechanism and a broker's sasl.enabled.mechanisms, PLAIN,
+// OAUTHBEARER) is accepted, and so is an underscore for a hyphen
+// (SCRAM_SHA_512, as some tools and enums write it). Surrounding white
+// space is ignored. Anything else is returned unchanged, for validation to
+// name.
+func NormalizeSASLMechanism(m string) string {
+	n := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(m)), "_", "-")
+	switch n {
+	case SASLMechanismNone, SASLMechanismPlain, SASLMechanismScramSHA256, SASLMechanismScramSHA512, SASLMechanismOAuthBearer:
+		return n
+	}
+	return m
+}
 
 // secretKeys are the keys whose values are secrets: [Config.Redacted] and
 // every error message replace them.
@@ -117,6 +137,7 @@ func (c Config) validateKafkaSecurity(v *validator) {
 	}
 
 	s := c.Kafka.SASL
+	s.Mechanism = NormalizeSASLMechanism(s.Mechanism) // a hand-built Config may hold Kafka's spelling
 	notUsed := func(key, val, by string) {
 		if val != "" {
 			v.add(key, val, fmt.Sprintf("is only used by kafka.sasl.mechanism %s, not %q", by, s.Mechanism),
@@ -152,8 +173,11 @@ func (c Config) validateKafkaSecurity(v *validator) {
 		notUsed("kafka.sasl.password", s.Password, "plain, scram-sha-256 or scram-sha-512")
 		notUsed("kafka.sasl.password_file", s.PasswordFile, "plain, scram-sha-256 or scram-sha-512")
 	default:
-		v.oneOf("kafka.sasl.mechanism", s.Mechanism, SASLMechanismNone, SASLMechanismPlain,
-			SASLMechanismScramSHA256, SASLMechanismScramSHA512, SASLMechanismOAuthBearer)
+		problem := "must be one of none, plain, scram-sha-256, scram-sha-512, oauthbearer (in any case: Kafka's SCRAM-SHA-512 is scram-sha-512)"
+		if strings.EqualFold(strings.TrimSpace(s.Mechanism), "gssapi") {
+			problem = "GSSAPI (Kerberos) is not supported; " + problem
+		}
+		v.add("kafka.sasl.mechanism", s.Mechanism, problem, setFix("kafka.sasl.mechanism", SASLMechanismScramSHA512))
 	}
 }
 

@@ -34,7 +34,11 @@ func TestValidateKafkaSecurity(t *testing.T) {
 		{"key without cert", func(k *Kafka) { k.TLS.Enabled, k.TLS.KeyFile = true, file }, "kafka.tls.cert_file",
 			[]string{"must be set with kafka.tls.key_file"}},
 		{"unknown mechanism", func(k *Kafka) { k.SASL.Mechanism = "gssapi" }, "kafka.sasl.mechanism",
-			[]string{"must be one of none, plain, scram-sha-256, scram-sha-512, oauthbearer", "EFFECTIVELY_KAFKA_SASL_MECHANISM"}},
+			[]string{"must be one of none, plain, scram-sha-256, scram-sha-512, oauthbearer", "in any case", "EFFECTIVELY_KAFKA_SASL_MECHANISM"}},
+		{"kerberos", func(k *Kafka) { k.SASL.Mechanism = "GSSAPI" }, "kafka.sasl.mechanism",
+			[]string{`kafka.sasl.mechanism = "GSSAPI"`, "GSSAPI (Kerberos) is not supported"}},
+		{"a near miss is not guessed", func(k *Kafka) { k.SASL.Mechanism = "SCRAM-SHA-1" }, "kafka.sasl.mechanism",
+			[]string{`"SCRAM-SHA-1"`, "must be one of"}},
 		{"scram without username", func(k *Kafka) { k.SASL.Mechanism, k.SASL.Password = SASLMechanismScramSHA512, "pw" }, "kafka.sasl.username",
 			[]string{"must not be empty", "EFFECTIVELY_KAFKA_SASL_USERNAME"}},
 		{"scram without password", func(k *Kafka) { k.SASL.Mechanism, k.SASL.Username = SASLMechanismScramSHA256, "u" }, "kafka.sasl.password_file",
@@ -132,4 +136,58 @@ func TestLoadKafkaSecurityFromEnv(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, strings.Contains(err.Error(), "from-env"), err.Error())
 	require.Contains(t, err.Error(), "kafka.sasl.password")
+}
+
+// Kafka spells the mechanisms in capitals (SCRAM-SHA-512 in a Java client's
+// sasl.mechanism and a broker's sasl.enabled.mechanisms); every spelling of a
+// supported mechanism loads as its one constant, from the file, the
+// environment and a hand-built Config alike.
+func TestSASLMechanismSpellings(t *testing.T) {
+	pw := filepath.Join(t.TempDir(), "pw")
+	require.NoError(t, os.WriteFile(pw, []byte("s3cret\n"), 0o600))
+	tests := []struct{ in, want string }{
+		{"SCRAM-SHA-512", SASLMechanismScramSHA512},
+		{"scram-sha-512", SASLMechanismScramSHA512},
+		{"Scram-Sha-256", SASLMechanismScramSHA256},
+		{"SCRAM_SHA_256", SASLMechanismScramSHA256},
+		{" PLAIN ", SASLMechanismPlain},
+		{"plain", SASLMechanismPlain},
+		{"OAUTHBEARER", SASLMechanismOAuthBearer},
+		{"OAuthBearer", SASLMechanismOAuthBearer},
+		{"NONE", SASLMechanismNone},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, NormalizeSASLMechanism(tt.in), tt.in)
+
+		sasl := "username: worker\n    password_file: " + pw
+		if tt.want == SASLMechanismOAuthBearer {
+			sasl = "token_file: " + pw
+		}
+		if tt.want == SASLMechanismNone {
+			sasl = ""
+		}
+		file := writeConfig(t, "kafka:\n  tls: {enabled: true}\n  sasl:\n    mechanism: \""+tt.in+"\"\n    "+sasl+"\n")
+		c, err := Load(file, nil, testExt)
+		require.NoError(t, err, "file: %q", tt.in)
+		require.Equal(t, tt.want, c.Kafka.SASL.Mechanism, "file: %q", tt.in)
+
+		hand := testDefault()
+		hand.Kafka.TLS.Enabled = true
+		hand.Kafka.SASL = KafkaSASL{Mechanism: tt.in, Username: "worker", PasswordFile: pw}
+		if tt.want == SASLMechanismOAuthBearer {
+			hand.Kafka.SASL = KafkaSASL{Mechanism: tt.in, TokenFile: pw}
+		}
+		if tt.want == SASLMechanismNone {
+			hand.Kafka.SASL = KafkaSASL{Mechanism: tt.in}
+		}
+		require.NoError(t, hand.Validate(), "hand-built: %q", tt.in)
+	}
+
+	t.Setenv("EFFECTIVELY_KAFKA_TLS_ENABLED", "true")
+	t.Setenv("EFFECTIVELY_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+	t.Setenv("EFFECTIVELY_KAFKA_SASL_USERNAME", "worker")
+	t.Setenv("EFFECTIVELY_KAFKA_SASL_PASSWORD_FILE", pw)
+	c, err := Load("", nil, testExt)
+	require.NoError(t, err)
+	require.Equal(t, SASLMechanismScramSHA512, c.Kafka.SASL.Mechanism)
 }

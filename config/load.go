@@ -156,6 +156,10 @@ func Load(path string, fs *pflag.FlagSet, exts ...Extension) (Config, error) {
 		}
 		cv.FieldByIndex(l.index).Set(val)
 	}
+	// Kafka's own spelling of a mechanism (SCRAM-SHA-512) is the same
+	// mechanism; what Load returns uses one spelling, so every comparison
+	// downstream is exact.
+	c.Kafka.SASL.Mechanism = NormalizeSASLMechanism(c.Kafka.SASL.Mechanism)
 	topics, topicErrs := parseTopics(v.Get("topics"))
 	c.Topics = topics
 	errs = append(errs, topicErrs...)

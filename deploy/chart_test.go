@@ -316,6 +316,11 @@ func envOf(c corev1.Container) map[string]corev1.EnvVar {
 // Secret volume provides (the Secret and key returned per env var).
 func checkPodSpec(t *testing.T, spec corev1.PodSpec, c corev1.Container) map[string]secretFile {
 	t.Helper()
+	// Kubernetes would otherwise add a variable per Service of the
+	// namespace (EFFECTIVELY_SERVICE_HOST, …) to the worker's settings'
+	// namespace, EFFECTIVELY_*.
+	require.NotNil(t, spec.EnableServiceLinks, "enableServiceLinks is set")
+	require.False(t, *spec.EnableServiceLinks, "no Service variables in the environment")
 	volumes := map[string]corev1.Volume{}
 	for _, v := range spec.Volumes {
 		require.Empty(t, validation.IsDNS1123Label(v.Name), "volume %q", v.Name)

@@ -291,7 +291,7 @@ type ParkedFilter struct {
 const listParkedSQL = `
 SELECT event_key, resource, event_type, topic, "partition", "offset", attempts, parked_at, next_attempt_at
 FROM parked_events
-WHERE state = 'parked' AND ($1 = '' OR resource = $1) AND ($2 = '' OR event_key = $2)
+WHERE ` + parkedWhere + `
 ORDER BY resource, topic, "partition", "offset"
 LIMIT $3`
 
@@ -313,11 +313,28 @@ func ListParked(ctx context.Context, db interface {
 	})
 }
 
+// parkedWhere selects the parked events of a ParkedFilter ($1 resource, $2
+// event key); ListParked, CountParkedMatching, RetryNow and DropParked share it, so
+// a count an operator confirms is of the rows the action then changes.
+const parkedWhere = `state = 'parked' AND ($1 = '' OR resource = $1) AND ($2 = '' OR event_key = $2)`
+
+// CountParkedMatching counts the parked events f selects (its Limit
+// aside): what RetryNow and DropParked with the same filter would change,
+// for an operator to confirm first.
+func CountParkedMatching(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, f ParkedFilter) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM parked_events WHERE `+parkedWhere, f.Resource, f.EventKey).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting parked events: %w", err)
+	}
+	return n, nil
+}
+
 // RetryNow makes the selected parked events due at once: the next sweep
 // releases those whose prerequisite exists. It returns how many it touched.
 func RetryNow(ctx context.Context, pool *pgxpool.Pool, f ParkedFilter) (int64, error) {
-	ct, err := pool.Exec(ctx, `UPDATE parked_events SET next_attempt_at = now()
-WHERE state = 'parked' AND ($1 = '' OR resource = $1) AND ($2 = '' OR event_key = $2)`, f.Resource, f.EventKey)
+	ct, err := pool.Exec(ctx, `UPDATE parked_events SET next_attempt_at = now() WHERE `+parkedWhere, f.Resource, f.EventKey)
 	if err != nil {
 		return 0, fmt.Errorf("making parked events due: %w", err)
 	}
@@ -336,7 +353,7 @@ func DropParked(ctx context.Context, pool *pgxpool.Pool, f ParkedFilter, why str
 	n := 0
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `UPDATE parked_events SET state = 'dropped', resolved_at = now()
-WHERE state = 'parked' AND ($1 = '' OR resource = $1) AND ($2 = '' OR event_key = $2)
+WHERE `+parkedWhere+`
 RETURNING consumer_group, topic, "partition", "offset", event`, f.Resource, f.EventKey)
 		if err != nil {
 			return fmt.Errorf("dropping parked events: %w", err)

@@ -107,8 +107,8 @@ func (e *ActiveMembersError) Error() string {
 	for _, m := range e.Members {
 		if m.InstanceID != "" {
 			return msg + " (a stopped static member, one with an instance id, stays in the group until kafka.session_timeout expires; " +
-				"to go on now, add --remove-stopped-members to `replay --execute` (removes static members whose admin server refuses connections), " +
-				"or --remove-member ID for one you know is stopped; kafka.leave_on_shutdown: true makes workers leave when they stop)"
+				"to go on now, add --remove-member ID to `replay --execute` for each one you know is stopped (--remove-stopped-members checks every static member and names the flags to add); " +
+				"kafka.leave_on_shutdown: true makes workers leave when they stop)"
 		}
 	}
 	return msg

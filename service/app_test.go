@@ -166,3 +166,34 @@ func TestStatusWithNothingReachable(t *testing.T) {
 	require.Empty(t, st.Members)
 	require.Nil(t, st.DeadLetters)
 }
+
+// Every command that loads the configuration warns, once, about what is
+// valid but probably unmeant or unsafe, and still runs: a misspelt
+// variable (its value never shown), SASL without TLS. When the
+// configuration does not load, the misspelt variable is shown beside the
+// error it probably explains.
+func TestCommandsWarnAboutConfiguration(t *testing.T) {
+	t.Setenv("EFFECTIVELY_POSTGRES_ULR", "postgres://u:s3cret@db.example.com/x")
+	t.Setenv("EFFECTIVELY_TEST_POSTGRES_URL", "postgres://harness") // the test harness's own: not warned about
+	t.Setenv("EFFECTIVELY_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+	t.Setenv("EFFECTIVELY_KAFKA_SASL_USERNAME", "worker")
+	t.Setenv("EFFECTIVELY_KAFKA_SASL_PASSWORD", "hunter2")
+	out, stderr, err := run(t, testApp(), "config")
+	require.NoError(t, err, "a warning does not stop the command")
+	require.Contains(t, out, "mechanism: scram-sha-512", "Kafka's spelling loads as the constant")
+	require.Equal(t, 1, strings.Count(stderr, "EFFECTIVELY_POSTGRES_ULR is set, but it is not the environment variable of any configuration key"), stderr)
+	require.Contains(t, stderr, `"fix":"did you mean EFFECTIVELY_POSTGRES_URL (postgres.url)? rename it, or unset it"`)
+	require.Equal(t, 1, strings.Count(stderr, "kafka.sasl.mechanism scram-sha-512 without kafka.tls.enabled"), stderr)
+	require.Contains(t, stderr, `"level":"warn"`)
+	require.NotContains(t, stderr, "TEST_POSTGRES_URL")
+	require.NotContains(t, stderr, "s3cret")
+	require.NotContains(t, stderr, "hunter2")
+
+	t.Setenv("EFFECTIVELY_KAFKA_SASL_MECHANISM", "")
+	t.Setenv("EFFECTIVELY_KAFKA_SASL_MECHNISM", "scram-sha-512")
+	_, stderr, err = run(t, testApp(), "config")
+	require.Error(t, err)
+	require.Equal(t, ExitUsage, ExitCode(err))
+	require.Contains(t, stderr, "warning: config: EFFECTIVELY_KAFKA_SASL_MECHNISM: is set, but it is not")
+	require.Contains(t, stderr, "did you mean EFFECTIVELY_KAFKA_SASL_MECHANISM (kafka.sasl.mechanism)?")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -110,16 +111,25 @@ claim, so nothing applies twice.`,
 			})
 		},
 	}
-	var id int64
+	var (
+		id  int64
+		yes bool
+	)
 	redrive := &cobra.Command{
 		Use:   "redrive [ID...] [filters]",
 		Short: "Re-apply dead letters after a fix, through the same claim (nothing applies twice)",
 		Long: `Re-apply the dead letters named by ID (as 'dlq list' and 'dlq show ID' name them),
 or every unresolved one a filter selects (--reason, --topic, --since), through the
-same claim as the worker: nothing applies twice. Progress goes to stderr.`,
+same claim as the worker: nothing applies twice. Progress goes to stderr.
+
+A filter can select many: redrive counts them and asks before going on (on a
+terminal; elsewhere, in a script, it needs --yes). Dead letters named by ID
+are redriven without asking. 'dlq list --unresolved' with the same filter
+shows what a filter selects.`,
 		Example: `  effectively dlq redrive 42
   effectively dlq redrive 42 43 44
-  effectively dlq redrive --reason handler_error --since 24h`,
+  effectively dlq redrive --reason handler_error --since 24h
+  effectively dlq redrive --reason source_unavailable --yes   # in a script`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids, err := parseIDs(args)
 			if err != nil {
@@ -148,6 +158,9 @@ same claim as the worker: nothing applies twice. Progress goes to stderr.`,
 					}
 					for _, d := range ds {
 						ids = append(ids, d.ID)
+					}
+					if err := confirm(ctx, c, yes, int64(len(ids)), redriveWhat(ids, f, since)); err != nil {
+						return err
 					}
 				}
 				progress := newProgress(c.stderr, "redriving dead letters", int64(len(ids)))
@@ -181,10 +194,42 @@ same claim as the worker: nothing applies twice. Progress goes to stderr.`,
 			})
 		},
 	}
+	redrive.Flags().BoolVar(&yes, "yes", false, "redrive what a filter selects without asking (dead letters named by ID are never asked about)")
 	redrive.Flags().Int64Var(&id, "id", 0, "the dead letter to redrive")
 	_ = redrive.Flags().MarkHidden("id") // deprecated: dlq redrive ID
 	cmd.AddCommand(list, show, redrive)
 	return cmd
+}
+
+// redriveWhat says what a filtered redrive would do, for its confirmation:
+// how many dead letters, selected how, and their first IDs.
+func redriveWhat(ids []int64, f deadletter.Filter, since time.Duration) string {
+	var sel []string
+	if f.Reason != "" {
+		sel = append(sel, "--reason "+f.Reason)
+	}
+	if f.Topic != "" {
+		sel = append(sel, "--topic "+f.Topic)
+	}
+	if since > 0 {
+		sel = append(sel, "--since "+since.String())
+	}
+	s := fmt.Sprintf("re-apply %d unresolved dead letters (%s)", len(ids), strings.Join(sel, " "))
+	if len(ids) > 0 {
+		shown := ids[:min(len(ids), 20)]
+		parts := make([]string, len(shown))
+		for i, id := range shown {
+			parts[i] = strconv.FormatInt(id, 10)
+		}
+		s += ", IDs " + strings.Join(parts, ", ")
+		if len(ids) > len(shown) {
+			s += fmt.Sprintf(" and %d more", len(ids)-len(shown))
+		}
+	}
+	if f.Limit > 0 && len(ids) >= f.Limit {
+		s += fmt.Sprintf(" (--limit %d: more may match)", f.Limit)
+	}
+	return s + fmt.Sprintf("; 'dlq list --unresolved %s' lists them", strings.Join(sel, " "))
 }
 
 func yesNo(b bool) string {

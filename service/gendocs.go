@@ -124,6 +124,9 @@ variable is ` + "`" + config.EnvPrefix + "`" + ` followed by the key upper-cased
 durations (` + "`45s`, `168h`" + `). The ` + "`topics:`" + ` list is read from the file only.
 Invalid values are reported all at once, each naming the key, the value and
 the fix (exit code 2); unknown keys in the file are errors with a suggestion.
+An ` + "`" + config.EnvPrefix + "`" + ` variable that is no key's is ignored with a warning at start-up
+that names the key it probably meant (the variables of the tools around the
+service, such as the test harness's, are not reported).
 ` + "`" + a.name() + " config`" + ` prints the effective configuration, passwords redacted.
 
 `)

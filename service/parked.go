@@ -57,12 +57,24 @@ them past parking.max_age or parking.max_attempts.`,
 	}
 	list.Flags().IntVar(&f.Limit, "limit", 1000, "at most this many")
 
+	var yes bool
 	release := &cobra.Command{
 		Use:   "release",
 		Short: "Retry parked events now (those whose prerequisite exists are applied by the next sweep)",
-		Args:  cobra.NoArgs,
+		Long: `Make the selected parked events (all of them without --resource or
+--event-key) due now: a running worker's sweeper releases those whose
+prerequisite exists. It counts them and asks first (on a terminal; in a
+script, pass --yes).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+				due, err := pipeline.CountParkedMatching(ctx, pool, f)
+				if err != nil {
+					return err
+				}
+				if err := confirm(ctx, c, yes, due, fmt.Sprintf("make %d parked events %s due now (a running worker's sweeper then releases those whose prerequisite exists)", due, parkedSelection(f))); err != nil {
+					return err
+				}
 				n, err := pipeline.RetryNow(ctx, pool, f)
 				if err != nil {
 					return err
@@ -81,12 +93,23 @@ them past parking.max_age or parking.max_attempts.`,
 	drop := &cobra.Command{
 		Use:   "drop",
 		Short: "Give up on parked events: dead-letter them with reason dropped",
-		Args:  cobra.NoArgs,
+		Long: `Dead-letter the parked events of --resource (or the one --event-key
+names) with reason dropped and the --reason given: they leave parking for
+good ('dlq redrive' can re-apply them later). It counts them and asks first
+(on a terminal; in a script, pass --yes).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.Resource == "" && f.EventKey == "" {
 				return usageError{fmt.Errorf("drop needs --resource or --event-key")}
 			}
 			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+				parked, err := pipeline.CountParkedMatching(ctx, pool, f)
+				if err != nil {
+					return err
+				}
+				if err := confirm(ctx, c, yes, parked, fmt.Sprintf("dead-letter %d parked events %s with reason dropped (%q)", parked, parkedSelection(f), why)); err != nil {
+					return err
+				}
 				n, err := pipeline.DropParked(ctx, pool, f, why)
 				if err != nil {
 					return err
@@ -102,6 +125,21 @@ them past parking.max_age or parking.max_attempts.`,
 		},
 	}
 	drop.Flags().StringVar(&why, "reason", "no reason given", "why, recorded in the dead letter")
+	release.Flags().BoolVar(&yes, "yes", false, "do not ask first")
+	drop.Flags().BoolVar(&yes, "yes", false, "do not ask first")
 	cmd.AddCommand(list, release, drop)
 	return cmd
+}
+
+// parkedSelection names what a parked filter selects, for confirmations.
+func parkedSelection(f pipeline.ParkedFilter) string {
+	switch {
+	case f.Resource != "" && f.EventKey != "":
+		return fmt.Sprintf("of resource %s with event key %s", f.Resource, f.EventKey)
+	case f.Resource != "":
+		return "of resource " + f.Resource
+	case f.EventKey != "":
+		return "with event key " + f.EventKey
+	}
+	return "of every resource"
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kzap"
-	"golang.org/x/term"
 
 	"github.com/effectively-io/effectively/broker"
 	"github.com/effectively-io/effectively/config"
@@ -86,8 +85,8 @@ The topic is created with --partitions partitions when it does not exist.`,
 			if topic == "" {
 				topic = c.cfg.Kafka.Topics[0]
 			}
-			if recreate && !yes {
-				if err := confirm(c, fmt.Sprintf("delete topic %s and every record in it", topic)); err != nil {
+			if recreate {
+				if err := confirm(ctx, c, yes, 1, fmt.Sprintf("delete topic %s and every record in it", topic)); err != nil {
 					return err
 				}
 			}
@@ -220,19 +219,4 @@ func produceLines(ctx context.Context, cl *kgo.Client, in io.Reader) (int, error
 		return 0, fmt.Errorf("producing: %w", err)
 	}
 	return len(recs), nil
-}
-
-// confirm asks on the terminal before a destructive step. Without a
-// terminal there is nobody to ask: the step needs --yes.
-func confirm(c *CLI, what string) error {
-	in, ok := c.stdin.(*os.File)
-	if !ok || !term.IsTerminal(int(in.Fd())) {
-		return usageError{fmt.Errorf("this would %s; confirm with --yes", what)}
-	}
-	fmt.Fprintf(c.stderr, "This will %s. Type yes to go on: ", what)
-	answer, err := bufio.NewReader(in).ReadString('\n')
-	if err != nil || strings.TrimSpace(answer) != "yes" {
-		return usageError{fmt.Errorf("not confirmed: nothing was deleted")}
-	}
-	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 )
 
 func newPruneCmd(c *CLI) *cobra.Command {
-	var dryRun, asJSON bool
+	var dryRun, asJSON, yes bool
 	cmd := &cobra.Command{
 		Use:   "prune",
 		Short: "Expire once what has outlived its retention (claims generations, published dead letters, finished outbox intents, resolved parked events)",
@@ -37,10 +38,19 @@ oldest first. It records the watermarks 'effectively audit' uses to tell a
 pruned claim from a missing one. --dry-run only counts (claims by
 PostgreSQL's estimate).
 
+prune first counts what it would delete, with the retention of the
+configuration it runs with (which must be the workers'), shows it, and asks
+before deleting (on a terminal; in a script or a Job, pass --yes).
+
 While a worker's pruner is in the middle of a pass, prune waits for it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+				if !dryRun && !yes {
+					if err := confirmPrune(ctx, c, pool); err != nil {
+						return err
+					}
+				}
 				res, err := prune(ctx, c, pool, dryRun)
 				if err != nil {
 					return err
@@ -48,11 +58,12 @@ While a worker's pruner is in the middle of a pass, prune waits for it.`,
 				if asJSON {
 					return c.PrintJSON(res)
 				}
-				return printPrune(c, res)
+				return printPrune(c.stdout, res)
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted; delete nothing")
+	cmd.Flags().BoolVar(&yes, "yes", false, "delete without showing the count and asking first")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
@@ -87,8 +98,26 @@ func prune(ctx context.Context, c *CLI, pool *pgxpool.Pool, dry bool) (dedupe.Pr
 	}
 }
 
-func printPrune(c *CLI, res dedupe.PruneResult) error {
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+// confirmPrune counts what a pass would delete (a dry run), shows it on
+// stderr and asks; without a terminal it refuses with the count.
+func confirmPrune(ctx context.Context, c *CLI, pool *pgxpool.Pool) error {
+	dry, err := prune(ctx, c, pool, true)
+	if err != nil {
+		return err
+	}
+	rows, gens := dry.Deleted()
+	if isTerminal(c.stdin) && rows+int64(gens) > 0 {
+		if err := printPrune(c.stderr, dry); err != nil {
+			return err
+		}
+	}
+	what := fmt.Sprintf("delete about %d rows (claims by PostgreSQL's estimate) and drop %d claims generations that have outlived dedupe.retention (%s) and outbox.retention (%s) ('prune --dry-run' lists them by table)",
+		rows, gens, c.cfg.Dedupe.Retention, c.cfg.Outbox.Retention)
+	return confirm(ctx, c, false, rows+int64(gens), what)
+}
+
+func printPrune(w io.Writer, res dedupe.PruneResult) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	rowsHeader := "ROWS DELETED"
 	if res.DryRun {
 		rowsHeader = "ROWS TO DELETE"
@@ -115,17 +144,17 @@ func printPrune(c *CLI, res dedupe.PruneResult) error {
 			verb = "would drop"
 		}
 		for _, d := range t.Generations.Dropped {
-			fmt.Fprintf(c.stdout, "%s: %s generation %d (%s, closed %s, ~%d claims", t.Table, verb, d.Generation, d.Table, d.ClosedAt.UTC().Format(time.RFC3339), d.Claims)
+			fmt.Fprintf(w, "%s: %s generation %d (%s, closed %s, ~%d claims", t.Table, verb, d.Generation, d.Table, d.ClosedAt.UTC().Format(time.RFC3339), d.Claims)
 			if !res.DryRun {
-				fmt.Fprintf(c.stdout, ", %d parked claims moved to the open generation, in %s", d.Parked, d.Took.Round(time.Millisecond))
+				fmt.Fprintf(w, ", %d parked claims moved to the open generation, in %s", d.Parked, d.Took.Round(time.Millisecond))
 			}
-			fmt.Fprintln(c.stdout, ")")
+			fmt.Fprintln(w, ")")
 		}
 		if t.Generations.Opened != nil {
-			fmt.Fprintf(c.stdout, "%s: opened generation %d\n", t.Table, *t.Generations.Opened)
+			fmt.Fprintf(w, "%s: opened generation %d\n", t.Table, *t.Generations.Opened)
 		}
 		for _, b := range t.Generations.Busy {
-			fmt.Fprintf(c.stdout, "%s: %s\n", t.Table, b)
+			fmt.Fprintf(w, "%s: %s\n", t.Table, b)
 		}
 	}
 	rows, gens := res.Deleted()
@@ -134,10 +163,10 @@ func printPrune(c *CLI, res dedupe.PruneResult) error {
 		generations = "claims generation"
 	}
 	if res.DryRun {
-		fmt.Fprintf(c.stdout, "dry run: %d rows would be deleted and %d %s dropped (counted in %s); nothing was deleted\n", rows, gens, generations, res.Took.Round(time.Millisecond))
+		fmt.Fprintf(w, "dry run: %d rows would be deleted and %d %s dropped (counted in %s); nothing was deleted\n", rows, gens, generations, res.Took.Round(time.Millisecond))
 		return nil
 	}
-	fmt.Fprintf(c.stdout, "pruned %d rows and %d %s in %s\n", rows, gens, generations, res.Took.Round(time.Millisecond))
+	fmt.Fprintf(w, "pruned %d rows and %d %s in %s\n", rows, gens, generations, res.Took.Round(time.Millisecond))
 	return nil
 }
 

@@ -40,7 +40,8 @@ type replayFlags struct {
 	replayGroup      string
 	progressInterval time.Duration
 	// removeMembers are static members the operator states are stopped;
-	// removeStopped removes those whose admin server refuses connections.
+	// removeStopped looks at every static member and refuses while any is
+	// running or not proven stopped (see removeStopped).
 	removeMembers []string
 	removeStopped bool
 }
@@ -145,8 +146,8 @@ and side-effect intents unique per (event, operation), so nothing fires twice.`,
 	fl.StringVar(&f.replayGroup, "replay-group", "", "replay the range under this group (not the workers' group) through the worker's pipeline, then exit")
 	fl.StringVar(&f.toTime, "to-time", "", "bounded replay: stop before the first record at or after this RFC 3339 time (default: the end of each partition at the start)")
 	fl.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "bounded replay: how often to print a progress line when stdout is not a terminal")
-	fl.StringSliceVar(&f.removeMembers, "remove-member", nil, "rewind with --execute: first remove this static member (its kafka.instance_id), which you know is stopped, instead of waiting out its session; refused if its admin server answers (repeatable)")
-	fl.BoolVar(&f.removeStopped, "remove-stopped-members", false, "rewind with --execute: first remove every static member whose admin server (its host, the port of http.addr) refuses connections: its process is gone")
+	fl.StringSliceVar(&f.removeMembers, "remove-member", nil, "rewind with --execute: first remove this static member (its kafka.instance_id), which you know is stopped, instead of waiting out its session; refused if its admin server (its host, the port of http.addr) answers as it (repeatable)")
+	fl.BoolVar(&f.removeStopped, "remove-stopped-members", false, "rewind with --execute: first look at every static member and remove those proven stopped (named with --remove-member); refuses, removing nothing, while any answers as itself or is not named, and prints the --remove-member flags to check and add")
 	return cmd
 }
 

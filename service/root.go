@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/termsafe"
 )
 
 // CLI is what every command shares: the app, the loaded configuration and
@@ -77,8 +79,15 @@ transaction commits.`,
 			if cmd.Annotations["config"] == "none" {
 				return nil
 			}
+			envWarnings := config.EnvWarnings(os.Environ(), a.extension())
 			cfg, err := config.Load(c.configPath, cmd.Flags(), a.extension())
 			if err != nil {
+				// No logger without a valid log.* yet; a misspelt variable
+				// often explains the error (a key left at its default).
+				for _, w := range envWarnings {
+					// A variable's name is the environment's text, not ours.
+					fmt.Fprintf(stderr, "warning: %s\n", termsafe.Escape(w.String()))
+				}
 				return err
 			}
 			c.cfg = cfg
@@ -87,6 +96,7 @@ transaction commits.`,
 				return err
 			}
 			c.log = log
+			logWarnings(log, append(envWarnings, cfg.Warnings()...))
 			return nil
 		},
 		PersistentPostRun: func(*cobra.Command, []string) {
@@ -126,6 +136,14 @@ transaction commits.`,
 	nameCommands(root, a.name())
 	usageArgs(root)
 	return root
+}
+
+// logWarnings logs the configuration's warnings, once per command, before
+// the command does anything.
+func logWarnings(log *zap.Logger, ws []config.Warning) {
+	for _, w := range ws {
+		log.Warn(w.Setting+" "+w.Problem, zap.String("setting", w.Setting), zap.String("fix", w.Fix))
+	}
 }
 
 // nameCommands writes the build's own binary name into the help texts'

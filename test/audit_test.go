@@ -149,7 +149,14 @@ func TestAuditAccountsForEveryRecordAndFindsWhatIsMissing(t *testing.T) {
 	code, stdout, _ = runCmd(t, r.env, "prune", "--dry-run")
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, fmt.Sprintf("dry run: %d rows would be deleted and 1 claims generation dropped", n))
-	code, stdout, _ = runCmd(t, r.env, "prune")
+	// prune deletes: without a terminal it refuses without --yes, with what
+	// it would delete, and deletes nothing.
+	code, _, stderr = runCmd(t, r.env, "prune")
+	require.Equal(t, 2, code, stderr)
+	require.Regexp(t, `this would delete about \d+ rows \(claims by PostgreSQL's estimate\) and drop 1 claims generations that have outlived dedupe.retention`, stderr)
+	require.Contains(t, stderr, "confirm with --yes")
+	require.Equal(t, claims, r.db.Count(t, `SELECT count(*) FROM effectively_claims`), "nothing pruned")
+	code, stdout, _ = runCmd(t, r.env, "prune", "--yes")
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, fmt.Sprintf("pruned %d rows and 1 claims generation in ", n))
 	require.Equal(t, claims-p1Claims, r.db.Count(t, `SELECT count(*) FROM effectively_claims`), "partition 1's claims, and only they, are gone")

@@ -219,7 +219,14 @@ func TestBadInputCatalogue(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "invalid_version")
 	require.Contains(t, out, "origin       "+r.topic+"/0@")
-	code, out, stderr = runCmd(t, r.env, "dlq", "redrive", "--reason", "invalid_version")
+	// A filter may select many: without a terminal, redrive refuses without
+	// --yes and names what it would do; nothing is redriven.
+	code, _, stderr = runCmd(t, r.env, "dlq", "redrive", "--reason", "invalid_version")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, fmt.Sprintf("this would re-apply 4 unresolved dead letters (--reason invalid_version), IDs %d, %d, %d, %d", listed[0].ID, listed[1].ID, listed[2].ID, listed[3].ID))
+	require.Contains(t, stderr, "confirm with --yes")
+	require.Equal(t, int64(4), r.db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'invalid_version' AND attempts = 1`), "nothing redriven")
+	code, out, stderr = runCmd(t, r.env, "dlq", "redrive", "--reason", "invalid_version", "--yes")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "0 of 4 redriven dead letters resolved")
 	require.Equal(t, int64(4), r.db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'invalid_version' AND attempts = 2`))

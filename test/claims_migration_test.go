@@ -200,7 +200,7 @@ FROM generate_series(1, $1::bigint) AS i`, historical)
 
 	// Generation 0 expires: one drop, whatever it holds.
 	old.AgeClosedClaims(t, 30*24*time.Hour)
-	code, stdout, stderr = runCmd(t, r.env, "prune")
+	code, stdout, stderr = runCmd(t, r.env, "prune", "--yes")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "effectively_claims: dropped generation 0 (processed_events")
 	t.Logf("prune:\n%s", stdout)

@@ -56,8 +56,40 @@ func TestParkingEndToEnd(t *testing.T) {
 	require.Equal(t, int64(61), r.db.Count(t, `SELECT balance_cents FROM account_balances WHERE account_id = 'late'`))
 	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM parked_events WHERE state = 'parked'`))
 
-	code, out, stderr = runCmd(t, r.env, "parked", "drop", "--resource", "ghost", "--reason", "account deleted upstream")
+	// Release and drop change rows at once: they count them and ask first.
+	// From a script (no terminal) they refuse without --yes and change
+	// nothing; on a terminal they show the count and act only on y.
+	nextAttempt := func() time.Time {
+		var at time.Time
+		require.NoError(t, r.db.Pool.QueryRow(context.Background(), `SELECT next_attempt_at FROM parked_events WHERE resource = 'ghost'`).Scan(&at))
+		return at
+	}
+	due := nextAttempt()
+	code, _, stderr = runCmd(t, r.env, "parked", "release")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "this would make 1 parked events of every resource due now")
+	require.Contains(t, stderr, "confirm with --yes")
+	require.Equal(t, due, nextAttempt(), "nothing released")
+	code, out, stderr = runCmd(t, r.env, "parked", "release", "--resource", "ghost", "--yes")
 	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "1 parked events are due now")
+
+	dropArgs := []string{"parked", "drop", "--resource", "ghost", "--reason", "account deleted upstream"}
+	code, _, stderr = runCmd(t, r.env, dropArgs...)
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, `this would dead-letter 1 parked events of resource ghost with reason dropped ("account deleted upstream"); confirm with --yes`)
+	code, out, stderr = runOnTerminal(t, r.env, "n\n", dropArgs...)
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "This will dead-letter 1 parked events of resource ghost")
+	require.Contains(t, stderr, "Continue? [y/N]")
+	require.Contains(t, stderr, "not confirmed: nothing was changed")
+	require.Empty(t, out)
+	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM parked_events WHERE state = 'parked'`), "nothing dropped")
+	require.Zero(t, r.db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'dropped'`))
+
+	code, out, stderr = runOnTerminal(t, r.env, "y\n", dropArgs...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stderr, "Continue? [y/N]")
 	require.Contains(t, out, "1 parked events dead-lettered")
 	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'dropped' AND error LIKE '%account deleted upstream%'`))
 	require.Equal(t, int64(0), r.db.Count(t, `SELECT count(*) FROM parked_events WHERE state = 'parked'`))

@@ -109,7 +109,7 @@ func TestPostgresSecurity(t *testing.T) {
 		require.NotContains(t, logs, "sslmode", "no TLS warning for a local server")
 		require.NotContains(t, logs, workerPW)
 
-		for _, args := range [][]string{{"dlq", "list"}, {"prune"}, {"parked", "list"}, {"replay", "--topic", r.topic, "--from-start", "--execute"}} {
+		for _, args := range [][]string{{"dlq", "list"}, {"prune", "--yes"}, {"parked", "list"}, {"replay", "--topic", r.topic, "--from-start", "--execute"}} {
 			code, stdout, stderr := runCmd(t, r.env, args...)
 			require.Equal(t, 0, code, "%v as effectively_worker: %s\n%s", args, stdout, stderr)
 		}
@@ -130,11 +130,11 @@ func TestPostgresSecurity(t *testing.T) {
 		// so it is made older than that (as the owner).
 		_, err := owner.Exec(ctx, `UPDATE claim_generations SET opened_at = opened_at - interval '1 minute' WHERE opened_at IS NOT NULL AND closed_at IS NULL`)
 		require.NoError(t, err)
-		code, stdout, stderr := runCmd(t, env, "prune")
+		code, stdout, stderr := runCmd(t, env, "prune", "--yes")
 		require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
 		require.Contains(t, stdout, "effectively_claims: opened generation 2")
 		time.Sleep(2100 * time.Millisecond)
-		code, stdout, stderr = runCmd(t, env, "prune")
+		code, stdout, stderr = runCmd(t, env, "prune", "--yes")
 		require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
 		require.Contains(t, stdout, "effectively_claims: dropped generation 1 (effectively_claims_g1")
 		require.Zero(t, r.db.Count(t, `SELECT count(*) FROM effectively_claims`))

@@ -154,11 +154,11 @@ func TestReprocessingTheLast24HoursIsANonEvent(t *testing.T) {
 	// The first pass closes the open claims generation (older than the
 	// tiny generation interval, retention / 2); the second, once it has
 	// been closed longer than the tiny retention, drops it.
-	code, stdout, stderr := runCmd(t, append(append([]string{}, r.env...), tinyRetention...), "prune")
+	code, stdout, stderr := runCmd(t, append(append([]string{}, r.env...), tinyRetention...), "prune", "--yes")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "effectively_claims: opened generation")
 	time.Sleep(2100 * time.Millisecond)
-	code, stdout, stderr = runCmd(t, append(append([]string{}, r.env...), tinyRetention...), "prune")
+	code, stdout, stderr = runCmd(t, append(append([]string{}, r.env...), tinyRetention...), "prune", "--yes")
 	require.Equal(t, 0, code, stderr)
 	require.Zero(t, r.db.Count(t, `SELECT count(*) FROM effectively_claims`), "prune deleted every claim:\n%s", stdout)
 	plan = rewind24h("rewind after pruning")

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-io/effectively/examples/accounts/workload"
+	"github.com/effectively-io/effectively/test/kafkatest"
 )
 
 // staticRig is a rig with the default session timeout (45 s: what a static
@@ -24,10 +25,12 @@ func staticRig(t *testing.T, partitions int32) *rig {
 }
 
 // A stopped static member stays in the group until its session expires, so
-// a rewind is refused for that long. --remove-member refuses a member that
-// is still running (its admin server answers); once it has stopped,
-// --remove-stopped-members removes it (its admin server refuses
-// connections) and the rewind goes through at once.
+// a rewind is refused for that long. Nothing the broker shows tells a
+// stopped static member from a running one, and an admin address that
+// refuses proves nothing (the worker's admin server may listen elsewhere):
+// --remove-stopped-members never removes a member on that ground, running
+// or not, and names the flag that does; --remove-member refuses a member
+// that answers as itself, and removes a stopped one at once.
 func TestReplayRemovesStoppedStaticMembers(t *testing.T) {
 	t.Parallel()
 	r := staticRig(t, 2)
@@ -36,31 +39,66 @@ func TestReplayRemovesStoppedStaticMembers(t *testing.T) {
 	r.produceAccounts(t, accountIDs("a", 0, 20)...)
 	w := r.startedWorker(t, "EFFECTIVELY_KAFKA_INSTANCE_ID=w0")
 	r.waitApplied(t, 20, 2*time.Minute)
+	memberID := func() string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		groups, err := kafkatest.Admin(t).DescribeGroups(ctx, r.group)
+		require.NoError(t, err)
+		g := groups[r.group]
+		require.NoError(t, g.Err)
+		require.Len(t, g.Members, 1, "w0 is the group's one member")
+		return g.Members[0].MemberID
+	}
+	running := memberID()
 
 	code, _, stderr := r.replay(t, "--from-start", "--execute", "--remove-member", "w0")
 	require.Equal(t, 1, code, stderr)
 	require.Contains(t, stderr, "refusing to remove running member(s)")
-	require.Contains(t, stderr, "w0 (its admin server http://"+admin+"/healthz answers)")
+	require.Contains(t, stderr, "w0 (its admin server http://"+admin+"/status answers as it)")
 	require.Equal(t, int64(20), r.applied(t), "nothing rewound")
+
+	// The bug this guards against: the replay's http.addr names another
+	// port than the running worker's, where nothing listens. The refused
+	// connection once counted as "stopped" and the running w0 was removed
+	// (fenced, its partitions moved). Now it is not proven stopped: the
+	// command refuses, removes nothing, and w0 keeps its membership.
+	elsewhere := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	code, _, stderr = runCmd(t, append(append([]string{}, r.env...), "EFFECTIVELY_HTTP_ADDR="+elsewhere),
+		"replay", "--topic", r.topic, "--from-start", "--execute", "--remove-stopped-members")
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stderr, "not removing static member(s) of group "+r.group+" that are not proven stopped: w0 at 127.0.0.1 (http://"+elsewhere+"/status refused the connection); nothing was removed")
+	require.Contains(t, stderr, "fix: check that they are stopped (e.g. kubectl get pod w0), then name them: --remove-member w0")
+	require.Equal(t, running, memberID(), "the running member was not removed")
+	require.Equal(t, int64(20), r.applied(t), "nothing rewound")
+	require.NotContains(t, w.stderr.String(), "FENCED_INSTANCE_ID")
+	require.False(t, w.exited())
 
 	w.signal(t, syscall.SIGTERM)
 	require.Equal(t, 0, w.wait(t, time.Minute))
 	stopped := time.Now()
 	// Without removal the stopped static member still holds the group
-	// (kafka.session_timeout is 45 s).
+	// (kafka.session_timeout is 45 s); the refusal names the way out.
 	code, _, stderr = r.replay(t, "--from-start", "--execute")
 	require.NotEqual(t, 0, code)
 	require.Contains(t, stderr, "instance w0")
-	require.Contains(t, stderr, "--remove-stopped-members", "the refusal names the way out")
+	require.Contains(t, stderr, "--remove-member ID")
+	// Stopped, its address refuses at the right port too; that is still no
+	// proof, and nothing is removed.
+	code, _, stderr = r.replay(t, "--from-start", "--execute", "--remove-stopped-members")
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stderr, "w0 at 127.0.0.1 (http://"+admin+"/status refused the connection)")
+	require.Equal(t, running, memberID(), "still in the group")
 
-	code, out, stderr := r.replay(t, "--from-start", "--execute", "--remove-stopped-members")
+	// The operator's statement is the proof.
+	code, out, stderr := r.replay(t, "--from-start", "--execute", "--remove-stopped-members", "--remove-member", "w0")
 	accepted := time.Since(stopped)
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stderr, "removed stopped static member(s) from group "+r.group+": w0")
 	require.Contains(t, out, "rewound")
 	require.Equal(t, int64(0), r.applied(t), "rewound to the start")
-	t.Logf("replay --execute --remove-stopped-members accepted %s after the static worker stopped (kafka.session_timeout 45 s)", accepted.Round(time.Millisecond))
-	fmt.Printf("replay accepted %s after the last static worker stopped, with --remove-stopped-members\n", accepted.Round(time.Millisecond))
+	t.Logf("replay --execute --remove-member accepted %s after the static worker stopped (kafka.session_timeout 45 s)", accepted.Round(time.Millisecond))
+	fmt.Printf("replay accepted %s after the last static worker stopped, with --remove-member\n", accepted.Round(time.Millisecond))
 }
 
 // What a static member's graceful stop costs, before and after
