@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/effectively-io/effectively/internal/pgtext"
 )
 
 // Letter is one dead letter.
@@ -86,21 +88,6 @@ func Queue(b *pgx.Batch, l Letter) {
 		size = len(l.Value)
 	}
 	b.Queue(insertSQL, l.Group, l.Topic, l.Partition, l.Offset, l.EventKey, l.RecordKey, value, size,
-		headers, l.Reason, truncate(cleanText(l.Error), MaxErrorBytes))
+		headers, l.Reason, pgtext.Storable(l.Error, MaxErrorBytes))
 }
 
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
-
-// cleanText makes s storable as PostgreSQL text: valid UTF-8, no NUL.
-func cleanText(s string) string {
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\\0")
-}

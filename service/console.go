@@ -47,6 +47,7 @@ func (a *App) newConsole(cfg config.Config, log *zap.Logger, pool *pgxpool.Pool,
 	h, err := console.New(console.Options{
 		Pool: pool, Build: a.name() + " " + buildVersion(a.Version), Group: cfg.Kafka.Group, Topics: cfg.Kafka.Topics,
 		TokenFile: cfg.Console.TokenFile, NoToken: cfg.Console.TokenFile == "" && cfg.Console.LocalhostWithoutToken,
+		AllowedHosts: cfg.Console.AllowedHosts, CookieSecure: cfg.Console.CookieSecure,
 		History: history, Logger: log.Named("console"),
 		Status:        func(ctx context.Context) any { return c.groupStatus(ctx, nil) },
 		Redrive:       applier.Redrive,
