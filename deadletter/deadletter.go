@@ -90,4 +90,3 @@ func Queue(b *pgx.Batch, l Letter) {
 	b.Queue(insertSQL, l.Group, l.Topic, l.Partition, l.Offset, l.EventKey, l.RecordKey, value, size,
 		headers, l.Reason, pgtext.Storable(l.Error, MaxErrorBytes))
 }
-
