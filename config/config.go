@@ -474,7 +474,7 @@ func Default() Config {
 			Migrations: []string{},
 		},
 		HTTP:     HTTP{Addr: "127.0.0.1:9410", Pprof: HTTPPprofDefault},
-		Console:  Console{HistoryInterval: ConsoleHistoryIntervalDefault},
+		Console:  Console{AllowedHosts: []string{}, HistoryInterval: ConsoleHistoryIntervalDefault},
 		Log:      Log{Level: "info", Format: "json"},
 		Shutdown: Shutdown{DrainTimeout: ShutdownDrainTimeoutDefault},
 		Consumer: Consumer{

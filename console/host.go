@@ -102,8 +102,10 @@ func (g *hostGuard) handler(h http.Handler) http.Handler {
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusMisdirectedRequest)
-		_, _ = fmt.Fprintf(w, "console: this console does not answer to the host %.100q; fix: open it at http://localhost:%s%s, or add the name you use to console.allowed_hosts\n",
-			r.Host, port, Prefix)
+		_, _ = fmt.Fprintf(w, "console: refused: this request names the host %.100q, which is not one this console answers to "+
+			"(a page of another site reaching it through DNS rebinding would name its own).\n"+
+			"fix: open http://localhost:%s%s, or, if you reach the console by that name yourself (a proxy, a port-forward), add it to console.allowed_hosts (env %s)\n",
+			r.Host, port, Prefix, config.EnvName("console.allowed_hosts"))
 	})
 }
 

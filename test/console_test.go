@@ -486,7 +486,7 @@ VALUES ($1, 'notify.welcome', 'c1', 'POST', 'https://notify.example/send', '{}',
 
 	evil := fmt.Sprintf("http://evil.test:%d", port)
 	body := page(evil + "/console/")
-	require.Contains(t, body, "does not answer to the host", "the console under the rebound name")
+	require.Contains(t, body, "is not one this console answers to", "the console under the rebound name")
 	require.Contains(t, body, "console.allowed_hosts")
 	require.NotContains(t, body, "Overview")
 	res := attack(evil, attacked)
