@@ -158,7 +158,9 @@ func newConsoleCmd(c *CLI) *cobra.Command {
 kafka.brokers, without joining the group: the pages of 'status', dead letters,
 parked events, the outbox, the replay planner, the audit and the action log, with
 their actions. It needs console.token_file (or, on a loopback address,
-console.localhost_without_token). Workers serve the same console on their admin
+console.localhost_without_token: then it answers only requests for localhost,
+127.0.0.1 or [::1] on its port, and for the names in console.allowed_hosts).
+Workers serve the same console on their admin
 server when console.enabled is on; only theirs draws the throughput chart.`,
 		Example: `  effectively console --addr 127.0.0.1:9411 --config effectively.yaml`,
 		Args:    cobra.NoArgs,
