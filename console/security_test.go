@@ -113,6 +113,44 @@ func TestHostGuard(t *testing.T) {
 	require.ErrorContains(t, err, "console.allowed_hosts")
 }
 
+// On a real listener the bound port comes from the connection, for IPv4
+// and IPv6 alike (port 0 in the address included).
+func TestHostGuardOnListener(t *testing.T) {
+	t.Parallel()
+	h, err := New(Options{NoToken: true})
+	require.NoError(t, err)
+	for _, network := range []string{"127.0.0.1:0", "[::1]:0"} {
+		ln, err := net.Listen("tcp", network)
+		if err != nil && network == "[::1]:0" {
+			t.Logf("no IPv6 loopback here: %v", err)
+			continue
+		}
+		require.NoError(t, err)
+		srv := httptest.NewUnstartedServer(h)
+		srv.Listener.Close()
+		srv.Listener = ln
+		srv.Start()
+		port := ln.Addr().(*net.TCPAddr).Port
+		for host, want := range map[string]int{
+			fmt.Sprintf("localhost:%d", port): http.StatusOK, fmt.Sprintf("127.0.0.1:%d", port): http.StatusOK,
+			fmt.Sprintf("[::1]:%d", port): http.StatusOK, fmt.Sprintf("localhost:%d", port+1): http.StatusMisdirectedRequest,
+			fmt.Sprintf("evil.example:%d", port): http.StatusMisdirectedRequest, "localhost": http.StatusMisdirectedRequest,
+		} {
+			req, err := http.NewRequest(http.MethodGet, srv.URL+"/console/outbox-nothing", nil)
+			require.NoError(t, err)
+			req.Host = host
+			resp, err := srv.Client().Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			if want == http.StatusOK {
+				want = http.StatusNotFound // the console's own "no page here", past the guard
+			}
+			require.Equal(t, want, resp.StatusCode, "%s, Host %q", network, host)
+		}
+		srv.Close()
+	}
+}
+
 // The sign-in's next is a clean path of a console page or the Overview:
 // no other host, however encoded.
 func TestSafeNext(t *testing.T) {
