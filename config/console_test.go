@@ -1,7 +1,6 @@
 package config
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -49,35 +48,5 @@ func TestValidateConsole(t *testing.T) {
 
 	for addr, want := range map[string]bool{"127.0.0.1:1": true, "127.9.9.9:1": true, "[::1]:1": true, "localhost:1": true, "0.0.0.0:1": false, ":1": false, "10.0.0.1:1": false, "nonsense": false} {
 		require.Equal(t, want, IsLoopback(addr), addr)
-	}
-}
-
-// ParseHostPort normalises what may be compared (case, IP spellings,
-// leading zeros of a port) and refuses every other spelling of a host.
-func TestParseHostPort(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]HostPort{
-		"localhost":                    {Host: "localhost"},
-		"LocalHost:9410":               {Host: "localhost", Port: "9410"},
-		"localhost:09410":              {Host: "localhost", Port: "9410"},
-		"127.0.0.1:1":                  {Host: "127.0.0.1", Port: "1"},
-		"[::1]:9410":                   {Host: "::1", Port: "9410"},
-		"[0:0:0:0:0:0:0:1]":            {Host: "::1"},
-		"[::FFFF:127.0.0.1]:1":         {Host: "::ffff:127.0.0.1", Port: "1"},
-		"console.example.com:65535":    {Host: "console.example.com", Port: "65535"},
-		"my_host.internal":             {Host: "my_host.internal"},
-		"xn--bcher-kva.example:80":     {Host: "xn--bcher-kva.example", Port: "80"},
-		"effectively-0.effectively.ns": {Host: "effectively-0.effectively.ns"},
-	} {
-		got, err := ParseHostPort(in)
-		require.NoError(t, err, in)
-		require.Equal(t, want, got, in)
-	}
-	for _, in := range []string{"", ":9410", "localhost:", "localhost.", "localhost.:9410", "local..host", ".localhost", "localhost:0",
-		"localhost:70000", "localhost:+1", "localhost:1x", "localhost:9410.evil.example", "::1", "[::1", "[::1]x", "[::1]:", "[127.0.0.1]",
-		"[fe80::1%25eth0]:1", "user@localhost", "localhost/path", "http://localhost", `localhost\evil`, "-host", "host-", "bücher.example",
-		"local host", "localhost\x00", "*.example.com", strings.Repeat("a", 64) + ".example", strings.Repeat("a.", 127) + "aa"} {
-		_, err := ParseHostPort(in)
-		require.Error(t, err, "%q", in)
 	}
 }

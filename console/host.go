@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/internal/httphost"
 )
 
 // hostGuard answers only requests whose Host header names the console: a
@@ -23,7 +24,7 @@ import (
 // requests carry the attacker's name as Host. An IP address in Host cannot
 // be rebound, and a loopback one is always the machine itself.
 type hostGuard struct {
-	allowed []config.HostPort
+	allowed []httphost.Host
 	log     *zap.Logger
 	// logEvery spaces out the log lines of refusals: a hostile page can
 	// send them in a loop.
@@ -36,7 +37,7 @@ type hostGuard struct {
 func newHostGuard(allowed []string, log *zap.Logger) (*hostGuard, error) {
 	g := &hostGuard{log: log, logEvery: time.Minute}
 	for _, a := range allowed {
-		hp, err := config.ParseHostPort(a)
+		hp, err := httphost.Parse(a)
 		if err != nil {
 			return nil, fmt.Errorf("console.allowed_hosts: an entry %w; fix: write host or host:port, e.g. console.example.com or localhost:8080", err)
 		}
@@ -51,22 +52,22 @@ func newHostGuard(allowed []string, log *zap.Logger) (*hostGuard, error) {
 // (a handler served outside net/http's server) only the allowed hosts
 // pass.
 func (g *hostGuard) allows(r *http.Request) bool {
-	hp, err := config.ParseHostPort(r.Host)
+	hp, err := httphost.Parse(r.Host)
 	if err != nil {
 		return false
 	}
-	if isLoopbackHost(hp.Host) && hp.Port != "" && hp.Port == localPort(r) {
+	if isLoopbackHost(hp.Name) && hp.Port != "" && hp.Port == localPort(r) {
 		return true
 	}
 	for _, a := range g.allowed {
-		if a.Host == hp.Host && (a.Port == "" || a.Port == hp.Port) {
+		if a.Name == hp.Name && (a.Port == "" || a.Port == hp.Port) {
 			return true
 		}
 	}
 	return false
 }
 
-// isLoopbackHost reports whether host (normalised by config.ParseHostPort)
+// isLoopbackHost reports whether host (normalised by httphost.Parse)
 // is localhost or a loopback IP address.
 func isLoopbackHost(host string) bool {
 	if host == "localhost" {
