@@ -165,6 +165,26 @@ type Console struct {
 	// http.addr is a loopback address (127.0.0.1, ::1, localhost): whoever
 	// can reach the port is the operator "localhost". For a laptop only.
 	LocalhostWithoutToken bool `mapstructure:"localhost_without_token"`
+	// AllowedHosts are the names the console answers to besides localhost,
+	// 127.0.0.1 and [::1] on the port it listens on: each a host name or IP
+	// address (any port) or host:port (that port only), such as
+	// console.example.com or localhost:8080. A request whose Host header is
+	// none of them is refused with 421 before anything else runs, so that a
+	// page on another site cannot reach the console through DNS rebinding
+	// (a name of the attacker's that resolves to 127.0.0.1). Checked always
+	// when the console runs without a token (console.localhost_without_token);
+	// with console.token_file, checked only when set. Set it when browsers
+	// reach the console by a name: a reverse proxy that keeps the browser's
+	// Host, or a port-forward to another local port.
+	AllowedHosts []string `mapstructure:"allowed_hosts"`
+	// CookieSecure marks the session cookie Secure (the browser sends it
+	// only over https) also when the request reached the console over plain
+	// HTTP: set it when a proxy that terminates TLS serves the console over
+	// https. A request that arrives over TLS gets a Secure cookie anyway.
+	// Leave it off when browsers reach the console over http: they do not
+	// keep a Secure cookie there (except on localhost), so sign-in would not
+	// stick.
+	CookieSecure bool `mapstructure:"cookie_secure"`
 	// HistoryInterval is how often the worker samples its throughput by
 	// disposition for the Overview's chart (an hour of samples is kept in
 	// memory, only while the console is on).
@@ -454,7 +474,7 @@ func Default() Config {
 			Migrations: []string{},
 		},
 		HTTP:     HTTP{Addr: "127.0.0.1:9410", Pprof: HTTPPprofDefault},
-		Console:  Console{HistoryInterval: ConsoleHistoryIntervalDefault},
+		Console:  Console{AllowedHosts: []string{}, HistoryInterval: ConsoleHistoryIntervalDefault},
 		Log:      Log{Level: "info", Format: "json"},
 		Shutdown: Shutdown{DrainTimeout: ShutdownDrainTimeoutDefault},
 		Consumer: Consumer{

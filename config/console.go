@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/effectively-io/effectively/internal/httphost"
 )
 
 // validateConsole checks the console's keys: it needs the admin server, and
@@ -11,6 +13,12 @@ import (
 func (c Config) validateConsole(v *validator) {
 	cs := c.Console
 	v.durationBetween("console.history_interval", cs.HistoryInterval, time.Second, 5*time.Minute, "")
+	for _, h := range cs.AllowedHosts {
+		if _, err := httphost.Parse(h); err != nil {
+			v.add("console.allowed_hosts", h, "an entry "+err.Error(),
+				fmt.Sprintf("write each entry (%s, comma-separated) as a host name or IP address, or host:port to allow that port only, e.g. console.example.com,localhost:8080", where("console.allowed_hosts")))
+		}
+	}
 	if !cs.Enabled {
 		return
 	}

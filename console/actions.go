@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/effectively-io/effectively/internal/pgtext"
 )
 
 // Outcomes of an action.
@@ -33,10 +35,17 @@ type db interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// RecordAction appends a to the operator-action log.
+// maxResultBytes bounds an action's result in the log; a longer one is cut
+// on a character boundary and marked with "…".
+const maxResultBytes = 4000
+
+// RecordAction appends a to the operator-action log. Its text is made
+// storable first — invalid UTF-8 and NUL replaced, the result cut on a
+// character boundary — because PostgreSQL refuses such text, and the
+// action, already taken, would then be missing from the log.
 func RecordAction(ctx context.Context, pool db, a Action) error {
 	_, err := pool.Exec(ctx, `INSERT INTO operator_actions (operator, action, target, outcome, result) VALUES ($1, $2, $3, $4, $5)`,
-		a.Operator, a.Action, a.Target, a.Outcome, truncate(a.Result, 4000))
+		pgtext.Clean(a.Operator), pgtext.Clean(a.Action), pgtext.Clean(a.Target), a.Outcome, pgtext.Storable(a.Result, maxResultBytes))
 	if err != nil {
 		return fmt.Errorf("recording the operator action %s on %s: %w", a.Action, a.Target, err)
 	}
@@ -57,11 +66,4 @@ func ListActions(ctx context.Context, pool db, limit int) ([]Action, error) {
 		return nil, fmt.Errorf("listing operator actions: %w", err)
 	}
 	return out, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -10,6 +10,8 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"path"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -42,8 +44,18 @@ type Options struct {
 	// TokenFile is console.token_file; empty only with NoToken.
 	TokenFile string
 	// NoToken: every request is the operator "localhost" (a loopback
-	// address with console.localhost_without_token).
+	// address with console.localhost_without_token). Requests must then
+	// name a loopback host or one of AllowedHosts.
 	NoToken bool
+	// AllowedHosts is console.allowed_hosts: host or host:port entries the
+	// console answers to besides a loopback host on its own port. With
+	// NoToken, or when not empty, a request naming any other Host is
+	// refused with 421 Misdirected Request (DNS rebinding).
+	AllowedHosts []string
+	// CookieSecure is console.cookie_secure: the session cookie is Secure
+	// even when the request did not arrive over TLS (a proxy in front
+	// terminates it).
+	CookieSecure bool
 	// History is the worker's throughput history; nil when the console runs
 	// outside a worker.
 	History *History
@@ -82,6 +94,7 @@ type Console struct {
 	opts     Options
 	sessions *sessions
 	local    *session // NoToken's one session
+	signIns  *signInLimiter
 	pages    map[string]*template.Template
 	now      func() time.Time
 }
@@ -89,21 +102,28 @@ type Console struct {
 // New returns the console's handler, for the admin server to mount at
 // [Prefix]. With a token file, it reads it once to fail at start-up.
 func New(opts Options) (http.Handler, error) {
+	_, h, err := newConsole(opts)
+	return h, err
+}
+
+// newConsole is [New], returning the Console too (for tests to set its
+// clock).
+func newConsole(opts Options) (*Console, http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
 	if !opts.NoToken {
 		if _, err := ReadTokens(opts.TokenFile); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	c := &Console{opts: opts, sessions: newSessions(), now: time.Now}
+	c := &Console{opts: opts, sessions: newSessions(), signIns: newSignInLimiter(), now: time.Now}
 	if opts.NoToken {
 		c.local = &session{operator: LocalOperator, csrf: randomToken()}
 	}
 	pages, err := parsePages()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c.pages = pages
 
@@ -132,15 +152,25 @@ func New(opts Options) (http.Handler, error) {
 		c.render(w, r, http.StatusNotFound, "result", se, "Not found", resultData{Outcome: OutcomeFailed, Lines: []string{"No console page is at " + r.URL.Path + "."}})
 	}))
 
-	// Cross-origin POSTs (a form on another site) are refused before
-	// anything else: Sec-Fetch-Site, else Origin against Host.
+	// Cross-origin POSTs (a form on another site) are refused before any
+	// page's handler: Sec-Fetch-Site, else Origin against Host.
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusForbidden)
 		_, _ = fmt.Fprintln(w, "cross-origin request refused: console actions are taken from the console's own pages")
 	}))
-	return securityHeaders(cop.Handler(limitBody(mux))), nil
+	h := cop.Handler(limitBody(mux))
+	// The Host check goes first: a rebound name passes the cross-origin
+	// checks (it is the page's own origin).
+	guard, err := newHostGuard(opts.AllowedHosts, opts.Logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	if opts.NoToken || len(opts.AllowedHosts) > 0 {
+		h = guard.handler(h)
+	}
+	return c, securityHeaders(h), nil
 }
 
 // maxFormBytes bounds a form (a selection of a thousand IDs fits).
@@ -192,16 +222,22 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
-	next := r.PostFormValue("next")
-	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, Prefix+"login") {
-		next = Prefix // only the console's own pages: no open redirect
-	}
+	next := safeNext(r.PostFormValue("next"))
 	if c.local != nil {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
+	client, now := clientOf(r.RemoteAddr), c.now()
+	if wait := c.signIns.take(client, now); wait > 0 {
+		secs := int64((wait + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		c.render(w, r, http.StatusTooManyRequests, "login", nil, "Sign in", loginData{Next: next,
+			Error: fmt.Sprintf("Too many failed sign-ins; this one was not checked. Try again in %d s.", secs)})
+		return
+	}
 	tokens, err := ReadTokens(c.opts.TokenFile)
 	if err != nil {
+		c.signIns.refund(client, now) // the server's fault, not the client's
 		c.opts.Logger.Error("console sign-in: the token file cannot be read", zap.Error(err))
 		c.render(w, r, http.StatusInternalServerError, "login", nil, "Sign in", loginData{Next: next, Error: "The token file cannot be read; see the worker's log."})
 		return
@@ -212,18 +248,52 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusUnauthorized, "login", nil, "Sign in", loginData{Next: next, Error: "That token is not in console.token_file."})
 		return
 	}
-	id, _ := c.sessions.create(name, c.now())
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: Prefix, HttpOnly: true, Secure: r.TLS != nil,
-		SameSite: http.SameSiteStrictMode, MaxAge: int(SessionTTL / time.Second)})
+	c.signIns.refund(client, now)
+	id, _ := c.sessions.create(name, now)
+	http.SetCookie(w, c.cookie(r, id, int(SessionTTL/time.Second)))
 	c.opts.Logger.Info("console sign-in", zap.String("operator", name), zap.String("remote", r.RemoteAddr))
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// cookie is the session cookie: HttpOnly (no script reads it),
+// SameSite=Strict (no other site's request carries it), scoped to the
+// console, and Secure over TLS or with console.cookie_secure. maxAge < 0
+// deletes it.
+func (c *Console) cookie(r *http.Request, value string, maxAge int) *http.Cookie {
+	return &http.Cookie{Name: cookieName, Value: value, Path: Prefix, HttpOnly: true, Secure: r.TLS != nil || c.opts.CookieSecure,
+		SameSite: http.SameSiteStrictMode, MaxAge: maxAge}
+}
+
+// safeNext is where a sign-in goes: next when it is a clean path of a
+// console page, else the Overview — never another site. A browser reads
+// `\` as `/`, and "/console/../\host" cleans to "/\host", which it
+// follows to //host; so next must be made of plain path characters only
+// (no backslash, no percent-encoding, no colon, query or fragment), be
+// unchanged by path.Clean (no dot segments, no //) and start with /console/.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, Prefix+"login") {
+		return Prefix
+	}
+	for _, b := range []byte(next) {
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || strings.IndexByte("/-._~", b) >= 0) {
+			return Prefix
+		}
+	}
+	clean := path.Clean(next)
+	if strings.HasSuffix(next, "/") {
+		clean += "/"
+	}
+	if clean != next {
+		return Prefix
+	}
+	return next
 }
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, _ *session) {
 	if ck, err := r.Cookie(cookieName); err == nil {
 		c.sessions.delete(ck.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.SetCookie(w, c.cookie(r, "", -1))
 	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 }
 

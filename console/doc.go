@@ -10,10 +10,16 @@
 // Every route requires a signed-in session (a token from
 // console.token_file; the token's name is the operator the log records),
 // unless the console runs on a loopback address and
-// console.localhost_without_token allows it. Every POST passes Go's
-// cross-origin protection (Sec-Fetch-Site, Origin) and carries the
-// session's CSRF token. Responses carry a CSP without inline script, and
-// deny framing and sniffing.
+// console.localhost_without_token allows it. Failed sign-ins are limited
+// per client address and in all (429 with Retry-After); the session cookie
+// is HttpOnly, SameSite=Strict and Secure over TLS or with
+// console.cookie_secure; a sign-in returns only to a clean path under
+// /console/. Without a token, and with a token when console.allowed_hosts
+// is set, a request must name a loopback host on the console's own port or
+// an allowed host, else it is refused with 421 before anything runs (DNS
+// rebinding). Every POST passes Go's cross-origin protection
+// (Sec-Fetch-Site, Origin) and carries the session's CSRF token. Responses
+// carry a CSP without inline script, and deny framing and sniffing.
 //
 // The console is mounted by the worker's admin server only when
 // console.enabled is true; off, no route of it exists.

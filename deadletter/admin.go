@@ -8,9 +8,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/effectively-io/effectively/pgtext"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/effectively-io/effectively/internal/pgtext"
 )
 
 // DeadLetter is a dead letter as operators see it.
@@ -126,7 +127,7 @@ func Lock(ctx context.Context, tx pgx.Tx, id int64) error {
 // StillDead records a redrive that failed again: one more attempt, and why.
 func StillDead(ctx context.Context, tx pgx.Tx, id int64, reason, msg string) error {
 	_, err := tx.Exec(ctx, `UPDATE dead_letters SET attempts = attempts + 1, last_seen_at = now(), reason = $2, error = $3 WHERE id = $1`,
-		id, reason, pgtext.Truncate(pgtext.Clean(msg), MaxErrorBytes))
+		id, reason, pgtext.Storable(msg, MaxErrorBytes))
 	if err != nil {
 		return fmt.Errorf("recording the redrive of dead letter %d: %w", id, err)
 	}

@@ -10,8 +10,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/effectively-io/effectively/pgtext"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/effectively-io/effectively/internal/pgtext"
 )
 
 // Letter is one dead letter.
@@ -87,5 +88,5 @@ func Queue(b *pgx.Batch, l Letter) {
 		size = len(l.Value)
 	}
 	b.Queue(insertSQL, l.Group, l.Topic, l.Partition, l.Offset, l.EventKey, l.RecordKey, value, size,
-		headers, l.Reason, pgtext.Truncate(pgtext.Clean(l.Error), MaxErrorBytes))
+		headers, l.Reason, pgtext.Storable(l.Error, MaxErrorBytes))
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
-	"github.com/effectively-io/effectively/pgtext"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kzap"
 	"go.uber.org/zap"
+
+	"github.com/effectively-io/effectively/internal/pgtext"
 )
 
 // DLQSuffix names a source topic's dead-letter topic when no other is
@@ -524,7 +525,7 @@ func (p *pending) record(dlq string, partitions int32) *kgo.Record {
 		kgo.RecordHeader{Key: HeaderReason, Value: []byte(p.reason)},
 		// Stored bounded and cleaned already; bounded again in case the row
 		// came from elsewhere.
-		kgo.RecordHeader{Key: HeaderError, Value: []byte(pgtext.Truncate(pgtext.Clean(p.errText), MaxErrorBytes))},
+		kgo.RecordHeader{Key: HeaderError, Value: []byte(pgtext.Storable(p.errText, MaxErrorBytes))},
 		kgo.RecordHeader{Key: HeaderConsumerGroup, Value: []byte(p.group)},
 		kgo.RecordHeader{Key: HeaderDeadLetterID, Value: []byte(strconv.FormatInt(p.id, 10))},
 		kgo.RecordHeader{Key: HeaderValueSize, Value: []byte(strconv.FormatInt(p.valueSize, 10))},

@@ -20,7 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/crashpoint"
-	"github.com/effectively-io/effectively/pgtext"
+	"github.com/effectively-io/effectively/internal/pgtext"
 	"github.com/effectively-io/effectively/redact"
 )
 

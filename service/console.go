@@ -47,6 +47,7 @@ func (a *App) newConsole(cfg config.Config, log *zap.Logger, pool *pgxpool.Pool,
 	h, err := console.New(console.Options{
 		Pool: pool, Build: a.name() + " " + buildVersion(a.Version), Group: cfg.Kafka.Group, Topics: cfg.Kafka.Topics,
 		TokenFile: cfg.Console.TokenFile, NoToken: cfg.Console.TokenFile == "" && cfg.Console.LocalhostWithoutToken,
+		AllowedHosts: cfg.Console.AllowedHosts, CookieSecure: cfg.Console.CookieSecure,
 		History: history, Logger: log.Named("console"),
 		Status:        func(ctx context.Context) any { return c.groupStatus(ctx, nil) },
 		Redrive:       applier.Redrive,
@@ -157,7 +158,9 @@ func newConsoleCmd(c *CLI) *cobra.Command {
 kafka.brokers, without joining the group: the pages of 'status', dead letters,
 parked events, the outbox, the replay planner, the audit and the action log, with
 their actions. It needs console.token_file (or, on a loopback address,
-console.localhost_without_token). Workers serve the same console on their admin
+console.localhost_without_token: then it answers only requests for localhost,
+127.0.0.1 or [::1] on its port, and for the names in console.allowed_hosts).
+Workers serve the same console on their admin
 server when console.enabled is on; only theirs draws the throughput chart.`,
 		Example: `  effectively console --addr 127.0.0.1:9411 --config effectively.yaml`,
 		Args:    cobra.NoArgs,

@@ -321,7 +321,9 @@ func findBrowser() (string, error) {
 
 // `effectively console` serves the same console without a worker: refused
 // without a token (exit 2, naming the keys), or without one on a
-// non-loopback address; with a token file, every page asks for it.
+// non-loopback address; with a token file, every page asks for it, the
+// session cookie is Secure with console.cookie_secure, a sign-in's next
+// stays on the console, and failed sign-ins are limited.
 func TestConsoleCommand(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 1)
@@ -334,25 +336,198 @@ func TestConsoleCommand(t *testing.T) {
 
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(tokens, []byte(consoleToken+"\n"), 0o600))
-	p := start(t, append(r.env, "EFFECTIVELY_CONSOLE_TOKEN_FILE="+tokens), "console", "--addr", addr)
+	// console.cookie_secure: as behind a proxy that terminates TLS.
+	p := start(t, append(r.env, "EFFECTIVELY_CONSOLE_TOKEN_FILE="+tokens, "EFFECTIVELY_CONSOLE_COOKIE_SECURE=true"), "console", "--addr", addr)
 	waitUntil(t, "the console serves", time.Minute, func(context.Context) bool {
 		return strings.Contains(p.stderr.String(), "console at") || p.exited()
 	})
 	require.False(t, p.exited(), tail(p.stderr.String(), 10))
-	jar, err := cookiejar.New(nil)
-	require.NoError(t, err)
-	client := &http.Client{Jar: jar}
-	resp, err := client.Get("http://" + addr + "/console/outbox")
+	base := "http://" + addr
+	plain := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := plain.Get(base + "/console/outbox")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-	resp, err = client.PostForm("http://"+addr+"/console/login", url.Values{"token": {consoleToken}, "next": {"/console/outbox"}})
+	signIn := func(token, next string) *http.Response {
+		t.Helper()
+		resp, err := plain.PostForm(base+"/console/login", url.Values{"token": {token}, "next": {next}})
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	resp = signIn(consoleToken, "/console/outbox")
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/console/outbox", resp.Header.Get("Location"))
+	cookies := resp.Cookies()
+	require.Len(t, cookies, 1)
+	session := cookies[0]
+	require.True(t, session.Secure, "console.cookie_secure")
+	require.True(t, session.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, session.SameSite)
+	req, err := http.NewRequest(http.MethodGet, base+"/console/outbox", nil)
+	require.NoError(t, err)
+	req.AddCookie(session) // by hand: a cookie jar sends a Secure cookie over https only
+	resp, err = plain.Do(req)
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, string(body), `id="operator">operator<`, "a lone token's operator")
 	require.Contains(t, string(body), "No intent")
+
+	// next never leads off the console, however spelled.
+	for _, next := range []string{`/console/../\evil.example`, `/console/..\\evil.example`, "/console/%2F%2Fevil.example", "/console/%5Cevil.example",
+		"/console//evil.example", "//evil.example", "https://evil.example/", "/console/../../evil.example"} {
+		resp = signIn(consoleToken, next)
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode, next)
+		require.Equal(t, "/console/", resp.Header.Get("Location"), next)
+	}
+
+	// Failed sign-ins are limited: ten from this address, then 429 with
+	// Retry-After, the right token included (it is not checked).
+	for i := range 10 {
+		require.Equal(t, http.StatusUnauthorized, signIn("not-the-token-0123456789", "").StatusCode, "failure %d", i+1)
+	}
+	resp = signIn("not-the-token-0123456789", "")
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	resp = signIn(consoleToken, "")
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.Empty(t, resp.Cookies())
 	p.signal(t, syscall.SIGTERM)
 	require.Equal(t, 0, p.wait(t, time.Minute), tail(p.stderr.String(), 10))
+}
+
+// rebindingAttack is what a page of the attacker's runs once its name
+// resolves to 127.0.0.1 (DNS rebinding): same-origin with whatever answers
+// there, it reads an outbox intent's page for the CSRF token and posts the
+// resolve form with it. It returns the two statuses and whether a token was
+// found.
+const rebindingAttack = `(async () => {
+	const page = await fetch('/console/outbox/%[1]d');
+	const m = (await page.text()).match(/name="csrf" value="([^"]+)"/);
+	const post = await fetch('/console/outbox/%[1]d/resolve', {method: 'POST', body: new URLSearchParams({csrf: m ? m[1] : '', action: 'sent'})});
+	return {page: page.status, csrf: !!m, post: post.status};
+})()`
+
+// rebindingResult is rebindingAttack's result.
+type rebindingResult struct {
+	Page int  `json:"page"`
+	CSRF bool `json:"csrf"`
+	Post int  `json:"post"`
+}
+
+// The console without a token on a loopback address, attacked through DNS
+// rebinding in real headless Chromium: the browser resolves evil.test to
+// 127.0.0.1 (as the attacker's DNS would, after serving the page), and the
+// attacker's script, same-origin with the console under that name, tries
+// to read the CSRF token and resolve an intent. Every request is refused
+// with 421 and nothing changes; the same script from localhost does the
+// action (so the attack is real), and a name in console.allowed_hosts is
+// served. Hostile spellings of Host from a plain client are refused too.
+func TestConsoleRefusesRebinding(t *testing.T) {
+	t.Parallel()
+	if _, err := findBrowser(); err != nil {
+		t.Fatalf("%v; fix: apt-get install -y chromium (make test runs test/ensure-chromium.sh)", err)
+	}
+	r := newRig(t, 1)
+	ctx := context.Background()
+	intent := func(key string) int64 {
+		var id int64
+		require.NoError(t, r.db.Pool.QueryRow(ctx, `INSERT INTO outbox (event_key, operation, resource, method, target, request, idempotency_key, idempotent, state, attempts, last_error)
+VALUES ($1, 'notify.welcome', 'c1', 'POST', 'https://notify.example/send', '{}', $1, false, 'unknown', 1, 'in doubt') RETURNING id`, cetest.Key(key)).Scan(&id))
+		return id
+	}
+	state := func(id int64) string {
+		var s string
+		require.NoError(t, r.db.Pool.QueryRow(ctx, `SELECT state FROM outbox WHERE id = $1`, id).Scan(&s))
+		return s
+	}
+	attacked, control := intent("attacked"), intent("control")
+
+	port := proctest.FreePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p := start(t, append(r.env, "EFFECTIVELY_CONSOLE_LOCALHOST_WITHOUT_TOKEN=true", "EFFECTIVELY_CONSOLE_ALLOWED_HOSTS=console.test"), "console", "--addr", addr)
+	waitUntil(t, "the console serves", time.Minute, func(context.Context) bool {
+		return strings.Contains(p.stderr.String(), "console at") || p.exited()
+	})
+	require.False(t, p.exited(), tail(p.stderr.String(), 10))
+
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("host-resolver-rules", "MAP evil.test 127.0.0.1, MAP console.test 127.0.0.1"))...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+	_, err := chromedp.Run(bctx, chromedp.Title())
+	require.NoError(t, err)
+	// page is what the browser shows at url.
+	page := func(url string) string {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(bctx, time.Minute)
+		defer cancel()
+		require.NoError(t, chromedp.Do(sctx, chromedp.Navigate(url)))
+		body, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS("body")))
+		require.NoError(t, err)
+		return body
+	}
+	// attack runs the attacker's script in a document of origin. The
+	// document is the command's 404 outside /console/: like the attacker's
+	// own page it carries no console CSP (which would block the script's
+	// fetches).
+	attack := func(origin string, id int64) rebindingResult {
+		t.Helper()
+		require.Contains(t, page(origin+"/the-attackers-page"), "404 page not found")
+		sctx, cancel := context.WithTimeout(bctx, time.Minute)
+		defer cancel()
+		res, err := chromedp.Run(sctx, chromedp.Evaluate[rebindingResult](fmt.Sprintf(rebindingAttack, id), chromedp.EvalAwaitPromise))
+		require.NoError(t, err)
+		return res
+	}
+
+	evil := fmt.Sprintf("http://evil.test:%d", port)
+	body := page(evil + "/console/")
+	require.Contains(t, body, "is not one this console answers to", "the console under the rebound name")
+	require.Contains(t, body, "console.allowed_hosts")
+	require.NotContains(t, body, "Overview")
+	res := attack(evil, attacked)
+	require.Equal(t, rebindingResult{Page: http.StatusMisdirectedRequest, CSRF: false, Post: http.StatusMisdirectedRequest}, res)
+	require.Equal(t, "unknown", state(attacked), "the attack changed nothing")
+	require.Zero(t, r.db.Count(t, `SELECT count(*) FROM operator_actions`))
+
+	// The same script on localhost: the operator's own origin, which can.
+	local := fmt.Sprintf("http://localhost:%d", port)
+	require.Contains(t, page(local+"/console/"), "Signed in as localhost")
+	res = attack(local, control)
+	require.Equal(t, rebindingResult{Page: http.StatusOK, CSRF: true, Post: http.StatusOK}, res)
+	require.Equal(t, "sent", state(control))
+	require.Equal(t, int64(1), r.db.Count(t, `SELECT count(*) FROM operator_actions WHERE operator = 'localhost' AND action = 'outbox.resolve.sent'`))
+	require.Equal(t, "unknown", state(attacked))
+
+	// A name in console.allowed_hosts is served.
+	sctx, cancel := context.WithTimeout(bctx, time.Minute)
+	defer cancel()
+	require.NoError(t, chromedp.Do(sctx, chromedp.Navigate(fmt.Sprintf("http://console.test:%d/console/outbox", port)), chromedp.WaitVisible(chromedp.ID("operator"))))
+
+	// Spellings of Host, from a plain client, on the real server.
+	for host, want := range map[string]int{
+		fmt.Sprintf("localhost:%d", port): http.StatusOK, fmt.Sprintf("LOCALHOST:%d", port): http.StatusOK,
+		fmt.Sprintf("[::1]:%d", port): http.StatusOK, fmt.Sprintf("127.0.0.1:%d", port): http.StatusOK,
+		"console.test": http.StatusOK, "CONSOLE.TEST:8443": http.StatusOK,
+		fmt.Sprintf("evil.test:%d", port): http.StatusMisdirectedRequest, fmt.Sprintf("localhost.:%d", port): http.StatusMisdirectedRequest,
+		fmt.Sprintf("localhost:%d", port+1): http.StatusMisdirectedRequest, "localhost": http.StatusMisdirectedRequest,
+		fmt.Sprintf("[::1]:%d", port+1): http.StatusMisdirectedRequest, "console.test.": http.StatusMisdirectedRequest,
+		fmt.Sprintf("localhost.evil.test:%d", port): http.StatusMisdirectedRequest, fmt.Sprintf("127.0.0.1.nip.io:%d", port): http.StatusMisdirectedRequest,
+	} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/console/outbox", nil)
+		require.NoError(t, err)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode, "Host %q", host)
+	}
+	p.signal(t, syscall.SIGTERM)
+	require.Equal(t, 0, p.wait(t, time.Minute), tail(p.stderr.String(), 10))
+	require.Contains(t, p.stderr.String(), "refused a request for another host", "logged (once a minute at most)")
+	require.Equal(t, 1, strings.Count(p.stderr.String(), "refused a request for another host"))
 }
