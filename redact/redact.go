@@ -103,15 +103,12 @@ func normalizeParam(name string) string {
 }
 
 // SecretParam reports whether a query parameter named name carries a
-// credential by the built-in rules. The name is compared in lower case
-// without '-', '_', '.', '[' and ']' (X-Amz-Signature is xamzsignature); it is
-// secret when it is one of sig, code, pass, pwd, passwd, session,
-// sessionid, jwt, assertion, otp; contains password, passphrase, secret,
-// token, credential, signature, apikey, accesskey or privatekey; ends
-// with key or sig; or starts with auth. That covers password, token,
-// access_token, api_key, apikey, key, secret, client_secret, signature,
-// X-Amz-Signature, X-Amz-Credential and X-Amz-Security-Token.
-func SecretParam(name string) bool {
+// credential, by the process's policy (see [Policy.SecretParam]).
+func SecretParam(name string) bool { return policy().SecretParam(name) }
+
+// builtinSecretParam reports whether name is a credential's by the
+// built-in rules (see [Policy.SecretParam]).
+func builtinSecretParam(name string) bool {
 	n := normalizeParam(name)
 	if n == "" {
 		return false
@@ -137,10 +134,19 @@ func SecretParam(name string) bool {
 	return false
 }
 
-// secretParam reports whether name is secret by the built-in rules or p's
-// Params.
-func (p *Policy) secretParam(name string) bool {
-	if SecretParam(name) {
+// SecretParam reports whether a query parameter named name carries a
+// credential: by the built-in rules, or because it is one of p.Params. The
+// name is compared in lower case without '-', '_', '.', '[' and ']'
+// (X-Amz-Signature is xamzsignature), p.Params too (X-My-Key matches
+// x_my_key). By the built-in rules it is secret when it is one of sig,
+// code, pass, pwd, passwd, session, sessionid, jwt, assertion, otp;
+// contains password, passphrase, secret, token, credential, signature,
+// apikey, accesskey or privatekey; ends with key or sig; or starts with
+// auth. That covers password, token, access_token, api_key, apikey, key,
+// secret, client_secret, signature, X-Amz-Signature, X-Amz-Credential and
+// X-Amz-Security-Token.
+func (p *Policy) SecretParam(name string) bool {
+	if builtinSecretParam(name) {
 		return true
 	}
 	n := normalizeParam(name)
@@ -233,7 +239,7 @@ func (p *Policy) params(raw string) (string, bool) {
 		if n, err := url.QueryUnescape(name); err == nil {
 			name = n
 		}
-		if p.secretParam(name) {
+		if p.SecretParam(name) {
 			pairs[i] = pair[:len(pair)-len(value)] + Mask
 			changed = true
 		}
@@ -314,7 +320,7 @@ func (p *Policy) byPattern(s string) string {
 		if n, err := url.QueryUnescape(name); err == nil {
 			name = n
 		}
-		if !p.secretParam(name) {
+		if !p.SecretParam(name) {
 			return m
 		}
 		return sub[1] + sub[2] + "=" + Mask

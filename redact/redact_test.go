@@ -240,3 +240,10 @@ func FuzzText(f *testing.F) {
 		}
 	})
 }
+
+func TestValues(t *testing.T) {
+	t.Parallel()
+	body := `{"error":"invalid key ` + tok + `","echo":"Bearer ` + tok + `-long","short":"abc"}`
+	require.Equal(t, `{"error":"invalid key xxxxx","echo":"xxxxx","short":"abc"}`,
+		Values(body, tok, "Bearer "+tok+"-long", tok+"-long", "abc", ""))
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -71,6 +72,24 @@ type redactedError struct {
 
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
+
+// minValue is the shortest value Values hides: a shorter one would mask
+// words of the text that merely contain it.
+const minValue = 4
+
+// Values replaces every occurrence in s of each of values (credentials a
+// caller knows it sent: a bearer token, an API key) by [Mask]: for the
+// text of an answer that may echo its request. Values shorter than four
+// bytes are left alone.
+func Values(s string, values ...string) string {
+	vs := slices.DeleteFunc(slices.Clone(values), func(v string) bool { return len(v) < minValue })
+	// Longest first: a token that contains another is hidden whole.
+	slices.SortFunc(vs, func(a, b string) int { return len(b) - len(a) })
+	for _, v := range vs {
+		s = strings.ReplaceAll(s, v, Mask)
+	}
+	return s
+}
 
 // mayHide reports whether s may hold something Text hides: a URL, or a
 // DSN's password (libpq's keywords are lower case; PASSWORD for shouting).
