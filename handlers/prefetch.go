@@ -42,10 +42,17 @@ func prefetchClient(c *http.Client) *http.Client {
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	if _, ok := rt.(cappedTransport); !ok {
-		cp.Transport = cappedTransport{rt}
-	}
+	cp.Transport = capBodies(rt)
 	return &cp
+}
+
+// capBodies wraps rt so that answer bodies are cut at
+// MaxPrefetchResponseBytes (once: a capped rt is returned as it is).
+func capBodies(rt http.RoundTripper) http.RoundTripper {
+	if _, ok := rt.(cappedTransport); ok {
+		return rt
+	}
+	return cappedTransport{rt}
 }
 
 // cappedTransport cuts answer bodies at MaxPrefetchResponseBytes.
