@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/effectively-io/effectively/redact"
 )
 
 // Outcomes of an action.
@@ -36,7 +38,7 @@ type db interface {
 // RecordAction appends a to the operator-action log.
 func RecordAction(ctx context.Context, pool db, a Action) error {
 	_, err := pool.Exec(ctx, `INSERT INTO operator_actions (operator, action, target, outcome, result) VALUES ($1, $2, $3, $4, $5)`,
-		a.Operator, a.Action, a.Target, a.Outcome, truncate(a.Result, 4000))
+		a.Operator, a.Action, a.Target, a.Outcome, truncate(redact.Text(a.Result), 4000))
 	if err != nil {
 		return fmt.Errorf("recording the operator action %s on %s: %w", a.Action, a.Target, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/redact"
 )
 
 // PrefetchMaxAttemptsDefault is the bound of a PrefetchFailures that
@@ -190,5 +191,8 @@ type boundedPrefetcher struct {
 
 func (b boundedPrefetcher) Prefetch(ctx context.Context, env Env, ev event.Event) (event.Event, error) {
 	out, err := b.pf.Prefetch(ctx, env, ev)
-	return out, env.Prefetches.observe(ctx, ev, err)
+	// A prefetcher that read with its own client may return the client's
+	// error, whose text holds the whole URL: redacted before it reaches a
+	// log, /status or a dead letter.
+	return out, env.Prefetches.observe(ctx, ev, redact.Error(err))
 }

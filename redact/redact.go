@@ -90,6 +90,9 @@ var (
 	secretSuffixes = []string{"key", "sig"}
 	// secretPrefixes start one: auth, authorization, auth_token.
 	secretPrefixes = []string{"auth"}
+	// notSecret match the rules above but name a file, not its content:
+	// libpq's sslkey.
+	notSecret = []string{"sslkey"}
 )
 
 func normalizeParam(name string) string {
@@ -110,7 +113,7 @@ func SecretParam(name string) bool { return policy().SecretParam(name) }
 // built-in rules (see [Policy.SecretParam]).
 func builtinSecretParam(name string) bool {
 	n := normalizeParam(name)
-	if n == "" {
+	if n == "" || slices.Contains(notSecret, n) {
 		return false
 	}
 	if slices.Contains(secretExact, n) {
@@ -142,8 +145,9 @@ func builtinSecretParam(name string) bool {
 // code, pass, pwd, passwd, session, sessionid, jwt, assertion, otp;
 // contains password, passphrase, secret, token, credential, signature,
 // apikey, accesskey or privatekey; ends with key or sig; or starts with
-// auth. That covers password, token, access_token, api_key, apikey, key,
-// secret, client_secret, signature, X-Amz-Signature, X-Amz-Credential and
+// auth — except sslkey, the name of libpq's key file. That covers
+// password, token, access_token, api_key, apikey, key, secret,
+// client_secret, signature, X-Amz-Signature, X-Amz-Credential and
 // X-Amz-Security-Token.
 func (p *Policy) SecretParam(name string) bool {
 	if builtinSecretParam(name) {

@@ -88,7 +88,7 @@ func TestSecretParam(t *testing.T) {
 		require.True(t, SecretParam(name), name)
 	}
 	for _, name := range []string{"page", "q", "id", "limit", "state", "zipcode", "sort", "user", "email", "X-Amz-Date",
-		"X-Amz-Algorithm", "sv", "se", "expires_in", ""} {
+		"X-Amz-Algorithm", "sv", "se", "expires_in", "sslkey", "sslcert", "sslrootcert", ""} {
 		require.False(t, SecretParam(name), name)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/redact"
 )
 
 // CLI is what every command shares: the app, the loaded configuration and
@@ -82,6 +83,9 @@ transaction commits.`,
 				return err
 			}
 			c.cfg = cfg
+			// Before anything is printed: every log line, error, row and
+			// page hides the credentials of the URLs in it by these rules.
+			redact.SetDefault(cfg.RedactPolicy())
 			log, err := newLogger(cfg.Log, stderr)
 			if err != nil {
 				return err
