@@ -13,6 +13,7 @@ import (
 
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/redact"
 	"github.com/effectively-io/effectively/termsafe"
 )
 
@@ -155,7 +156,7 @@ same claim as the worker: nothing applies twice. Progress goes to stderr.`,
 				for _, id := range ids {
 					res, err := applier.Redrive(ctx, id)
 					if err != nil {
-						res = pipeline.RedriveResult{ID: id, Error: err.Error()}
+						res = pipeline.RedriveResult{ID: id, Error: redact.Text(err.Error())}
 					}
 					results = append(results, res)
 					progress.add(1)
