@@ -247,3 +247,20 @@ func TestValues(t *testing.T) {
 	require.Equal(t, `{"error":"invalid key xxxxx","echo":"xxxxx","short":"abc"}`,
 		Values(body, tok, "Bearer "+tok+"-long", tok+"-long", "abc", ""))
 }
+
+// The cost on a log line: most have no URL (the fast path), some have one.
+func BenchmarkText(b *testing.B) {
+	p := &Policy{}
+	plain := `{"level":"info","msg":"partition assigned","topic":"accounts","partition":3}`
+	withURL := `{"level":"info","msg":"outbox intent will be retried","error":"Post \"https://h/v1/contacts/a1?api_key=` + tok + `\": dial tcp 127.0.0.1:1: connect: connection refused"}`
+	b.Run("no URL", func(b *testing.B) {
+		for b.Loop() {
+			_ = p.Text(plain)
+		}
+	})
+	b.Run("a URL", func(b *testing.B) {
+		for b.Loop() {
+			_ = p.Text(withURL)
+		}
+	})
+}
