@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"fmt"
+	"net/url"
 	"reflect"
 	"slices"
 	"sort"
@@ -28,6 +29,10 @@ type Config struct {
 	Console Console `mapstructure:"console"`
 	// Log is the process log.
 	Log Log `mapstructure:"log"`
+	// Redact is what is hidden, beyond the built-in rules, wherever a URL
+	// may be printed or stored: logs, errors, outbox rows, dead letters,
+	// /status, the console.
+	Redact Redact `mapstructure:"redact"`
 	// Shutdown is the graceful stop on SIGTERM/SIGINT.
 	Shutdown Shutdown `mapstructure:"shutdown"`
 	// Consumer is batching and input limits of the partition workers.
@@ -215,6 +220,15 @@ type Log struct {
 	Format string `mapstructure:"format"`
 }
 
+// Redact configures redaction (package redact) beyond its built-in rules.
+type Redact struct {
+	// Params are more query parameter names whose values are hidden, in
+	// addition to the built-in list (password, token, key, secret, sig,
+	// signature, code, X-Amz-*… see docs/security.md); compared
+	// case-insensitively, ignoring '-', '_' and '.'.
+	Params []string `mapstructure:"params"`
+}
+
 // Consumer configures the partition workers.
 type Consumer struct {
 	// BatchMaxRecords is the most records applied in one transaction.
@@ -357,6 +371,13 @@ type Target struct {
 	CertFile string `mapstructure:"cert_file"`
 	// KeyFile is the client certificate's private key (PEM).
 	KeyFile string `mapstructure:"key_file"`
+	// SecretPathPrefix marks every path segment after it as a secret in
+	// URLs to this target's host, wherever a URL is printed or stored: for a
+	// webhook whose path is its credential ("/hooks/" for
+	// https://chat.example.com/hooks/<key>). Slack's /services/,
+	// Discord's /api/webhooks/ and Telegram's bot paths are recognised
+	// without it.
+	SecretPathPrefix string `mapstructure:"secret_path_prefix"`
 }
 
 // Topic formats.
@@ -476,6 +497,7 @@ func Default() Config {
 		HTTP:     HTTP{Addr: "127.0.0.1:9410", Pprof: HTTPPprofDefault},
 		Console:  Console{AllowedHosts: []string{}, HistoryInterval: ConsoleHistoryIntervalDefault},
 		Log:      Log{Level: "info", Format: "json"},
+		Redact:   Redact{Params: []string{}},
 		Shutdown: Shutdown{DrainTimeout: ShutdownDrainTimeoutDefault},
 		Consumer: Consumer{
 			BatchMaxRecords:  500,
@@ -531,21 +553,24 @@ func (c Config) TopicSettings(name string) Topic {
 // redactedPassword replaces passwords in [Config.Redacted].
 const redactedPassword = "xxxxx"
 
-// Redacted returns a copy of c with the passwords in every URL field
-// (postgres.url, targets.*.url) and every secret key
-// (kafka.sasl.password) replaced by "xxxxx". The user name and everything
-// else are kept.
+// Redacted returns a copy of c with the credentials in every URL field
+// (postgres.url, targets.*.url: see [Config.RedactPolicy]) and every
+// secret key (kafka.sasl.password) replaced by "xxxxx". Everything else is
+// kept.
 func (c Config) Redacted() Config {
 	r := c.clone()
+	p := c.RedactPolicy()
 	rv := reflect.ValueOf(&r).Elem()
 	for _, l := range leaves {
-		if isURLKey(l.key) || isSecretKey(l.key) {
-			f := rv.FieldByIndex(l.index)
+		switch f := rv.FieldByIndex(l.index); {
+		case isURLKey(l.key):
+			f.SetString(p.URL(f.String()))
+		case isSecretKey(l.key):
 			f.SetString(redactValue(l.key, f.String()))
 		}
 	}
 	for n, t := range r.Targets {
-		t.URL = redactURL(t.URL)
+		t.URL = p.URL(t.URL)
 		r.Targets[n] = t
 	}
 	return r
@@ -557,6 +582,7 @@ func (c Config) clone() Config {
 	r := c
 	r.Kafka.Brokers = append([]string(nil), c.Kafka.Brokers...)
 	r.Kafka.Topics = append([]string(nil), c.Kafka.Topics...)
+	r.Redact.Params = slices.Clone(c.Redact.Params)
 	if c.Targets != nil {
 		r.Targets = make(map[string]Target, len(c.Targets))
 		for n, t := range c.Targets {
@@ -694,3 +720,25 @@ func tagName(sf reflect.StructField) string {
 
 // RedactURL hides the credentials in a URL or DSN (see redact.URL).
 func RedactURL(s string) string { return redact.URL(s) }
+
+// RedactPolicy is what c adds to the built-in redaction: redact.params, and
+// each target's secret_path_prefix for its URL's host. A worker makes it
+// the process's policy (redact.SetDefault) before anything is printed.
+func (c Config) RedactPolicy() redact.Policy {
+	p := redact.Policy{Params: slices.Clone(c.Redact.Params)}
+	names := make([]string, 0, len(c.Targets))
+	for n := range c.Targets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t := c.Targets[n]
+		if t.SecretPathPrefix == "" {
+			continue
+		}
+		if u, err := url.Parse(t.URL); err == nil && u.Hostname() != "" {
+			p.Paths = append(p.Paths, redact.PathRule{Host: u.Hostname(), Prefix: t.SecretPathPrefix})
+		}
+	}
+	return p
+}

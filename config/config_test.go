@@ -24,10 +24,10 @@ func TestRedacted(t *testing.T) {
 		{"postgres://u@db/x?password=s3cret&sslmode=require", "postgres://u@db/x?password=xxxxx&sslmode=require"},
 		{"host=db user=u password=s3cret dbname=x", "host=db user=u password=xxxxx dbname=x"},
 		{"host=db user=u sslpassword=s3cret sslkey=/k.pem dbname=x", "host=db user=u sslpassword=xxxxx sslkey=/k.pem dbname=x"},
-		{"postgres://u@db/x?sslpassword=s3cret&sslkey=%2Fk.pem", "postgres://u@db/x?sslkey=%2Fk.pem&sslpassword=xxxxx"},
+		{"postgres://u@db/x?sslpassword=s3cret&sslkey=%2Fk.pem", "postgres://u@db/x?sslpassword=xxxxx&sslkey=%2Fk.pem"}, // the order kept
 		{"https://api.example/v1?api_key=s3cret&page=2", "https://api.example/v1?api_key=xxxxx&page=2"},
 		{"https://api.example/v1?access_token=s3cret", "https://api.example/v1?access_token=xxxxx"},
-		{"https://hooks.example/x?sig=s3cret&apikey=s3cret&key=s3cret", "https://hooks.example/x?apikey=xxxxx&key=xxxxx&sig=xxxxx"},
+		{"https://hooks.example/x?sig=s3cret&apikey=s3cret&key=s3cret", "https://hooks.example/x?sig=xxxxx&apikey=xxxxx&key=xxxxx"},
 		{"https://api.example/v1?client_secret=s3cret", "https://api.example/v1?client_secret=xxxxx"},
 		{"host=db password='s3 cret' dbname=x", "host=db password=xxxxx dbname=x"},
 		{"postgres://u:s3cret@db:5432%zz/x", "postgres://u:xxxxx@db:5432%zz/x"}, // does not parse

@@ -58,3 +58,34 @@ func TestOutboundValidate(t *testing.T) {
 		})
 	}
 }
+
+// redact.params and a target's secret_path_prefix become the policy the
+// worker redacts with, and `config` prints with it.
+func TestRedactPolicy(t *testing.T) {
+	t.Setenv("EFFECTIVELY_REDACT_PARAMS", "x_session,Signed-Hash")
+	t.Setenv("EFFECTIVELY_TARGETS_WAREHOUSE_URL", "https://chat.example.com/hooks/K3yInPath?x_session=S1&signed_hash=H1&page=2")
+	t.Setenv("EFFECTIVELY_TARGETS_WAREHOUSE_SECRET_PATH_PREFIX", "/hooks/")
+	ext := Extension{Targets: []string{"warehouse"}, Defaults: testExt.Defaults}
+	c, err := Load("", nil, ext)
+	require.NoError(t, err)
+	require.Equal(t, []string{"x_session", "Signed-Hash"}, c.Redact.Params)
+	p := c.RedactPolicy()
+	require.Equal(t, "https://chat.example.com/hooks/xxxxx?x_session=xxxxx&signed_hash=xxxxx&page=2", p.URL(c.Targets["warehouse"].URL))
+	require.Equal(t, "https://other.example.com/hooks/kept", p.URL("https://other.example.com/hooks/kept"), "the prefix is the target's host's")
+	out, err := c.Dump()
+	require.NoError(t, err)
+	for _, s := range []string{"K3yInPath", "S1", "H1"} {
+		require.NotContains(t, string(out), s)
+	}
+
+	for _, bad := range []string{"hooks/", "/hooks/?x=1"} {
+		c := DefaultsOf(ext)
+		c.Targets = map[string]Target{"warehouse": {URL: "https://chat.example.com/", SecretPathPrefix: bad}}
+		err := c.Validate()
+		require.ErrorContains(t, err, "targets.warehouse.secret_path_prefix")
+		require.ErrorContains(t, err, "EFFECTIVELY_TARGETS_WAREHOUSE_SECRET_PATH_PREFIX")
+	}
+	c = testDefault()
+	c.Redact.Params = []string{"ok", "not=a name"}
+	require.ErrorContains(t, c.Validate(), "redact.params")
+}

@@ -321,6 +321,11 @@ func (c Config) validate() []*FieldError {
 		v.intBetween("outbox.concurrency", int64(c.Outbox.Concurrency), 1, 1024)
 	}
 	c.validateOutbound(&v)
+	for _, name := range c.Redact.Params {
+		if strings.TrimSpace(name) == "" || strings.ContainsAny(name, "=&?# ") {
+			v.add("redact.params", name, "must be query parameter names", setFix("redact.params", "x_session,signed_hash"))
+		}
+	}
 
 	names := make([]string, 0, len(c.Targets))
 	for n := range c.Targets {
@@ -342,6 +347,10 @@ func (c Config) validate() []*FieldError {
 			if _, err := os.Stat(f); err != nil {
 				v.add("targets."+n+"."+key, f, "cannot be read", setFix("targets."+n+"."+key, "/etc/effectively/"+n+"-"+strings.ReplaceAll(key, "_file", ".pem")))
 			}
+		}
+		if pre := t.SecretPathPrefix; pre != "" && (!strings.HasPrefix(pre, "/") || strings.ContainsAny(pre, "?#")) {
+			v.add("targets."+n+".secret_path_prefix", pre, "must be a path from the URL's root, without query or fragment",
+				setFix("targets."+n+".secret_path_prefix", "/hooks/"))
 		}
 		if (t.CertFile == "") != (t.KeyFile == "") {
 			v.add("targets."+n+".cert_file", t.CertFile, "a client certificate needs both cert_file and key_file", "set both targets."+n+".cert_file and targets."+n+".key_file, or neither")

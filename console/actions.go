@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/effectively-io/effectively/internal/pgtext"
+	"github.com/effectively-io/effectively/redact"
 )
 
 // Outcomes of an action.
@@ -45,7 +46,7 @@ const maxResultBytes = 4000
 // action, already taken, would then be missing from the log.
 func RecordAction(ctx context.Context, pool db, a Action) error {
 	_, err := pool.Exec(ctx, `INSERT INTO operator_actions (operator, action, target, outcome, result) VALUES ($1, $2, $3, $4, $5)`,
-		pgtext.Clean(a.Operator), pgtext.Clean(a.Action), pgtext.Clean(a.Target), a.Outcome, pgtext.Storable(a.Result, maxResultBytes))
+		pgtext.Clean(a.Operator), pgtext.Clean(a.Action), pgtext.Clean(a.Target), a.Outcome, pgtext.Storable(redact.Text(a.Result), maxResultBytes))
 	if err != nil {
 		return fmt.Errorf("recording the operator action %s on %s: %w", a.Action, a.Target, err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/effectively-io/effectively/audit"
 	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/redact"
 	"github.com/effectively-io/effectively/replay"
 )
 
@@ -324,6 +325,11 @@ func parsePages() (map[string]*template.Template, error) {
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, se *session, title string, data any) {
+	if rd, ok := data.(resultData); ok {
+		// An action's outcome is an error text more often than not, and
+		// may hold a URL (a redrive's prefetch): redacted on the page.
+		data = rd.redacted()
+	}
 	p := page{Title: title, Build: c.opts.Build, Path: r.URL.Path, NoToken: c.local != nil, Data: data}
 	if se != nil {
 		p.Operator, p.CSRF = se.operator, se.csrf
@@ -350,6 +356,21 @@ type resultData struct {
 
 type resultRow struct {
 	Target, Outcome, Result string
+}
+
+// redacted is d with the credentials of any URL in its texts hidden.
+func (d resultData) redacted() resultData {
+	lines := make([]string, len(d.Lines))
+	for i, l := range d.Lines {
+		lines[i] = redact.Text(l)
+	}
+	rows := make([]resultRow, len(d.Rows))
+	for i, r := range d.Rows {
+		r.Result = redact.Text(r.Result)
+		rows[i] = r
+	}
+	d.Lines, d.Rows = lines, rows
+	return d
 }
 
 // confirmData is a confirmation that says what an action will do.

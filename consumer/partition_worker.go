@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/crashpoint"
+	"github.com/effectively-io/effectively/redact"
 )
 
 // partitionWorker applies one partition's records in offset order. The poll
@@ -298,10 +299,13 @@ func (w *partitionWorker) apply(b Batch) bool {
 		if err != nil && w.ctx.Err() == nil {
 			cause := RetryCause(err)
 			w.c.opts.Metrics.retried(w.tp)
+			// The error may hold a URL (a prefetch's source): redacted
+			// before the log and /status.
+			shown := redact.Error(err)
 			w.log.Warn("applying batch failed; retrying with backoff while the partition is paused",
 				zap.Int64("first_offset", b.Records[0].Offset), zap.Int("records", len(b.Records)),
-				zap.Int("attempt", attempt), zap.String("cause", cause), zap.Error(err))
-			w.setRetrying(true, cause, err.Error(), attempt)
+				zap.Int("attempt", attempt), zap.String("cause", cause), zap.Error(shown))
+			w.setRetrying(true, cause, shown.Error(), attempt)
 		}
 		return err
 	})

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/effectively-io/effectively/internal/pgtext"
+	"github.com/effectively-io/effectively/redact"
 )
 
 // DeadLetter is a dead letter as operators see it.
@@ -83,6 +83,9 @@ func List(ctx context.Context, db interface {
 		if err == nil {
 			err = json.Unmarshal(headers, &d.Headers)
 		}
+		// Stored redacted; redacted again for rows an older version wrote,
+		// before they reach a terminal or the console.
+		d.Error = redact.Text(d.Error)
 		return d, err
 	})
 }
@@ -127,7 +130,7 @@ func Lock(ctx context.Context, tx pgx.Tx, id int64) error {
 // StillDead records a redrive that failed again: one more attempt, and why.
 func StillDead(ctx context.Context, tx pgx.Tx, id int64, reason, msg string) error {
 	_, err := tx.Exec(ctx, `UPDATE dead_letters SET attempts = attempts + 1, last_seen_at = now(), reason = $2, error = $3 WHERE id = $1`,
-		id, reason, pgtext.Storable(msg, MaxErrorBytes))
+		id, reason, storedError(msg))
 	if err != nil {
 		return fmt.Errorf("recording the redrive of dead letter %d: %w", id, err)
 	}

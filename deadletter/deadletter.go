@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/effectively-io/effectively/internal/pgtext"
+	"github.com/effectively-io/effectively/redact"
 )
 
 // Letter is one dead letter.
@@ -88,5 +89,14 @@ func Queue(b *pgx.Batch, l Letter) {
 		size = len(l.Value)
 	}
 	b.Queue(insertSQL, l.Group, l.Topic, l.Partition, l.Offset, l.EventKey, l.RecordKey, value, size,
-		headers, l.Reason, pgtext.Storable(l.Error, MaxErrorBytes))
+		headers, l.Reason, storedError(l.Error))
+}
+
+// storedError is an error text as a dead letter keeps it (the row, the
+// .dlq record's header): without the credentials of any URL in it (an
+// HTTP client's error holds the whole URL; redacted where it was made,
+// redacted again here for one that was not), storable, bounded. Redacted
+// before it is cut, so a cut URL is not missed.
+func storedError(s string) string {
+	return pgtext.Storable(redact.Text(s), MaxErrorBytes)
 }

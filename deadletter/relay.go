@@ -18,8 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kzap"
 	"go.uber.org/zap"
-
-	"github.com/effectively-io/effectively/internal/pgtext"
 )
 
 // DLQSuffix names a source topic's dead-letter topic when no other is
@@ -523,9 +521,9 @@ func (p *pending) record(dlq string, partitions int32) *kgo.Record {
 		kgo.RecordHeader{Key: HeaderOriginPartition, Value: []byte(strconv.FormatInt(int64(p.partition), 10))},
 		kgo.RecordHeader{Key: HeaderOriginOffset, Value: []byte(strconv.FormatInt(p.offset, 10))},
 		kgo.RecordHeader{Key: HeaderReason, Value: []byte(p.reason)},
-		// Stored bounded and cleaned already; bounded again in case the row
-		// came from elsewhere.
-		kgo.RecordHeader{Key: HeaderError, Value: []byte(pgtext.Storable(p.errText, MaxErrorBytes))},
+		// Stored redacted, bounded and cleaned already; again in case the
+		// row came from elsewhere (an older version).
+		kgo.RecordHeader{Key: HeaderError, Value: []byte(storedError(p.errText))},
 		kgo.RecordHeader{Key: HeaderConsumerGroup, Value: []byte(p.group)},
 		kgo.RecordHeader{Key: HeaderDeadLetterID, Value: []byte(strconv.FormatInt(p.id, 10))},
 		kgo.RecordHeader{Key: HeaderValueSize, Value: []byte(strconv.FormatInt(p.valueSize, 10))},

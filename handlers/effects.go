@@ -116,16 +116,46 @@ type Env struct {
 	Targets map[string]Target
 	// Expiry is outbox.retention and outbox.resend_expired.
 	Expiry outbox.Expiry
-	// HTTPClient is the client prefetchers read from targets with. The one
-	// Registry.Env makes follows no redirect and cuts bodies at
-	// MaxPrefetchResponseBytes.
+	// HTTPClient is a client for reading from elsewhere than a target. The
+	// one Registry.Env makes follows no redirect and cuts bodies at
+	// MaxPrefetchResponseBytes. A prefetcher reads from a target with the
+	// Target's NewRequest and Do, which add its credentials and TLS
+	// settings, and redact its errors.
 	HTTPClient *http.Client
 	// Prefetches bounds one event's transient prefetch failures while the
 	// source answers other events (prefetch.max_attempts); nil: unbounded,
 	// every transient failure retries the batch.
 	Prefetches *PrefetchFailures
 
-	tables *tableSet // the registry's typed-effect tables (Registry.Env)
+	tables    *tableSet         // the registry's typed-effect tables (Registry.Env)
+	endpoints *outbox.Endpoints // the targets' clients and credentials (Registry.Env)
+}
+
+// WrapTransport returns env with f wrapping the transport of every client
+// its prefetchers read with — HTTPClient's and each Target's (tracing's
+// span per call) — outside the body cap.
+func (env Env) WrapTransport(f func(http.RoundTripper) http.RoundTripper) Env {
+	if env.HTTPClient != nil {
+		c := *env.HTTPClient
+		rt := c.Transport
+		if rt == nil {
+			rt = http.DefaultTransport
+		}
+		c.Transport = f(rt)
+		env.HTTPClient = &c
+	}
+	if env.endpoints != nil {
+		env.endpoints = env.endpoints.Wrapped(f)
+	}
+	targets := make(map[string]Target, len(env.Targets))
+	for n, t := range env.Targets {
+		if t.endpoints != nil {
+			t.endpoints = env.endpoints
+		}
+		targets[n] = t
+	}
+	env.Targets = targets
+	return env
 }
 
 // Target returns the named target, ErrTargetOff when it has no URL, or an

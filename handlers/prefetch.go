@@ -10,6 +10,7 @@ import (
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/redact"
 )
 
 // PrefetchMaxAttemptsDefault is the bound of a PrefetchFailures that
@@ -42,10 +43,17 @@ func prefetchClient(c *http.Client) *http.Client {
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	if _, ok := rt.(cappedTransport); !ok {
-		cp.Transport = cappedTransport{rt}
-	}
+	cp.Transport = capBodies(rt)
 	return &cp
+}
+
+// capBodies wraps rt so that answer bodies are cut at
+// MaxPrefetchResponseBytes (once: a capped rt is returned as it is).
+func capBodies(rt http.RoundTripper) http.RoundTripper {
+	if _, ok := rt.(cappedTransport); ok {
+		return rt
+	}
+	return cappedTransport{rt}
 }
 
 // cappedTransport cuts answer bodies at MaxPrefetchResponseBytes.
@@ -183,5 +191,8 @@ type boundedPrefetcher struct {
 
 func (b boundedPrefetcher) Prefetch(ctx context.Context, env Env, ev event.Event) (event.Event, error) {
 	out, err := b.pf.Prefetch(ctx, env, ev)
-	return out, env.Prefetches.observe(ctx, ev, err)
+	// A prefetcher that read with its own client may return the client's
+	// error, whose text holds the whole URL: redacted before it reaches a
+	// log, /status or a dead letter.
+	return out, env.Prefetches.observe(ctx, ev, redact.Error(err))
 }

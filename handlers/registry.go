@@ -65,25 +65,25 @@ func (r *Registry) Targets() []string {
 	return out
 }
 
-// Env resolves the declared targets against their configured URLs
-// (a name without one is off). Prefetchers read with a copy of client (nil:
-// one with a 5 s timeout) that follows no redirect and cuts bodies at
-// MaxPrefetchResponseBytes; their transient failures are bounded by a
-// PrefetchFailures of PrefetchMaxAttemptsDefault (replace env.Prefetches to
-// change it).
-func (r *Registry) Env(urls map[string]string, expiry outbox.Expiry, client *http.Client) Env {
+// Env resolves the declared targets against their configured endpoints
+// (a name without a URL is off). Prefetchers read with a copy of client
+// (nil: one with a 5 s timeout) that follows no redirect and cuts bodies at
+// MaxPrefetchResponseBytes: HTTPClient, and each Target's own (Target.Do),
+// which adds the target's CA and client certificate as the outbox does.
+// Their transient failures are bounded by a PrefetchFailures of
+// PrefetchMaxAttemptsDefault (replace env.Prefetches to change it).
+func (r *Registry) Env(targets map[string]outbox.Endpoint, expiry outbox.Expiry, client *http.Client) Env {
 	if client == nil {
-		client = NewPrefetchClient(5 * time.Second)
-	} else {
-		client = prefetchClient(client)
+		client = &http.Client{Timeout: 5 * time.Second}
 	}
 	env := Env{
 		Targets: make(map[string]Target, len(r.targets)), Expiry: expiry,
-		HTTPClient: client, Prefetches: NewPrefetchFailures(PrefetchMaxAttemptsDefault),
-		tables: r.tables,
+		HTTPClient: prefetchClient(client), Prefetches: NewPrefetchFailures(PrefetchMaxAttemptsDefault),
+		tables:    r.tables,
+		endpoints: outbox.NewEndpoints(targets, client, capBodies),
 	}
 	for n, idem := range r.targets {
-		env.Targets[n] = Target{URL: urls[n], Idempotent: idem}
+		env.Targets[n] = Target{URL: targets[n].URL, Idempotent: idem, name: n, endpoints: env.endpoints}
 	}
 	return env
 }

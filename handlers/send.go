@@ -4,23 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/outbox"
 )
-
-// Target is a named outbound HTTP endpoint as the engine resolved it from
-// the configuration (targets.<name>.url).
-type Target struct {
-	// URL is the base URL; empty means the target is not configured.
-	URL string
-	// Idempotent: the target honours an Idempotency-Key header, so a call
-	// may be repeated after a crash (the key is derived from the event key
-	// and the operation). False: recorded intent, the call is made at most
-	// once without an operator (a notification API).
-	Idempotent bool
-}
 
 // Request is a side effect of an event: one HTTP call to a named target,
 // recorded in the outbox in the event's transaction and delivered after it
@@ -79,11 +66,11 @@ func (e *Effects) Send(r Request) error {
 		return event.Permanent(fmt.Errorf("side effect to %s needs an Operation and a Method", r.Target))
 	}
 	// The row keeps only the target's name and the path: its URL and
-	// credentials are resolved again at delivery.
-	if r.Path != "" {
-		if _, err := url.Parse(r.Path); err != nil {
-			return event.Permanent(fmt.Errorf("side effect %s: %w", r.Operation, err))
-		}
+	// credentials are resolved again at delivery. A path that could reach
+	// beyond the target (made from an event's content) is the event's
+	// fault, found now rather than at delivery.
+	if _, err := outbox.JoinURL(t.URL, r.Path); errors.Is(err, outbox.ErrUnsafePath) {
+		return event.Permanent(fmt.Errorf("side effect %s to %s: %w", r.Operation, r.Target, err))
 	}
 	sql, args := outbox.Record(outbox.Intent{
 		EventKey: e.ev.Key, Operation: r.Operation, Resource: r.Resource,

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/effectively-io/effectively/redact"
 )
 
 // Stored is an intent as the outbox holds it, for operators.
@@ -87,9 +89,13 @@ const storedColumns = `id, event_key, operation, resource, method, coalesce(targ
        last_status, coalesce(last_error, ''), created_at, updated_at, next_attempt_at, sent_at`
 
 func scanStored(row pgx.Row, s *Stored, extra ...any) error {
-	return row.Scan(append([]any{&s.ID, &s.EventKey, &s.Operation, &s.Resource, &s.Method, &s.TargetName, &s.Target, &s.IdempotencyKey,
+	err := row.Scan(append([]any{&s.ID, &s.EventKey, &s.Operation, &s.Resource, &s.Method, &s.TargetName, &s.Target, &s.IdempotencyKey,
 		&s.Idempotent, &s.State, &s.Attempts, &s.LastStatus, &s.LastError, &s.CreatedAt, &s.UpdatedAt,
 		&s.NextAttemptAt, &s.SentAt}, extra...)...)
+	// Stored redacted already; redacted again for rows an older version
+	// wrote, before they reach a terminal or the console.
+	s.LastError = redact.Text(s.LastError)
+	return err
 }
 
 // List returns the intents f selects, oldest first.

@@ -94,15 +94,11 @@ const MaxResponseBytes = 64 << 10
 // Dispatcher delivers recorded intents and records their outcomes. Several
 // dispatchers (replicas) may run on one database.
 type Dispatcher struct {
-	pool   *pgxpool.Pool
-	opts   Options
-	client *http.Client
-	// base is client's transport before WrapTransportFunc (nil: not
-	// wrapped, client's own).
-	base http.RoundTripper
-	// clients are the targets' own, for a CA or client certificate.
-	clients   map[string]*http.Client
-	clientsMu sync.Mutex
+	pool *pgxpool.Pool
+	opts Options
+	// endpoints are the targets and their clients; "" is the base client,
+	// for intents recorded with a whole URL.
+	endpoints *Endpoints
 	log       *zap.Logger
 }
 
@@ -153,28 +149,12 @@ func NewDispatcher(pool *pgxpool.Pool, opts Options) *Dispatcher {
 		tr.ResponseHeaderTimeout = opts.Timeout
 		client.Transport = tr
 	}
-	// Never follow a redirect, whatever client was given: a 301, 302 or 303
-	// turns the POST into a GET whose 2xx would record the call as sent, and
-	// a 307 or 308 carries the body and the idempotency key to wherever the
-	// Location says. A 3xx is a configuration error, dead-lettered.
-	client.CheckRedirect = NoRedirects
-	d := &Dispatcher{pool: pool, opts: opts, client: &client, log: opts.Logger}
-	if opts.WrapTransportFunc != nil {
-		// The base stays unwrapped for clientFor to clone; each client
-		// wraps its own.
-		d.base = client.Transport
-		wrapped := client
-		wrapped.Transport = opts.WrapTransportFunc(transportOrDefault(client.Transport))
-		d.client = &wrapped
-	}
-	return d
-}
-
-func transportOrDefault(rt http.RoundTripper) http.RoundTripper {
-	if rt == nil {
-		return http.DefaultTransport
-	}
-	return rt
+	// Never follow a redirect, whatever client was given (NewEndpoints
+	// makes sure): a 301, 302 or 303 turns the POST into a GET whose 2xx
+	// would record the call as sent, and a 307 or 308 carries the body and
+	// the idempotency key to wherever the Location says. A 3xx is a
+	// configuration error, dead-lettered.
+	return &Dispatcher{pool: pool, opts: opts, endpoints: NewEndpoints(opts.Targets, &client, opts.WrapTransportFunc), log: opts.Logger}
 }
 
 // NoRedirects is an http.Client CheckRedirect that follows no redirect: the
@@ -381,42 +361,20 @@ const maxExcerpt = 512
 func (d *Dispatcher) call(ctx context.Context, c claimed) outcome {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.Timeout)
 	defer cancel()
-	target, headers, err := d.resolve(c)
+	req, err := d.request(cctx, c)
 	if err != nil {
+		if errors.Is(err, ErrUnsafePath) || errors.Is(err, errUnbuildable) {
+			// The intent's own path or method: no configuration makes it
+			// callable.
+			return outcome{state: DeadLettered, err: err.Error()}
+		}
 		// The deployment, not the intent: retried (until outbox.max_age)
 		// once the target is configured again.
 		return outcome{state: Pending, wait: d.backoff(c.attempts, 0), err: err.Error()}
 	}
-	req, err := http.NewRequestWithContext(cctx, c.method, target, strings.NewReader(c.request))
+	resp, err := d.endpoints.Do(c.targetName, req)
 	if err != nil {
-		return outcome{state: DeadLettered, err: fmt.Sprintf("building the request: %v", err)}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	// The causing event's trace context (W3C): the target continues the
-	// producer's trace. With tracing on, the transport (Options.
-	// WrapTransportFunc) starts the call's span as its child and replaces
-	// the traceparent with the span's own.
-	if c.traceParent != "" {
-		req.Header.Set("traceparent", c.traceParent)
-		if c.traceState != "" {
-			req.Header.Set("tracestate", c.traceState)
-		}
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	if c.idempotent {
-		// Only here: net/http itself replays a request carrying an
-		// Idempotency-Key on a reused connection that broke, which must
-		// never happen to a call without idempotency.
-		req.Header.Set("Idempotency-Key", c.idempotencyKey)
-	}
-	client, err := d.clientFor(c.targetName)
-	if err != nil {
-		return outcome{state: Pending, wait: d.backoff(c.attempts, 0), err: err.Error()}
-	}
-	resp, err := client.Do(req)
-	if err != nil {
+		// err is redacted (Endpoints.Do): a *url.Error holds the URL.
 		msg := fmt.Sprintf("%s %s: %v", c.method, redact.URL(req.URL.String()), err)
 		if c.idempotent || notSent(err) {
 			return outcome{state: Pending, wait: d.backoff(c.attempts, 0), err: msg}
@@ -429,7 +387,10 @@ func (d *Dispatcher) call(ctx context.Context, c claimed) outcome {
 	// cut, and its connection closed.
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
 	s := resp.StatusCode
-	msg := fmt.Sprintf("%s %s: %s: %s", c.method, redact.URL(req.URL.String()), resp.Status, excerpt(body))
+	// A target that echoes its request in an error answer must not put
+	// the credentials it was sent into last_error.
+	msg := fmt.Sprintf("%s %s: %s: %s", c.method, redact.URL(req.URL.String()), resp.Status,
+		redact.Values(excerpt(body), d.sentSecrets(c.targetName, req)...))
 	switch {
 	case s >= 200 && s < 300:
 		return outcome{state: Sent, status: s}
@@ -451,6 +412,79 @@ func (d *Dispatcher) call(ctx context.Context, c claimed) outcome {
 	default:
 		return outcome{state: DeadLettered, status: s, err: msg}
 	}
+}
+
+// errUnbuildable is the error of an intent whose request cannot be built
+// (a method net/http refuses).
+var errUnbuildable = errors.New("building the request")
+
+// request builds the intent's call: to its target's URL joined with its
+// path (JoinURL), with the target's credentials, or, for an intent
+// recorded before named targets, to the whole URL it holds.
+func (d *Dispatcher) request(ctx context.Context, c claimed) (*http.Request, error) {
+	target := c.target
+	if c.targetName != "" {
+		ep, ok := d.endpoints.Endpoint(c.targetName)
+		if !ok || ep.URL == "" {
+			return nil, fmt.Errorf("target %s has no URL (targets.%s.url): the intent waits until it is configured", c.targetName, c.targetName)
+		}
+		u, err := JoinURL(ep.URL, c.target)
+		if err != nil {
+			return nil, fmt.Errorf("target %s (targets.%s.url): %w", c.targetName, c.targetName, err)
+		}
+		target = u
+	}
+	req, err := http.NewRequestWithContext(ctx, c.method, target, strings.NewReader(c.request))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUnbuildable, redact.Error(err))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	// The causing event's trace context (W3C): the target continues the
+	// producer's trace. With tracing on, the transport (Options.
+	// WrapTransportFunc) starts the call's span as its child and replaces
+	// the traceparent with the span's own.
+	if c.traceParent != "" {
+		req.Header.Set("traceparent", c.traceParent)
+		if c.traceState != "" {
+			req.Header.Set("tracestate", c.traceState)
+		}
+	}
+	if c.targetName != "" {
+		if err := d.endpoints.Authorize(c.targetName, req); err != nil {
+			return nil, err
+		}
+	}
+	if c.idempotent {
+		// Only here: net/http itself replays a request carrying an
+		// Idempotency-Key on a reused connection that broke, which must
+		// never happen to a call without idempotency.
+		req.Header.Set("Idempotency-Key", c.idempotencyKey)
+	}
+	return req, nil
+}
+
+// sentSecrets are the credentials req carries: its target's Authorization
+// and header-file values, its URL's userinfo and secret parameters.
+func (d *Dispatcher) sentSecrets(name string, req *http.Request) []string {
+	var out []string
+	if v := req.Header.Get("Authorization"); v != "" {
+		_, cred, _ := strings.Cut(v, " ")
+		out = append(out, v, cred)
+	}
+	ep, _ := d.endpoints.Endpoint(name)
+	for h := range ep.HeaderFiles {
+		out = append(out, req.Header.Get(h))
+	}
+	if u := req.URL.User; u != nil {
+		pw, _ := u.Password()
+		out = append(out, u.Username(), pw)
+	}
+	for k, vs := range req.URL.Query() {
+		if redact.SecretParam(k) {
+			out = append(out, vs...)
+		}
+	}
+	return out
 }
 
 // location is the redirect's Location, resolved against the request and
@@ -558,6 +592,9 @@ func (d *Dispatcher) record(ctx context.Context, c claimed, o outcome) error {
 	// delivered message into an unknown one.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	// Every error was built redacted; this is the defence at the row and
+	// the log, for an error text no one thought could hold a URL.
+	o.err = redact.Text(o.err)
 	var status, lastErr any
 	if o.status != 0 {
 		status = o.status

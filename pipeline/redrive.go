@@ -10,6 +10,7 @@ import (
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/redact"
 )
 
 // RedriveResult is what a redrive did with one dead letter.
@@ -86,7 +87,7 @@ func (a *Applier) Redrive(ctx context.Context, id int64) (RedriveResult, error) 
 		}
 		if it.disposition == dedupe.DeadLettered {
 			res.Reason = string(it.reason)
-			res.Error = it.err.Error()
+			res.Error = redact.Text(it.err.Error())
 			return deadletter.StillDead(ctx, tx, id, res.Reason, res.Error)
 		}
 		res.Resolution = string(it.disposition)

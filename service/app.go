@@ -17,6 +17,7 @@ import (
 	"github.com/effectively-io/effectively/crashpoint"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/redact"
 	"github.com/effectively-io/effectively/schema"
 	"github.com/effectively-io/effectively/sink"
 )
@@ -131,9 +132,11 @@ func (a *App) Run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err != nil && isCobraUsage(err) {
-		return usageError{err: err}
+		err = usageError{err: err}
 	}
-	return err
+	// The error is printed: whatever URL it holds, redacted (its type, and
+	// so the exit code, is kept).
+	return redact.Error(err)
 }
 
 // isCobraUsage recognises the errors cobra returns for a command line it

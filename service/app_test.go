@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,10 +78,21 @@ func TestAppEnvResolvesTargets(t *testing.T) {
 	t.Parallel()
 	app := testApp()
 	cfg := config.DefaultsOf(app.extension())
-	cfg.Targets = map[string]config.Target{"warehouse": {URL: "https://wh.example/"}}
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte("tok-1"), 0o600))
+	cfg.Targets = map[string]config.Target{"warehouse": {URL: "https://wh.example/", BearerTokenFile: token, HeaderFiles: []string{"X-Api-Key=" + token}}}
 	env := app.env(cfg)
-	require.Equal(t, handlers.Target{URL: "https://wh.example/", Idempotent: true}, env.Targets["warehouse"])
-	_, err := env.Target("notify")
+	wh := env.Targets["warehouse"]
+	require.Equal(t, "https://wh.example/", wh.URL)
+	require.True(t, wh.Idempotent)
+	// A prefetcher's request carries the target's credentials, as the
+	// outbox's calls do.
+	req, err := wh.NewRequest(t.Context(), http.MethodGet, "stock/1", nil)
+	require.NoError(t, err)
+	require.Equal(t, "https://wh.example/stock/1", req.URL.String())
+	require.Equal(t, "Bearer tok-1", req.Header.Get("Authorization"))
+	require.Equal(t, "tok-1", req.Header.Get("X-Api-Key"))
+	_, err = env.Target("notify")
 	require.ErrorIs(t, err, handlers.ErrTargetOff)
 	_, err = env.Target("billing")
 	require.Error(t, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/redact"
 	"github.com/effectively-io/effectively/termsafe"
 )
 
@@ -168,7 +169,7 @@ shows what a filter selects.`,
 				for _, id := range ids {
 					res, err := applier.Redrive(ctx, id)
 					if err != nil {
-						res = pipeline.RedriveResult{ID: id, Error: err.Error()}
+						res = pipeline.RedriveResult{ID: id, Error: redact.Text(err.Error())}
 					}
 					results = append(results, res)
 					progress.add(1)

@@ -8,10 +8,14 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/redact"
 )
 
 // newLogger builds the process logger: JSON for production, console for
 // people, both on w (stderr), so stdout stays clean for command output.
+// Every line is redacted on its way to w (redact.Writer): the defence for
+// an error that holds a URL and was logged without being redacted where it
+// was made.
 func newLogger(cfg config.Log, w io.Writer) (*zap.Logger, error) {
 	level, err := zapcore.ParseLevel(cfg.Level)
 	if err != nil {
@@ -29,6 +33,6 @@ func newLogger(cfg config.Log, w io.Writer) (*zap.Logger, error) {
 		ec.TimeKey = "time"
 		enc = zapcore.NewJSONEncoder(ec)
 	}
-	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), level)
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(redact.Writer(w))), level)
 	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.ErrorLevel)), nil
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/redact"
 	"github.com/effectively-io/effectively/termsafe"
 )
 
@@ -91,6 +92,9 @@ transaction commits.`,
 				return err
 			}
 			c.cfg = cfg
+			// Before anything is printed: every log line, error, row and
+			// page hides the credentials of the URLs in it by these rules.
+			redact.SetDefault(cfg.RedactPolicy())
 			log, err := newLogger(cfg.Log, stderr)
 			if err != nil {
 				return err

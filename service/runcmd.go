@@ -274,11 +274,9 @@ func (a *App) anyTargetConfigured(cfg config.Config) bool {
 
 // env resolves the build's targets against the configuration.
 func (a *App) env(cfg config.Config) handlers.Env {
-	urls := make(map[string]string, len(cfg.Targets))
-	for n, t := range cfg.Targets {
-		urls[n] = t.URL
-	}
-	env := a.Registry.Env(urls, outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired}, nil)
+	// Prefetchers read from a target with its credentials and TLS settings,
+	// as the outbox calls it.
+	env := a.Registry.Env(endpoints(cfg), outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired}, nil)
 	env.Prefetches = handlers.NewPrefetchFailures(cfg.Prefetch.MaxAttempts)
 	return env
 }
@@ -383,7 +381,7 @@ func (a *App) newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.P
 	if tr.Enabled() {
 		// A span per event's handling and per prefetch call.
 		reg = a.Registry.Wrapped(tr.WrapHandler)
-		env.HTTPClient.Transport = tr.WrapTransport(env.HTTPClient.Transport)
+		env = env.WrapTransport(tr.WrapTransport)
 	}
 	return pipeline.NewApplier(pool, pipeline.Options{
 		Decoders:             decoders,

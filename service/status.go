@@ -27,6 +27,7 @@ import (
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/redact"
 	"github.com/effectively-io/effectively/replay"
 	"github.com/effectively-io/effectively/termsafe"
 )
@@ -256,7 +257,24 @@ func (c *CLI) groupStatus(ctx context.Context, workerURLs []string) GroupStatus 
 			st.Partitions = append(st.Partitions, sp)
 		}
 	}
+	st.redact()
 	return st
+}
+
+// redact hides the credentials of any URL in st's texts, before `status`
+// prints them or the console shows them (see WorkerStatus.redact).
+func (st *GroupStatus) redact() {
+	st.Kafka, st.Postgres = redact.Text(st.Kafka), redact.Text(st.Postgres)
+	for i := range st.Members {
+		m := &st.Members[i]
+		m.AdminError = redact.Text(m.AdminError)
+		if m.Worker != nil {
+			m.Worker.redact()
+		}
+	}
+	for i := range st.Partitions {
+		st.Partitions[i].Error = redact.Text(st.Partitions[i].Error)
+	}
 }
 
 func tpKey(topic string, p int32) string { return topic + "/" + strconv.Itoa(int(p)) }

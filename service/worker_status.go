@@ -13,6 +13,7 @@ import (
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/httpserver"
+	"github.com/effectively-io/effectively/redact"
 )
 
 // WorkerStatus is what a worker serves at /status on its admin server: its
@@ -50,7 +51,19 @@ func (a *App) workerStatus(ctx context.Context, cfg config.Config, pool *pgxpool
 	if err := pool.Ping(pctx); err != nil {
 		st.Postgres = fmt.Sprintf("unreachable at %s: %v", pgAddr(cfg.Postgres.URL), err)
 	}
+	st.redact()
 	return st
+}
+
+// redact hides the credentials of any URL in st's texts. They are redacted
+// where they are made; this is the defence at /status, for an error no one
+// thought could hold a URL, and for an answer `status` reads from a worker
+// of an older version.
+func (st *WorkerStatus) redact() {
+	st.Postgres = redact.Text(st.Postgres)
+	for i := range st.Partitions {
+		st.Partitions[i].Error = redact.Text(st.Partitions[i].Error)
+	}
 }
 
 // readinessChecks decide /readyz. A worker is unready only while it cannot

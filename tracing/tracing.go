@@ -104,6 +104,9 @@ func New(ctx context.Context, opts Options) (*Tracing, error) {
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, fmt.Errorf("tracing: the resource: %w; fix: correct OTEL_RESOURCE_ATTRIBUTES", err)
 	}
+	// Nothing leaves with a credential of a URL in it (see
+	// redactingExporter).
+	exp = redactingExporter{exp}
 	var export sdktrace.TracerProviderOption
 	if opts.Syncer {
 		export = sdktrace.WithSyncer(exp)

@@ -39,7 +39,9 @@ const (
 var ErrSourceUnavailable = errors.New("the source API is unavailable")
 
 // TargetSource is the source API of accounts: GET <url>/<id>, or the URL
-// with "{id}" replaced, answers the account's current state.
+// with "{id}" replaced, answers the account's current state. The request
+// carries the target's credentials (targets.accounts.bearer_token_file,
+// header_files) and TLS settings (ca_file, cert_file, key_file).
 const TargetSource = "accounts"
 
 type doorbell struct{}
@@ -57,11 +59,20 @@ type sourceAccount struct {
 // notFound marks a doorbell whose account the source does not know (yet).
 const notFoundMarker = `{"not_found":true}`
 
-func sourceURL(base, id string) string {
-	if strings.Contains(base, "{id}") {
-		return strings.ReplaceAll(base, "{id}", url.PathEscape(id))
+// sourceRequest is the GET of account id: the id is one escaped segment,
+// appended to the URL or put in place of its "{id}"; an id that would be a
+// dot segment is refused (handlers.ErrUnsafePath).
+func sourceRequest(ctx context.Context, src handlers.Target, id string) (*http.Request, error) {
+	seg := url.PathEscape(id)
+	if !strings.Contains(src.URL, "{id}") {
+		return src.NewRequest(ctx, http.MethodGet, seg, nil)
 	}
-	return strings.TrimSuffix(base, "/") + "/" + url.PathEscape(id)
+	// The checks of a path appended to a URL, on the one segment.
+	if _, err := (handlers.Target{URL: "http://source/"}).NewRequest(ctx, http.MethodGet, seg, nil); err != nil {
+		return nil, err
+	}
+	src.URL = strings.ReplaceAll(src.URL, "{id}", seg)
+	return src.NewRequest(ctx, http.MethodGet, "", nil)
 }
 
 // Prefetch GETs the account's current state.
@@ -70,12 +81,18 @@ func (d *doorbell) Prefetch(ctx context.Context, env handlers.Env, ev event.Even
 	if err != nil {
 		return ev, event.PermanentWithReason(ReasonSourceUnconfigured, fmt.Errorf("account.refreshed needs the source API: %w; set it and redrive", err))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, sourceURL(src.URL, ev.Subject), nil)
-	if err != nil {
-		return ev, event.PermanentWithReason(ReasonSourceRejected, fmt.Errorf("building the request for %s: %w", event.Excerpt(ev.Subject), err))
+	req, err := sourceRequest(ctx, src, ev.Subject)
+	switch {
+	case errors.Is(err, handlers.ErrUnsafePath):
+		return ev, event.PermanentWithReason(ReasonSourceRejected, fmt.Errorf("the account ID %s cannot be fetched: %w", event.Excerpt(ev.Subject), err))
+	case err != nil:
+		// A credential file that cannot be read: the deployment's fault,
+		// retried until it is fixed.
+		return ev, fmt.Errorf("%w: building the request for %s: %w", ErrSourceUnavailable, event.Excerpt(ev.Subject), err)
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := env.HTTPClient.Do(req)
+	// Do's error is redacted: the URL may carry a credential.
+	resp, err := src.Do(req)
 	if err != nil {
 		return ev, fmt.Errorf("%w: GET %s: %v", ErrSourceUnavailable, redact.URL(req.URL.String()), err)
 	}

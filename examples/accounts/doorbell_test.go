@@ -64,7 +64,7 @@ func setupDoorbell(t *testing.T) (*bundle, *sourceAPI) {
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{
 		Decoders: map[string]*event.Decoder{topic: dec},
 		Handlers: reg,
-		Env:      reg.Env(map[string]string{accounts.TargetSource: srv.URL + "/accounts"}, outbox.Expiry{}, nil),
+		Env:      reg.Env(map[string]outbox.Endpoint{accounts.TargetSource: {URL: srv.URL + "/accounts"}}, outbox.Expiry{}, nil),
 		Logger:   zaptest.NewLogger(t),
 	})
 	return &bundle{db: db, applier: a, offsets: map[int32]int64{}}, api

@@ -23,7 +23,7 @@ func setupOutbox(t *testing.T) *bundle {
 }
 
 // targets are the reference domain's, configured.
-var targets = map[string]string{accounts.TargetCRM: "http://crm.test/", accounts.TargetMail: "http://mail.test/send"}
+var targets = map[string]outbox.Endpoint{accounts.TargetCRM: {URL: "http://crm.test/"}, accounts.TargetMail: {URL: "http://mail.test/send"}}
 
 func setupOutboxWith(t *testing.T, expiry outbox.Expiry) *bundle {
 	t.Helper()

@@ -33,7 +33,7 @@ func setupSource(t *testing.T, h http.Handler, maxAttempts int) *bundle {
 	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
 	require.NoError(t, err)
 	reg := registry()
-	env := reg.Env(map[string]string{accounts.TargetSource: srv.URL + "/accounts"}, outbox.Expiry{}, nil)
+	env := reg.Env(map[string]outbox.Endpoint{accounts.TargetSource: {URL: srv.URL + "/accounts"}}, outbox.Expiry{}, nil)
 	env.Prefetches = handlers.NewPrefetchFailures(maxAttempts)
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{
 		Decoders: map[string]*event.Decoder{topic: dec}, Handlers: reg, Env: env, Logger: zaptest.NewLogger(t),
