@@ -283,7 +283,7 @@ func isJSONMediaType(mt string) bool {
 // value in structured mode, a header (always a string) in binary mode.
 type attribute struct {
 	present bool
-	kind    jsonKind
+	kind    Kind
 	text    string // decoded string, number literal or "true"/"false"
 	raw     []byte // the start of the JSON text (the header value), for messages
 }
@@ -331,7 +331,7 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 		return Event{}, notJSON("the value", err)
 	}
 	root := doc.root
-	if k := doc.kind(root); k != kindObject {
+	if k := doc.kind(root); k != KindObject {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "the value is %s, not a JSON object", article(k))
 	}
 	if msg, ok := doc.rootIssue(); ok {
@@ -347,19 +347,19 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 		kind := doc.kind(value)
 		switch string(name) {
 		case "data":
-			if kind != kindNull {
+			if kind != KindNull {
 				data = value
 			}
 			return true
 		case "data_base64":
-			base64 = kind != kindNull
+			base64 = kind != KindNull
 			return true
 		}
 		if !validAttributeName(string(name)) {
 			nameErr = decodeErr(ReasonNotCloudEvents, "attribute name %s: CloudEvents attribute names are lowercase letters and digits", Excerpt(string(name)))
 			return false
 		}
-		if kind == kindNull {
+		if kind == KindNull {
 			return true // null is absent (CloudEvents JSON format)
 		}
 		attrs = append(attrs, namedAttribute{name: name, attribute: attribute{present: true, kind: kind, text: doc.text(value), raw: doc.headBytes(value)}})
@@ -370,13 +370,13 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 	}
 	if sv := attrs.get("specversion"); !sv.present {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "the object has no specversion: not a CloudEvent")
-	} else if sv.kind != kindString || sv.text != "1.0" {
+	} else if sv.kind != KindString || sv.text != "1.0" {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "specversion %s: only CloudEvents 1.0 is supported", Excerpt(string(sv.raw)))
 	}
 	// Every member but data, data_base64 and those that are null (which
 	// can be neither): in input order.
 	for _, a := range attrs {
-		if k := a.kind; k == kindArray || k == kindObject {
+		if k := a.kind; k == KindArray || k == KindObject {
 			return Event{}, decodeErr(ReasonInvalidAttribute, "attribute %s is %s; CloudEvents attributes are strings, numbers or booleans", a.name, article(k))
 		}
 		if len(doc.issues) == 0 {
@@ -422,7 +422,7 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 		if seen[name] || (seen == nil && attrs.index(name) >= 0) {
 			return Event{}, decodeErr(ReasonNotCloudEvents, "header %s appears twice", h.Key)
 		}
-		attrs = append(attrs, namedAttribute{name: []byte(name), attribute: attribute{present: true, kind: kindString, text: string(h.Value), raw: h.Value}})
+		attrs = append(attrs, namedAttribute{name: []byte(name), attribute: attribute{present: true, kind: KindString, text: string(h.Value), raw: h.Value}})
 		switch {
 		case seen != nil:
 			seen[name] = true
@@ -441,7 +441,7 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 		attrs = append(attrs[:i], attrs[i+1:]...)
 	}
 	if hasCT {
-		attrs = append(attrs, namedAttribute{name: []byte("datacontenttype"), attribute: attribute{present: true, kind: kindString, text: ct, raw: []byte(ct)}})
+		attrs = append(attrs, namedAttribute{name: []byte("datacontenttype"), attribute: attribute{present: true, kind: KindString, text: ct, raw: []byte(ct)}})
 	}
 	ev, err := d.envelope(r, attrs, true)
 	if err != nil {
@@ -472,9 +472,9 @@ func (d *Decoder) envelope(r Record, attrs attributes, binary bool) (Event, erro
 		}
 		a := attrs.get(name)
 		switch {
-		case !a.present || (a.kind == kindString && a.text == ""):
+		case !a.present || (a.kind == KindString && a.text == ""):
 			err = decodeErr(reason, "the event has no %s", name)
-		case a.kind != kindString:
+		case a.kind != KindString:
 			err = decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(string(a.raw)), article(a.kind))
 		}
 		return a.text
@@ -492,7 +492,7 @@ func (d *Decoder) envelope(r Record, attrs attributes, binary bool) (Event, erro
 		return Event{}, err
 	}
 	for _, name := range []string{"id", "source", "type", "subject", "partitionkey", "datacontenttype"} {
-		if a := attrs.get(name); a.present && a.kind == kindString {
+		if a := attrs.get(name); a.present && a.kind == KindString {
 			if err := checkChars(name, a.text); err != nil {
 				return Event{}, err
 			}
@@ -500,13 +500,13 @@ func (d *Decoder) envelope(r Record, attrs attributes, binary bool) (Event, erro
 	}
 	if a := attrs.get("time"); a.present {
 		t, terr := time.Parse(time.RFC3339Nano, a.text)
-		if a.kind != kindString || terr != nil {
+		if a.kind != KindString || terr != nil {
 			return Event{}, decodeErr(ReasonInvalidAttribute, "time %s is not an RFC 3339 timestamp", Excerpt(string(a.raw)))
 		}
 		ev.Time = t
 	}
 	if a := attrs.get("resourceversion"); a.present {
-		if !binary && a.kind != kindNumber {
+		if !binary && a.kind != KindNumber {
 			return Event{}, decodeErr(ReasonInvalidVersion, "resourceversion %s is %s; want an integer ≥ 1", Excerpt(string(a.raw)), article(a.kind))
 		}
 		if ev.Version, err = parseVersion(a.text); err != nil {
@@ -516,7 +516,7 @@ func (d *Decoder) envelope(r Record, attrs attributes, binary bool) (Event, erro
 	if a := attrs.get("datacontenttype"); a.present {
 		mt := a.text
 		if !binary {
-			if a.kind != kindString {
+			if a.kind != KindString {
 				return Event{}, decodeErr(ReasonInvalidAttribute, "datacontenttype %s is %s, not a string", Excerpt(string(a.raw)), article(a.kind))
 			}
 			if parsed, _, perr := mime.ParseMediaType(mt); perr == nil {
@@ -568,8 +568,8 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 		}
 	}
 	if d.versionPtr != nil {
-		if v, ok := doc.resolve(d.versionPtr, root); ok && doc.kind(v) != kindNull {
-			if k := doc.kind(v); k != kindNumber {
+		if v, ok := doc.resolve(d.versionPtr, root); ok && doc.kind(v) != KindNull {
+			if k := doc.kind(v); k != KindNumber {
 				return Event{}, decodeErr(ReasonInvalidVersion, "version %s is %s; want an integer ≥ 1", Excerpt(doc.head(v)), article(k))
 			}
 			if ev.Version, err = parseVersion(string(doc.raw(v))); err != nil {
@@ -593,14 +593,14 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 // string or, when integers is set, an integer literal.
 func field(doc *jsonDoc, root int, p *pointer, name string, reason Reason, integers bool) (string, error) {
 	v, found := doc.resolve(p, root)
-	var k jsonKind
+	var k Kind
 	if found {
 		k = doc.kind(v)
 	}
 	switch {
-	case !found || k == kindNull || (k == kindString && doc.data[v+1] == '"'):
+	case !found || k == KindNull || (k == KindString && doc.data[v+1] == '"'):
 		return "", decodeErr(reason, "the payload has no %s at %s", name, Excerpt(p.text))
-	case k == kindString:
+	case k == KindString:
 		return doc.str(v), nil
 	case integers && doc.isInteger(v):
 		return doc.integer(v), nil
@@ -631,10 +631,10 @@ func (d *Decoder) resourceID(attrs attributes, key []byte) (string, error) {
 	var id, from string
 	for _, name := range []string{"subject", "partitionkey"} {
 		a := attrs.get(name)
-		if !a.present || (a.kind == kindString && a.text == "") {
+		if !a.present || (a.kind == KindString && a.text == "") {
 			continue
 		}
-		if a.kind != kindString {
+		if a.kind != KindString {
 			return "", decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(string(a.raw)), article(a.kind))
 		}
 		switch {
