@@ -37,6 +37,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/effectively-io/effectively/examples/orders/webhooks"
+	"github.com/effectively-io/effectively/test/cetest"
+	"github.com/effectively-io/effectively/test/kafkatest"
 )
 
 // memoryOptions are the -memory flags.
@@ -297,28 +301,17 @@ func (b *bench) ordersExampleConfig(topic string) (string, error) {
 // handlers, an account.opened and then a ledger.credited of one account
 // (n rounded up to even).
 func largeRecords(kind string, n, partitions, size int) []largeRecord {
-	murmur := kgo.StickyKeyPartitioner(nil).ForTopic("")
 	resources := n
 	if kind == "handlers" {
 		resources = (n + 1) / 2
 	}
-	// Keys for each partition in turn, so that every partition gets its
-	// share.
-	keys := make([]string, 0, resources)
-	taken := make([]int, partitions)
 	prefix := map[string]string{"sink": "ord_", "handlers": "acct-"}[kind]
-	for i := 0; len(keys) < resources; i++ {
-		k := fmt.Sprintf("%s%06d", prefix, i)
-		p := murmur.Partition(&kgo.Record{Key: []byte(k)}, partitions)
-		if taken[p] < (resources+partitions-1)/partitions {
-			taken[p]++
-			keys = append(keys, k)
-		}
-	}
+	keys := kafkatest.KeysOnEveryPartition(prefix, partitions, (resources+partitions-1)/partitions)[:resources]
 	var out []largeRecord
 	for i, k := range keys {
 		if kind == "sink" {
-			out = append(out, largeWebhook(i, k, size))
+			line, order, _ := webhooks.Large(i, k, size)
+			out = append(out, largeRecord{key: k, value: line.Value, items: order.Items})
 			continue
 		}
 		out = append(out, largeAccountEvent(i, k, "account.opened", size), largeAccountEvent(i, k, "ledger.credited", size))
@@ -326,45 +319,19 @@ func largeRecords(kind string, n, partitions, size int) []largeRecord {
 	return out
 }
 
-// largeItems renders an items array of about size bytes.
-func largeItems(seed, size int) []byte {
-	b := make([]byte, 0, size+128)
-	b = append(b, '[')
-	for i := 0; len(b) < size; i++ {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = fmt.Appendf(b, `{"sku":"sku-%d-%06d","name":"Item %d","qty":%d,"price":"%d.99"}`, seed, i, i, 1+i%5, i%100)
-	}
-	return append(b, ']')
-}
-
-// largeWebhook is an order.created webhook of the orders example whose
-// items make it about size bytes.
-func largeWebhook(i int, id string, size int) largeRecord {
-	head := fmt.Sprintf(`{"id":"evt_mem_%06d","type":"order.created","created_at":"2026-01-05T10:00:00Z","data":{"order":{"id":%q,"version":1,`+
-		`"status":"paid","customer":{"id":"cus_%06d","email":"buyer%d@example.com"},"total":"%d.50","currency":"EUR","items":`, i, id, i, i, 1000+i)
-	tail := `,"gift":false,"placed_at":"2026-01-05T09:59:00Z"}}}`
-	items := largeItems(i, size-len(head)-len(tail))
-	return largeRecord{key: id, value: []byte(head + string(items) + tail), items: items}
-}
-
 // largeAccountEvent is a CloudEvent of the reference domain whose data
 // carries, beside what its handler reads, items that make it about size
 // bytes.
 func largeAccountEvent(i int, id, typ string, size int) largeRecord {
-	version, data := "", ""
-	switch typ {
-	case "account.opened":
-		version = `"resourceversion":1,`
-		data = fmt.Sprintf(`{"name":"Holder %d","email":"holder%d@example.com","plan":"pro","items":`, i, i)
-	default:
-		data = fmt.Sprintf(`{"amount_cents":%d,"currency":"EUR","items":`, 100+i)
+	items := webhooks.Items(i, size-300)
+	data := map[string]any{"amount_cents": 100 + i, "currency": "EUR", "items": items}
+	version := int64(0)
+	if typ == "account.opened" {
+		data = map[string]any{"name": fmt.Sprintf("Holder %d", i), "email": fmt.Sprintf("holder%d@example.com", i), "plan": "pro", "items": items}
+		version = 1
 	}
-	head := fmt.Sprintf(`{"specversion":"1.0","id":"mem-%s-%06d","source":"urn:effectively:bench-memory","type":%q,"subject":%q,`+
-		`"datacontenttype":"application/json",%s"data":%s`, typ, i, typ, id, version, data)
-	items := largeItems(i, size-len(head)-2)
-	return largeRecord{key: id, value: []byte(head + string(items) + "}}"), items: items}
+	r := cetest.Record("", fmt.Sprintf("mem-%s-%06d", typ, i), typ, id, version, data)
+	return largeRecord{key: id, value: r.Value, items: items}
 }
 
 // produceLarge produces recs, keyed, waiting for every ack.
