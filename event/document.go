@@ -1,5 +1,10 @@
 package event
 
+import (
+	"cmp"
+	"slices"
+)
+
 // Document is a JSON text — an event's Data — checked and indexed by the
 // decoder's own parser, for reading values by JSON pointer. No tree of
 // values is built: the index costs 16 bytes per object with members and 8
@@ -11,25 +16,92 @@ package event
 // maps, fastjson) costs tens of bytes per value, 20 to 100 times a
 // payload of small values, for every record in flight.
 //
-// Parse an event's data once per handler call (ParseDocument(ev.Data)) and
-// read every field from it. A Document is not safe for concurrent use
-// while it is being parsed; once parsed, reading it is.
+// Get an event's data with Event.Document — the decoder's own index when
+// it made the event, so the data is not parsed twice — once per handler
+// call, and read every field from it. Reading a Document is safe for
+// concurrent use.
 type Document struct {
 	d jsonDoc
 }
 
 // ParseDocument checks data strictly as JSON (RFC 8259, valid UTF-8,
-// nested at most MaxNesting levels) and indexes it. The decoder has
-// checked the data of every event it made, so for those ParseDocument
-// fails only when the event has no data (a nil Data). A member name that
+// nested at most MaxNesting levels) and indexes it. A member name that
 // repeats in an object is not an error here (the decoder refuses it): Get
 // finds the first.
 func ParseDocument(data []byte) (*Document, error) {
+	return parseDocument(data, MaxNesting)
+}
+
+func parseDocument(data []byte, maxDepth int) (*Document, error) {
 	doc := &Document{}
-	if err := doc.d.parse(data, MaxNesting); err != nil {
+	if err := doc.d.parse(data, maxDepth); err != nil {
 		return nil, err
 	}
 	return doc, nil
+}
+
+// Document returns the event's Data as a Document. For an event the
+// decoder made it is the decoder's own index of the data, when that is
+// small enough to have been kept with the event (keepMaxData): reading it
+// parses nothing again. Otherwise — a large payload, an event made by
+// hand or read back from storage, a Data replaced since (a prefetcher's)
+// — it is ParseDocument(ev.Data), a parse per call: call it once per
+// handler call. The decoder has checked the data of every event it made,
+// so for those it fails only when the event has no data (a nil Data).
+func (ev Event) Document() (*Document, error) {
+	if doc := ev.doc; doc != nil && len(ev.Data) > 0 && len(doc.d.data) == len(ev.Data) && &doc.d.data[0] == &ev.Data[0] {
+		return doc, nil
+	}
+	return ParseDocument(ev.Data)
+}
+
+// keepMaxData is the largest Data whose index the decoder keeps with its
+// event. The events of a batch live until it commits: kept, every small
+// event's data is read without a second parse (the hot path), at most
+// twice its size in index for the batch's life; a large record's index —
+// up to 3.4 bytes per byte of data — is built only while its handler
+// reads it, one at a time per partition.
+const keepMaxData = 64 << 10
+
+// keep turns the decoder's document into the index of data, the event's
+// copy of the text that starts at offset base of the document's and whose
+// top-level value is at offset root, and returns it; nil when it is not
+// kept: data longer than keepMaxData, or an index over twice the data's
+// size (JSON dense with objects and members: it can reach 3.4 times). The decoder is done with the
+// document: its offsets are rebased to data's.
+func (doc *Document) keep(data []byte, base, root int) *Document {
+	d := &doc.d
+	if len(data) == 0 || len(data) > keepMaxData {
+		return nil
+	}
+	end := base + len(data)
+	byStart := func(o object, at int32) int { return cmp.Compare(o.start, at) }
+	lo, _ := slices.BinarySearchFunc(d.objects, int32(base), byStart)
+	hi, _ := slices.BinarySearchFunc(d.objects, int32(end), byStart)
+	objects := d.objects[lo:hi]
+	index := 16 * len(objects)
+	for _, o := range objects {
+		index += 8 * int(o.n)
+	}
+	if index > 2*len(data)+64 {
+		return nil
+	}
+	if base != 0 {
+		// The objects inside data, and their members' runs (disjoint from
+		// the envelope's), move to data's offsets.
+		off := int32(base)
+		for i := range objects {
+			o := &objects[i]
+			for j := o.first; j < o.first+o.n; j++ {
+				d.members[j].name -= off
+				d.members[j].value -= off
+			}
+			o.start -= off
+			o.end -= off
+		}
+	}
+	d.data, d.root, d.objects, d.issues = data, root-base, objects, nil
+	return doc
 }
 
 // Root is the document's top-level value.

@@ -37,8 +37,8 @@ func TestDocumentReadsByPointer(t *testing.T) {
 		{[]string{"order", "lines", "0"}, KindObject, "", `{"sku": "a", "qty": 3}`},
 		{[]string{"order", "empty"}, KindObject, "", "{}"},
 		{[]string{"order", "none"}, KindArray, "", "[]"},
-		{[]string{"order", "a/b"}, KindNumber, "1", "1"},         // a name with an escaped solidus
-		{[]string{"order", "m~n"}, KindNumber, "2", "2"},         // tokens are unescaped already
+		{[]string{"order", "a/b"}, KindNumber, "1", "1"},           // a name with an escaped solidus
+		{[]string{"order", "m~n"}, KindNumber, "2", "2"},           // tokens are unescaped already
 		{[]string{"order", "dup"}, KindString, "first", `"first"`}, // the first of repeated names
 		{[]string{"order", "ab"}, KindString, "escaped name", `"escaped name"`},
 		{[]string{"n"}, KindNumber, "0", "0"},
@@ -180,5 +180,76 @@ func compareDocument(t *testing.T, v Value, want any, path []string, budget *int
 	}
 	if len(path) < 3 {
 		require.True(t, json.Valid(v.Raw()), "%q: raw %q", path, v.Raw())
+	}
+}
+
+// requireDocumentOfData checks that ev.Document — the decoder's index,
+// rebased to Data when it was kept — reads what encoding/json reads from
+// ev.Data.
+func requireDocumentOfData(t *testing.T, ev Event) {
+	t.Helper()
+	doc, err := ev.Document()
+	require.NoError(t, err)
+	dec := json.NewDecoder(bytes.NewReader(ev.Data))
+	dec.UseNumber()
+	var tree any
+	require.NoError(t, dec.Decode(&tree))
+	budget := 2000
+	compareDocument(t, doc.Root(), tree, nil, &budget)
+	require.Equal(t, string(bytes.TrimSpace(ev.Data)), string(doc.Root().Raw()))
+}
+
+// The decoder keeps its index of a small event's data with the event, in
+// every mode: Document then parses nothing and allocates nothing, and
+// reads what a parse of Data reads. A large payload, or one whose index
+// would outweigh it, is parsed when asked for; so is a Data replaced
+// since (a prefetcher's).
+func TestEventDocumentIsTheDecodersIndex(t *testing.T) {
+	data := `{"order": {"id": "o-1", "lines": [{"sku": "a", "qty": 3}, {"sku": "b", "qty": 1}], "total": "12.50"}, "tags": ["x"]}`
+	structured, err := NewDecoder(DecoderConfig{Topic: "t"})
+	require.NoError(t, err)
+	webhook, err := NewDecoder(DecoderConfig{Topic: "t", Format: FormatJSON, KeyStrategy: StrategyField, KeyPointer: "/order/id",
+		TypePointer: "/tags/0", SubjectPointer: "/order/id"})
+	require.NoError(t, err)
+	envelope := func(data string) Record {
+		return Record{Topic: "t", Key: []byte("o-1"), Value: []byte(`{"specversion": "1.0", "id": "e1", "source": "s", "type": "x",
+		  "subject": "o-1", "time": "2026-01-02T03:04:05Z", "data": ` + data + `, "ext": "after the data"}`)}
+	}
+	binary := func(data string) Record {
+		return Record{Topic: "t", Key: []byte("o-1"), Value: []byte(data), Headers: []Header{{Key: "ce_specversion", Value: []byte("1.0")},
+			{Key: "ce_id", Value: []byte("e1")}, {Key: "ce_source", Value: []byte("s")}, {Key: "ce_type", Value: []byte("x")}}}
+	}
+	for _, c := range []struct {
+		name string
+		dec  *Decoder
+		rec  Record
+		kept bool
+	}{
+		{"structured", structured, envelope(data), true},
+		{"structured, scalar data", structured, envelope(`"just a string"`), true},
+		{"binary", structured, binary("  " + data + " "), true},
+		{"format json", webhook, Record{Topic: "t", Key: []byte("o-1"), Value: []byte(data)}, true},
+		{"structured, large", structured, envelope(`{"order": {"id": "o-1"}, "pad": "` + strings.Repeat("p", keepMaxData) + `"}`), false},
+		{"binary, denser index than data", structured, binary(`[` + strings.Repeat(`{"":0},`, 100) + `{"":0}]`), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ev, err := c.dec.Decode(c.rec)
+			require.NoError(t, err)
+			require.Equal(t, c.kept, ev.doc != nil, "index kept")
+			requireDocumentOfData(t, ev)
+			doc, err := ev.Document()
+			require.NoError(t, err)
+			if c.kept {
+				require.Same(t, ev.doc, doc)
+				require.Zero(t, testing.AllocsPerRun(50, func() { _, _ = ev.Document() }))
+			}
+			// A replaced Data is parsed anew, never read through the old index.
+			ev.Data = json.RawMessage(`{"order": {"id": "replaced"}}`)
+			doc, err = ev.Document()
+			require.NoError(t, err)
+			id, ok := doc.Get("order", "id")
+			require.True(t, ok)
+			require.Equal(t, "replaced", id.Text())
+		})
 	}
 }

@@ -326,10 +326,11 @@ func head(b []byte) string {
 
 func (d *Decoder) decodeStructured(r Record) (Event, error) {
 	// The envelope is one level more than its data.
-	doc, err := parseJSON(r.Value, MaxNesting+1)
+	pd, err := parseDocument(r.Value, MaxNesting+1)
 	if err != nil {
 		return Event{}, notJSON("the value", err)
 	}
+	doc := &pd.d
 	root := doc.root
 	if k := doc.kind(root); k != KindObject {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "the value is %s, not a JSON object", article(k))
@@ -399,7 +400,13 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 	if data >= 0 {
 		ev.Data = bytes.Clone(doc.raw(data))
 	}
-	return d.finish(ev, doc, data)
+	if ev, err = d.finish(ev, doc, data); err != nil {
+		return Event{}, err
+	}
+	if data >= 0 {
+		ev.doc = pd.keep(ev.Data, data, data)
+	}
+	return ev, nil
 }
 
 func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
@@ -447,15 +454,20 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	doc, err := parseJSON(r.Value, MaxNesting)
+	pd, err := parseDocument(r.Value, MaxNesting)
 	if err != nil {
 		return Event{}, notJSON("the value (the event's data)", err)
 	}
+	doc := &pd.d
 	if len(doc.issues) > 0 {
 		return Event{}, decodeErr(ReasonInvalidData, "data is not I-JSON: %s", doc.issues[0].msg)
 	}
 	ev.Data = bytes.Clone(r.Value)
-	return d.finish(ev, doc, doc.root)
+	if ev, err = d.finish(ev, doc, doc.root); err != nil {
+		return Event{}, err
+	}
+	ev.doc = pd.keep(ev.Data, 0, doc.root)
+	return ev, nil
 }
 
 // envelope validates the CloudEvents attributes common to both modes, in
@@ -532,10 +544,11 @@ func (d *Decoder) envelope(r Record, attrs attributes, binary bool) (Event, erro
 }
 
 func (d *Decoder) decodeJSON(r Record) (Event, error) {
-	doc, err := parseJSON(r.Value, MaxNesting)
+	pd, err := parseDocument(r.Value, MaxNesting)
 	if err != nil {
 		return Event{}, notJSON("the value", err)
 	}
+	doc := &pd.d
 	if len(doc.issues) > 0 {
 		return Event{}, decodeErr(ReasonInvalidData, "the payload is not I-JSON: %s", doc.issues[0].msg)
 	}
@@ -586,6 +599,7 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 		ev.ID = ev.Key
 	}
 	ev.TraceParent, ev.TraceState = traceContext(nil, r.Headers)
+	ev.doc = pd.keep(ev.Data, 0, root)
 	return ev, nil
 }
 

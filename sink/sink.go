@@ -152,7 +152,8 @@ func (s *sink) declaration() *handlers.Table {
 func handler(sinks []*sink) handlers.HandlerFunc {
 	return func(_ context.Context, e *handlers.Effects, ev event.Event) error {
 		topic := e.Origin().Topic
-		// The event's data, parsed once for every pointer of its sinks.
+		// The event's data, read for every pointer of its sinks from one
+		// index: the decoder's, or one parse here.
 		var doc *event.Document
 		took := false
 		for _, s := range sinks {
@@ -161,7 +162,7 @@ func handler(sinks []*sink) handlers.HandlerFunc {
 			}
 			took = true
 			if s.pointers && doc == nil {
-				d, err := event.ParseDocument(ev.Data)
+				d, err := ev.Document()
 				if err != nil {
 					return event.PermanentWithReason(ReasonInvalidPayload, fmt.Errorf("sink %s: the event's data is not JSON: %w", s.cfg.Name, err))
 				}

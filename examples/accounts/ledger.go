@@ -21,7 +21,7 @@ type LedgerEntry struct {
 // ParseLedger validates a ledger event's data: amount_cents an integer > 0
 // that fits int64, currency an ISO 4217 code.
 func ParseLedger(ev event.Event) (LedgerEntry, error) {
-	doc, err := parseData(ev)
+	doc, err := ev.Document() // the decoder passed only valid JSON without repeated names
 	if err != nil || doc.Root().Kind() != event.KindObject {
 		return LedgerEntry{}, invalidPayload("%s data must be an object with amount_cents and currency", ev.Type)
 	}
