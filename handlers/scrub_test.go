@@ -26,7 +26,7 @@ func TestQueueScrub(t *testing.T) {
 	queueScrub(b)
 	require.Len(t, b.QueuedQueries, 4)
 	scrub := b.QueuedQueries[3]
-	require.Equal(t, "SELECT num_nulls($1::bool, $2::bool, $3::bool, $4::bool)", scrub.SQL)
+	require.Equal(t, "SELECT cardinality(ARRAY[$1::bool, $2::bool, $3::bool, $4::bool])", scrub.SQL)
 	require.Equal(t, []any{nil, nil, nil, nil}, scrub.Arguments)
 
 	require.Equal(t, 3+len(big)+10+1, argBytes([]any{"abc", big, []any{big[:10], []string{"d"}}, int64(7)}))

@@ -182,7 +182,7 @@ func queueScrub(b *pgx.Batch) {
 	for i := range params {
 		params[i] = fmt.Sprintf("$%d::bool", i+1)
 	}
-	b.Queue("SELECT num_nulls("+strings.Join(params, ", ")+")", make([]any, width)...)
+	b.Queue("SELECT cardinality(ARRAY["+strings.Join(params, ", ")+"])", make([]any, width)...)
 }
 
 // argBytes is the size of the strings and byte slices in a statement's

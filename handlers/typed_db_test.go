@@ -299,3 +299,30 @@ func TestTypedEffectsLargeJSONValues(t *testing.T) {
 	}
 	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM docs WHERE note IS NULL`))
 }
+
+// The scrub statement is as wide as the widest of the batch, beyond the
+// 100 arguments a PostgreSQL function takes: a handler's raw statement of
+// 300 parameters with large values still flushes.
+func TestFlushScrubsAWideStatement(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE blobs (id int PRIMARY KEY, body text NOT NULL)`)
+	require.NoError(t, err)
+	var reg handlers.Registry
+	e := handlers.NewEffects(reg.Env(nil, outbox.Expiry{}, nil))
+	out := e.Begin(handlers.Origin{}, event.Event{Key: "k"})
+	var values []string
+	var args []any
+	for i := range 150 {
+		values = append(values, fmt.Sprintf("($%d::int, $%d::text)", 2*i+1, 2*i+2))
+		args = append(args, i, strings.Repeat("x", 10_000))
+	}
+	e.Exec(nil, `INSERT INTO blobs (id, body) VALUES `+strings.Join(values, ", "), args...)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, e.Flush(ctx, tx))
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, dedupe.Applied, out.Disposition)
+	require.Equal(t, int64(150), db.Count(t, `SELECT count(*) FROM blobs WHERE length(body) = 10000`))
+}
