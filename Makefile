@@ -11,7 +11,7 @@ FUZZTIME ?= 10m
 # make test's fuzz budget is an execution count: it cannot race the clock on a loaded machine.
 FUZZ_SHORT ?= 20000x
 
-.PHONY: docs build test test-on-stack vet demo bench bench-on-stack soak soak-on-stack scale scale-on-stack chaos fuzz stack-up stack-down stack-status stack-logs clean
+.PHONY: docs build test test-on-stack vet demo bench bench-on-stack bench-memory bench-memory-on-stack soak soak-on-stack scale scale-on-stack chaos fuzz stack-up stack-down stack-status stack-logs clean
 
 # The release: no crashpoint build tag (the fault suites build their binary with -tags crashpoint).
 build:
@@ -55,17 +55,30 @@ demo: build
 	EFFECTIVELY_KEEP_STACK=1 stack/with-stack.sh test/demo.sh
 
 ## bench: throughput of the worker (E) against consume-only (B1), the database ceiling (B2) and a naive worker (B3),
-## end-to-end latency at a fixed rate, peak RSS. Prints, never asserts. Flags: make bench BENCH_FLAGS='-runs 1 -events 50000'.
+## end-to-end latency at a fixed rate, peak RSS, then the memory per record (bench-memory). Prints, never asserts.
+## Flags: make bench BENCH_FLAGS='-runs 1 -events 50000'.
 BENCH_FLAGS ?=
 bench: build
 	stack/with-stack.sh $(MAKE) --no-print-directory bench-on-stack
 
 bench-on-stack:
 	$(GO) run ./test/bench $(BENCH_FLAGS)
+	@echo "== memory per record: records of about 1 MiB on 16 partitions through a config-only sink and through Go handlers"
+	$(GO) run ./test/bench -memory $(MEMORY_FLAGS)
 	@echo "== static membership: the stall of a SIGKILLed member's partitions, with and without kafka.instance_id"
 	EFFECTIVELY_BENCH_MEMBERSHIP=1 $(GO) test -count=1 -v -run '^TestStaticMembershipStall$$' ./test/ | grep -E '^(scenario|dynamic|static|SIGKILL|[(]stall|--|ok|FAIL|---)'
 	@echo "== static membership: a graceful scale-down's stall and the wait before replay, with and without kafka.leave_on_shutdown"
 	EFFECTIVELY_BENCH_MEMBERSHIP=1 $(GO) test -count=1 -v -run '^TestStaticScaleDownAndReplayWait$$' ./test/ | grep -E '^(scenario|static|2 static|[(]stall|--|ok|FAIL)'
+
+## bench-memory: the worker's Go heap (idle, peak, after the run) and peak RSS with records of about 1 MiB on every
+## partition, through a config-only sink (jsonb column) and through Go handlers; checks their rows. Prints, never asserts.
+## Flags: make bench-memory MEMORY_FLAGS='-memory-records 64 -memory-gomemlimit 345MiB'.
+MEMORY_FLAGS ?=
+bench-memory: build
+	stack/with-stack.sh $(MAKE) --no-print-directory bench-memory-on-stack
+
+bench-memory-on-stack:
+	$(GO) run ./test/bench -memory $(MEMORY_FLAGS)
 
 ## soak: the maximum, then a paced load at 80% of it for 30 minutes with claims retention of 2 minutes, sampled every 10 s;
 ## prints a table and a summary, writes docs/explanation/soak.md and soak.png. Prints, never asserts; CI never runs it.

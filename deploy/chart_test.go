@@ -485,6 +485,13 @@ func checkWorker(t *testing.T, r rendered) {
 	req := c.Resources.Requests.Memory()
 	require.GreaterOrEqual(t, req.Value(), int64(220<<20), "memory request below the measured peak RSS")
 	require.GreaterOrEqual(t, c.Resources.Limits.Memory().Value(), req.Value())
+	// The GC's soft limit follows the container's limit, below it.
+	if r.str("goMemLimit") == "" {
+		mib, err := strconv.ParseInt(strings.TrimSuffix(env["GOMEMLIMIT"].Value, "MiB"), 10, 64)
+		require.NoError(t, err, "GOMEMLIMIT %q", env["GOMEMLIMIT"].Value)
+		limit := c.Resources.Limits.Memory().Value()
+		require.InDelta(t, 0.85, float64(mib<<20)/float64(limit), 0.01, "GOMEMLIMIT %dMiB of a %d-byte limit", mib, limit)
+	}
 
 	// The headless Service is the StatefulSet's.
 	svc := r.one(t, "Service").obj.(*corev1.Service)
@@ -623,6 +630,40 @@ func checkMonitoring(t *testing.T, r rendered) {
 	}
 }
 
+// GOMEMLIMIT is goMemLimitPercent of the container's memory limit, in MiB,
+// whatever unit the limit is written in; goMemLimit fixes it, and
+// goMemLimitPercent 0 (or no limit) leaves it unset.
+func TestChartDerivesGOMEMLIMIT(t *testing.T) {
+	ch := loadChart(t)
+	for _, c := range []struct {
+		values string
+		want   string // "": not set
+	}{
+		{"", "326MiB"}, // 384Mi × 0.85 = 326.4
+		{"resources: {limits: {memory: 1Gi}}", "870MiB"},
+		{"resources: {limits: {memory: 1.5Gi}}", "1305MiB"},
+		{"resources: {limits: {memory: 512M}}", "415MiB"}, // 435,200,000 bytes
+		{"resources: {limits: {memory: 2G}}\ngoMemLimitPercent: 90", "1716MiB"},
+		{"resources: {limits: {memory: 402653184}}", "326MiB"},
+		{"resources: {limits: {memory: '402653184'}}", "326MiB"},
+		{"goMemLimit: 300MiB", "300MiB"},
+		{"goMemLimit: 300MiB\nresources: {limits: {memory: 1Gi}}", "300MiB"},
+		{"goMemLimitPercent: 0", ""},
+		{"resources: {limits: null}", ""},
+	} {
+		t.Run(c.values, func(t *testing.T) {
+			var v map[string]any
+			require.NoError(t, yaml.Unmarshal([]byte(c.values), &v))
+			r, err := render(t, ch, v)
+			require.NoError(t, err)
+			sts := r.one(t, "StatefulSet").obj.(*appsv1.StatefulSet)
+			got, ok := envOf(container(t, sts.Spec.Template.Spec, "worker"))["GOMEMLIMIT"]
+			require.Equal(t, c.want != "", ok, "GOMEMLIMIT set")
+			require.Equal(t, c.want, got.Value)
+		})
+	}
+}
+
 // TestChartRefusesWhatCannotWork: values that would deploy something broken
 // fail the render with a message naming the value.
 func TestChartRefusesWhatCannotWork(t *testing.T) {
@@ -641,6 +682,9 @@ func TestChartRefusesWhatCannotWork(t *testing.T) {
 		{"a misspelt value (values.schema.json)", "keda: {enabled: true, maxReplicas: 4}", "maxReplicas"},
 		{"an unknown SASL mechanism (values.schema.json)", "kafka: {sasl: {mechanism: SCRAM-SHA-256, existingSecret: s, username: u}}", "/kafka/sasl/mechanism"},
 		{"a partition count that is not a number", "kafka: {partitions: eight}", "partitions"},
+		{"a memory limit GOMEMLIMIT cannot be derived from", "resources: {limits: {memory: 1e3Mi}}", "resources.limits.memory \"1e3Mi\""},
+		{"a memory limit too small for any GOMEMLIMIT", "resources: {limits: {memory: 1Ki}}", "GOMEMLIMIT under 1 MiB"},
+		{"a GOMEMLIMIT share above the limit (values.schema.json)", "goMemLimitPercent: 120", "goMemLimitPercent"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var v map[string]any

@@ -282,7 +282,7 @@ func isJSONMediaType(mt string) bool {
 // value in structured mode, a header (always a string) in binary mode.
 type attribute struct {
 	present bool
-	kind    jsonKind
+	kind    Kind
 	text    string // decoded string, number literal or "true"/"false"
 	raw     []byte // the start of the JSON text (the header value), for messages
 }
@@ -325,12 +325,13 @@ func head(b []byte) string {
 
 func (d *Decoder) decodeStructured(r Record) (Event, error) {
 	// The envelope is one level more than its data.
-	doc, err := parseJSON(r.Value, MaxNesting+1)
+	pd, err := parseDocument(r.Value, MaxNesting+1)
 	if err != nil {
 		return Event{}, notJSON("the value", err)
 	}
+	doc := &pd.d
 	root := doc.root
-	if k := doc.kind(root); k != kindObject {
+	if k := doc.kind(root); k != KindObject {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "the value is %s, not a JSON object", article(k))
 	}
 	if msg, ok := doc.rootIssue(); ok {
@@ -346,19 +347,19 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 		kind := doc.kind(value)
 		switch string(name) {
 		case "data":
-			if kind != kindNull {
+			if kind != KindNull {
 				data = value
 			}
 			return true
 		case "data_base64":
-			base64 = kind != kindNull
+			base64 = kind != KindNull
 			return true
 		}
 		if !validAttributeName(string(name)) {
 			nameErr = decodeErr(ReasonNotCloudEvents, "attribute name %s: CloudEvents attribute names are lowercase letters and digits", Excerpt(string(name)))
 			return false
 		}
-		if kind == kindNull {
+		if kind == KindNull {
 			return true // null is absent (CloudEvents JSON format)
 		}
 		attrs = append(attrs, namedAttribute{name: name, attribute: attribute{present: true, kind: kind, text: doc.text(value), raw: doc.headBytes(value)}})
@@ -369,13 +370,13 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 	}
 	if sv := attrs.get("specversion"); !sv.present {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "the object has no specversion: not a CloudEvent")
-	} else if sv.kind != kindString || sv.text != "1.0" {
+	} else if sv.kind != KindString || sv.text != "1.0" {
 		return Event{}, decodeErr(ReasonNotCloudEvents, "specversion %s: only CloudEvents 1.0 is supported", Excerpt(string(sv.raw)))
 	}
 	// Every member but data, data_base64 and those that are null (which
 	// can be neither): in input order.
 	for _, a := range attrs {
-		if k := a.kind; k == kindArray || k == kindObject {
+		if k := a.kind; k == KindArray || k == KindObject {
 			return Event{}, decodeErr(ReasonInvalidAttribute, "attribute %s is %s; CloudEvents attributes are strings, numbers or booleans", a.name, article(k))
 		}
 		if len(doc.issues) == 0 {
@@ -398,7 +399,13 @@ func (d *Decoder) decodeStructured(r Record) (Event, error) {
 	if data >= 0 {
 		ev.Data = bytes.Clone(doc.raw(data))
 	}
-	return d.finish(ev, doc, data)
+	if ev, err = d.finish(ev, doc, data); err != nil {
+		return Event{}, err
+	}
+	if data >= 0 {
+		ev.doc = pd.keep(ev.Data, data, data)
+	}
+	return ev, nil
 }
 
 func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
@@ -421,7 +428,7 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 		if seen[name] || (seen == nil && attrs.index(name) >= 0) {
 			return Event{}, decodeErr(ReasonNotCloudEvents, "header %s appears twice", h.Key)
 		}
-		attrs = append(attrs, namedAttribute{name: []byte(name), attribute: attribute{present: true, kind: kindString, text: string(h.Value), raw: h.Value}})
+		attrs = append(attrs, namedAttribute{name: []byte(name), attribute: attribute{present: true, kind: KindString, text: string(h.Value), raw: h.Value}})
 		switch {
 		case seen != nil:
 			seen[name] = true
@@ -440,21 +447,26 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 		attrs = append(attrs[:i], attrs[i+1:]...)
 	}
 	if hasCT {
-		attrs = append(attrs, namedAttribute{name: []byte("datacontenttype"), attribute: attribute{present: true, kind: kindString, text: ct, raw: []byte(ct)}})
+		attrs = append(attrs, namedAttribute{name: []byte("datacontenttype"), attribute: attribute{present: true, kind: KindString, text: ct, raw: []byte(ct)}})
 	}
 	ev, err := d.envelope(r, attrs, true)
 	if err != nil {
 		return Event{}, err
 	}
-	doc, err := parseJSON(r.Value, MaxNesting)
+	pd, err := parseDocument(r.Value, MaxNesting)
 	if err != nil {
 		return Event{}, notJSON("the value (the event's data)", err)
 	}
+	doc := &pd.d
 	if len(doc.issues) > 0 {
 		return Event{}, decodeErr(ReasonInvalidData, "data is not I-JSON: %s", doc.issues[0].msg)
 	}
 	ev.Data = bytes.Clone(r.Value)
-	return d.finish(ev, doc, doc.root)
+	if ev, err = d.finish(ev, doc, doc.root); err != nil {
+		return Event{}, err
+	}
+	ev.doc = pd.keep(ev.Data, 0, doc.root)
+	return ev, nil
 }
 
 // envelope validates the CloudEvents attributes common to both modes, in
@@ -471,9 +483,9 @@ func (d *Decoder) envelope(r Record, attrs attributes, binary bool) (Event, erro
 		}
 		a := attrs.get(name)
 		switch {
-		case !a.present || (a.kind == kindString && a.text == ""):
+		case !a.present || (a.kind == KindString && a.text == ""):
 			err = decodeErr(reason, "the event has no %s", name)
-		case a.kind != kindString:
+		case a.kind != KindString:
 			err = decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(string(a.raw)), article(a.kind))
 		}
 		return a.text
@@ -491,14 +503,14 @@ func (d *Decoder) envelope(r Record, attrs attributes, binary bool) (Event, erro
 		return Event{}, err
 	}
 	for _, name := range []string{"id", "source", "type", "subject", "partitionkey", "datacontenttype"} {
-		if a := attrs.get(name); a.present && a.kind == kindString {
+		if a := attrs.get(name); a.present && a.kind == KindString {
 			if err := checkChars(name, a.text); err != nil {
 				return Event{}, err
 			}
 		}
 	}
 	if a := attrs.get("time"); a.present {
-		if a.kind != kindString {
+		if a.kind != KindString {
 			return Event{}, decodeErr(ReasonInvalidAttribute, "time %s is not an RFC 3339 timestamp", Excerpt(string(a.raw)))
 		}
 		t, terr := ParseTime(a.text)
@@ -508,7 +520,7 @@ func (d *Decoder) envelope(r Record, attrs attributes, binary bool) (Event, erro
 		ev.Time = t
 	}
 	if a := attrs.get("resourceversion"); a.present {
-		if !binary && a.kind != kindNumber {
+		if !binary && a.kind != KindNumber {
 			return Event{}, decodeErr(ReasonInvalidVersion, "resourceversion %s is %s; want an integer ≥ 1", Excerpt(string(a.raw)), article(a.kind))
 		}
 		if ev.Version, err = parseVersion(a.text); err != nil {
@@ -518,7 +530,7 @@ func (d *Decoder) envelope(r Record, attrs attributes, binary bool) (Event, erro
 	if a := attrs.get("datacontenttype"); a.present {
 		mt := a.text
 		if !binary {
-			if a.kind != kindString {
+			if a.kind != KindString {
 				return Event{}, decodeErr(ReasonInvalidAttribute, "datacontenttype %s is %s, not a string", Excerpt(string(a.raw)), article(a.kind))
 			}
 			if parsed, _, perr := mime.ParseMediaType(mt); perr == nil {
@@ -534,10 +546,11 @@ func (d *Decoder) envelope(r Record, attrs attributes, binary bool) (Event, erro
 }
 
 func (d *Decoder) decodeJSON(r Record) (Event, error) {
-	doc, err := parseJSON(r.Value, MaxNesting)
+	pd, err := parseDocument(r.Value, MaxNesting)
 	if err != nil {
 		return Event{}, notJSON("the value", err)
 	}
+	doc := &pd.d
 	if len(doc.issues) > 0 {
 		return Event{}, decodeErr(ReasonInvalidData, "the payload is not I-JSON: %s", doc.issues[0].msg)
 	}
@@ -570,8 +583,8 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 		}
 	}
 	if d.versionPtr != nil {
-		if v, ok := doc.resolve(d.versionPtr, root); ok && doc.kind(v) != kindNull {
-			if k := doc.kind(v); k != kindNumber {
+		if v, ok := doc.resolve(d.versionPtr, root); ok && doc.kind(v) != KindNull {
+			if k := doc.kind(v); k != KindNumber {
 				return Event{}, decodeErr(ReasonInvalidVersion, "version %s is %s; want an integer ≥ 1", Excerpt(doc.head(v)), article(k))
 			}
 			if ev.Version, err = parseVersion(string(doc.raw(v))); err != nil {
@@ -588,6 +601,7 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 		ev.ID = ev.Key
 	}
 	ev.TraceParent, ev.TraceState = traceContext(nil, r.Headers)
+	ev.doc = pd.keep(ev.Data, 0, root)
 	return ev, nil
 }
 
@@ -595,14 +609,14 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 // string or, when integers is set, an integer literal.
 func field(doc *jsonDoc, root int, p *pointer, name string, reason Reason, integers bool) (string, error) {
 	v, found := doc.resolve(p, root)
-	var k jsonKind
+	var k Kind
 	if found {
 		k = doc.kind(v)
 	}
 	switch {
-	case !found || k == kindNull || (k == kindString && doc.data[v+1] == '"'):
+	case !found || k == KindNull || (k == KindString && doc.data[v+1] == '"'):
 		return "", decodeErr(reason, "the payload has no %s at %s", name, Excerpt(p.text))
-	case k == kindString:
+	case k == KindString:
 		return doc.str(v), nil
 	case integers && doc.isInteger(v):
 		return doc.integer(v), nil
@@ -633,10 +647,10 @@ func (d *Decoder) resourceID(attrs attributes, key []byte) (string, error) {
 	var id, from string
 	for _, name := range []string{"subject", "partitionkey"} {
 		a := attrs.get(name)
-		if !a.present || (a.kind == kindString && a.text == "") {
+		if !a.present || (a.kind == KindString && a.text == "") {
 			continue
 		}
-		if a.kind != kindString {
+		if a.kind != KindString {
 			return "", decodeErr(ReasonInvalidAttribute, "%s %s is %s, not a string", name, Excerpt(string(a.raw)), article(a.kind))
 		}
 		switch {

@@ -50,7 +50,9 @@ type Event struct {
 	Time time.Time
 	// Data is the data member as received (structured mode), the record
 	// value (binary mode), or the whole payload (format json); nil when a
-	// structured event has no data. It does not alias the record.
+	// structured event has no data. It does not alias the record. Read it
+	// with Document; never modify it in place (the event's copies share it,
+	// and so does the decoder's index of it): replace it.
 	Data json.RawMessage
 	// Key is the dedupe key, derived by the topic's key strategy: the
 	// identity of the work, claimed once in the database.
@@ -80,4 +82,7 @@ type Event struct {
 	// span, and the outbox calls the event causes.
 	TraceParent string
 	TraceState  string
+
+	// doc is the decoder's index of Data (Document), kept when small.
+	doc *Document
 }

@@ -301,6 +301,7 @@ func requireValidEvent(t *testing.T, ev Event, key []byte) {
 	}
 	if ev.Data != nil {
 		require.True(t, json.Valid(ev.Data))
+		requireDocumentOfData(t, ev)
 	}
 	require.True(t, slices.Contains([]string{StrategyCloudEvents, StrategyField, StrategyNatural, StrategyContentHash}, ev.Strategy))
 }

@@ -25,34 +25,6 @@ import (
 // the issues found cost nothing per value. A tree of values took 100 bytes
 // and more per value (117 MiB for a 1 MiB array of zeros).
 
-type jsonKind uint8
-
-const (
-	kindNull jsonKind = iota
-	kindBool
-	kindNumber
-	kindString
-	kindArray
-	kindObject
-)
-
-func (k jsonKind) String() string {
-	switch k {
-	case kindNull:
-		return "null"
-	case kindBool:
-		return "boolean"
-	case kindNumber:
-		return "number"
-	case kindString:
-		return "string"
-	case kindArray:
-		return "array"
-	default:
-		return "object"
-	}
-}
-
 // jsonDoc is a JSON text checked by parseJSON, and its index.
 type jsonDoc struct {
 	data []byte
@@ -178,14 +150,23 @@ type jsonParser struct {
 // there); I-JSON violations are collected in the document's issues and
 // parsing goes on, so that a syntax error later in the text still wins.
 func parseJSON(data []byte, maxDepth int) (*jsonDoc, error) {
+	doc := &jsonDoc{}
+	if err := doc.parse(data, maxDepth); err != nil {
+		return nil, err
+	}
+	return doc, nil
+}
+
+// parse is parseJSON into doc (a Document holds its index inline).
+func (doc *jsonDoc) parse(data []byte, maxDepth int) error {
 	if !utf8.Valid(data) {
-		return nil, &syntaxError{off: invalidUTF8Offset(data), msg: "invalid UTF-8"}
+		return &syntaxError{off: invalidUTF8Offset(data), msg: "invalid UTF-8"}
 	}
 	if len(data) > math.MaxInt32 {
 		// Kafka's record values are shorter: their length is an int32.
-		return nil, &syntaxError{off: math.MaxInt32, msg: "text longer than 2 GiB"}
+		return &syntaxError{off: math.MaxInt32, msg: "text longer than 2 GiB"}
 	}
-	doc := &jsonDoc{data: data}
+	doc.data = data
 	// Every member has a colon, every object a brace: counted (fast) they
 	// size the index in one allocation each. Text inside strings inflates
 	// the counts; the bounds are what the densest JSON needs (`"":0,` is 5
@@ -200,16 +181,16 @@ func parseJSON(data []byte, maxDepth int) (*jsonDoc, error) {
 	p.skipSpace()
 	doc.root = p.pos
 	if err := p.value(); err != nil {
-		return nil, err
+		return err
 	}
 	p.skipSpace()
 	if p.pos != len(p.data) {
-		return nil, p.syntax("unexpected data after the top-level value")
+		return p.syntax("unexpected data after the top-level value")
 	}
 	doc.members = doc.members[:p.nf:p.nf]
 	p.flushIssue()
 	p.keepIssues()
-	return doc, nil
+	return nil
 }
 
 func invalidUTF8Offset(b []byte) int {
@@ -656,20 +637,20 @@ func appendDoubling[T any](s []T, x T) []T {
 // Reading the text through the index. A value is the offset of its first
 // byte in a text parseJSON accepted.
 
-func (d *jsonDoc) kind(v int) jsonKind {
+func (d *jsonDoc) kind(v int) Kind {
 	switch d.data[v] {
 	case '{':
-		return kindObject
+		return KindObject
 	case '[':
-		return kindArray
+		return KindArray
 	case '"':
-		return kindString
+		return KindString
 	case 't', 'f':
-		return kindBool
+		return KindBool
 	case 'n':
-		return kindNull
+		return KindNull
 	default:
-		return kindNumber
+		return KindNumber
 	}
 }
 
@@ -723,9 +704,9 @@ func (d *jsonDoc) headBytes(v int) []byte {
 // the value at v; "" for null, arrays and objects.
 func (d *jsonDoc) text(v int) string {
 	switch d.kind(v) {
-	case kindString:
+	case KindString:
 		return d.str(v)
-	case kindNumber, kindBool:
+	case KindNumber, KindBool:
 		return string(d.raw(v))
 	default:
 		return ""
@@ -785,7 +766,7 @@ func (d *jsonDoc) integer(v int) string {
 // isInteger reports whether the value at v is a number written without
 // fraction or exponent.
 func (d *jsonDoc) isInteger(v int) bool {
-	return d.kind(v) == kindNumber && isIntegerLiteral(d.raw(v))
+	return d.kind(v) == KindNumber && isIntegerLiteral(d.raw(v))
 }
 
 // isIntegerLiteral reports whether a valid JSON number literal has neither a
@@ -863,12 +844,18 @@ func (d *jsonDoc) elem(v, i int) (int, bool) {
 
 // resolve returns the value p refers to from v.
 func (d *jsonDoc) resolve(p *pointer, v int) (int, bool) {
-	for _, tok := range p.tokens {
+	return d.lookup(v, p.tokens)
+}
+
+// lookup returns the value the reference tokens of a JSON pointer refer to
+// from v.
+func (d *jsonDoc) lookup(v int, tokens []string) (int, bool) {
+	for _, tok := range tokens {
 		var ok bool
 		switch d.kind(v) {
-		case kindObject:
+		case KindObject:
 			v, ok = d.member(v, tok)
-		case kindArray:
+		case KindArray:
 			var i int
 			if i, ok = arrayIndex(tok); ok {
 				v, ok = d.elem(v, i)

@@ -78,7 +78,7 @@ func (d *Decoder) deriveKey(ev *Event, doc *jsonDoc, payload int) error {
 		if err != nil {
 			return err
 		}
-		if doc.kind(v) == kindString {
+		if doc.kind(v) == KindString {
 			k = scopedKey("field", ev.Source, doc.str(v))
 		} else {
 			k = scopedKey("field", ev.Source, doc.integer(v))
@@ -119,11 +119,11 @@ func keyValue(doc *jsonDoc, payload int, p *pointer) (int, error) {
 	switch {
 	case !found:
 		return 0, decodeErr(ReasonMissingKeyField, "key pointer %s: not found", Excerpt(p.text))
-	case doc.kind(v) == kindString && doc.data[v+1] != '"':
+	case doc.kind(v) == KindString && doc.data[v+1] != '"':
 		return v, nil
 	case doc.isInteger(v):
 		return v, nil
-	case doc.kind(v) == kindString:
+	case doc.kind(v) == KindString:
 		return 0, decodeErr(ReasonMissingKeyField, "key pointer %s: empty string", Excerpt(p.text))
 	default:
 		return 0, decodeErr(ReasonMissingKeyField, "key pointer %s: found %s %s, want a non-empty string or an integer",
@@ -131,9 +131,9 @@ func keyValue(doc *jsonDoc, payload int, p *pointer) (int, error) {
 	}
 }
 
-func article(k jsonKind) string {
+func article(k Kind) string {
 	switch k {
-	case kindArray, kindObject:
+	case KindArray, KindObject:
 		return "an " + k.String()
 	default:
 		return "a " + k.String()

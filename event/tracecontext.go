@@ -20,9 +20,9 @@ const maxTraceParentBytes = 256
 // attributes when they carry a traceparent, else from the record headers.
 // The tracestate is taken only from where the traceparent was found.
 func traceContext(attrs attributes, headers []Header) (parent, state string) {
-	if a := attrs.get("traceparent"); a.present && a.kind == kindString && validTraceParent(a.text) {
+	if a := attrs.get("traceparent"); a.present && a.kind == KindString && validTraceParent(a.text) {
 		parent = a.text
-		if s := attrs.get("tracestate"); s.present && s.kind == kindString && validTraceState(s.text) {
+		if s := attrs.get("tracestate"); s.present && s.kind == KindString && validTraceState(s.text) {
 			state = s.text
 		}
 		return parent, state

@@ -253,3 +253,76 @@ func TestTypedEffectsDiscardAndMisuse(t *testing.T) {
 	require.Equal(t, []string{"kept"}, ids)
 	require.False(t, slices.Contains(ids, "dropped"))
 }
+
+// A batch of large JSON values (a jsonb column takes them as byte
+// slices, sent as they are) is written whole, through the version gate,
+// and the statement Flush adds to scrub them from the connection changes
+// no outcome.
+func TestTypedEffectsLargeJSONValues(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE docs (id text PRIMARY KEY, version bigint NOT NULL, body jsonb NOT NULL, note text)`)
+	require.NoError(t, err)
+	docs := &handlers.Table{Name: "docs", Key: []string{"id"}, Version: "version", Columns: []string{"body", "note"}}
+	var reg handlers.Registry
+	reg.Table(docs)
+	require.NoError(t, reg.CheckTables(ctx, db.Pool))
+	body := func(n, size int) []byte {
+		return []byte(fmt.Sprintf(`{"n": %d, "items": [%s0]}`, n, strings.Repeat(fmt.Sprintf("%d,", n), size/2)))
+	}
+	e := handlers.NewEffects(reg.Env(nil, outbox.Expiry{}, nil))
+	var outs []*handlers.Outcome
+	for i, w := range []struct {
+		id      string
+		version int64
+		body    []byte
+		note    any
+	}{
+		{"d1", 2, body(1, 700_000), "one"},
+		{"d2", 1, body(2, 700_000), nil},
+		{"d1", 1, body(3, 700_000), "stale"}, // older than d1's version 2 in the same batch
+	} {
+		outs = append(outs, e.Begin(handlers.Origin{Offset: int64(i)}, event.Event{Key: fmt.Sprint(i)}))
+		require.NoError(t, e.Upsert(docs, w.version, w.id, w.body, w.note))
+	}
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, e.Flush(ctx, tx))
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, []dedupe.Disposition{dedupe.Applied, dedupe.Applied, dedupe.Stale},
+		[]dedupe.Disposition{outs[0].Disposition, outs[1].Disposition, outs[2].Disposition})
+	for id, want := range map[string][]byte{"d1": body(1, 700_000), "d2": body(2, 700_000)} {
+		var same bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT body = $2::jsonb FROM docs WHERE id = $1`, id, string(want)).Scan(&same))
+		require.True(t, same, "%s's body", id)
+	}
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM docs WHERE note IS NULL`))
+}
+
+// The scrub statement is as wide as the widest of the batch, beyond the
+// 100 arguments a PostgreSQL function takes: a handler's raw statement of
+// 300 parameters with large values still flushes.
+func TestFlushScrubsAWideStatement(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE blobs (id int PRIMARY KEY, body text NOT NULL)`)
+	require.NoError(t, err)
+	var reg handlers.Registry
+	e := handlers.NewEffects(reg.Env(nil, outbox.Expiry{}, nil))
+	out := e.Begin(handlers.Origin{}, event.Event{Key: "k"})
+	var values []string
+	var args []any
+	for i := range 150 {
+		values = append(values, fmt.Sprintf("($%d::int, $%d::text)", 2*i+1, 2*i+2))
+		args = append(args, i, strings.Repeat("x", 10_000))
+	}
+	e.Exec(nil, `INSERT INTO blobs (id, body) VALUES `+strings.Join(values, ", "), args...)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, e.Flush(ctx, tx))
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, dedupe.Applied, out.Disposition)
+	require.Equal(t, int64(150), db.Count(t, `SELECT count(*) FROM blobs WHERE length(body) = 10000`))
+}

@@ -10,8 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
@@ -68,16 +66,17 @@ func (c *column) source() string {
 	return "a constant"
 }
 
-// read returns the column's value for ev: nil (NULL) for a missing
-// optional value.
-func (c *column) read(ev event.Event, doc *document) (any, error) {
+// read returns the column's value for ev, whose data doc holds: nil (NULL)
+// for a missing optional value.
+func (c *column) read(ev event.Event, doc *event.Document) (any, error) {
 	if c.constant != nil {
 		return c.constant, nil
 	}
 	var v any
 	var err error
 	if c.pointer != nil {
-		v, err = c.readJSON(doc.get(c.pointer))
+		jv, _ := doc.Get(c.pointer...) // absent: the zero Value, read as null
+		v, err = c.readJSON(jv)
 	} else {
 		v, err = c.readAttribute(ev)
 	}
@@ -128,18 +127,22 @@ func (c *column) readAttribute(ev event.Event) (any, error) {
 	return convertString(c.typ, s)
 }
 
-func (c *column) readJSON(v *fastjson.Value) (any, error) {
-	if v == nil || v.Type() == fastjson.TypeNull {
+// readJSON converts a value of the event's data. A jsonb column takes the
+// value's text as it is in the data (a sub-slice, not a copy: the data
+// outlives the batch's statements), never a re-serialisation of it.
+func (c *column) readJSON(v event.Value) (any, error) {
+	k := v.Kind()
+	switch {
+	case k == event.KindNull:
 		return nil, nil
+	case c.typ == "jsonb":
+		return v.Raw(), nil
 	}
-	switch v.Type() {
-	case fastjson.TypeString:
-		if c.typ == "jsonb" {
-			return string(v.MarshalTo(nil)), nil
-		}
-		return convertString(c.typ, string(v.GetStringBytes()))
-	case fastjson.TypeNumber:
-		lit := string(v.MarshalTo(nil))
+	switch k {
+	case event.KindString:
+		return convertString(c.typ, v.Text())
+	case event.KindNumber:
+		lit := v.Text()
 		switch c.typ {
 		case "text", "numeric":
 			return lit, nil
@@ -156,26 +159,18 @@ func (c *column) readJSON(v *fastjson.Value) (any, error) {
 			}
 			sec, frac := math.Modf(f)
 			return time.Unix(int64(sec), int64(frac*1e9)).UTC(), nil
-		case "jsonb":
-			return lit, nil
 		}
 		return nil, fmt.Errorf("is the number %s, not a %s", event.Excerpt(lit), c.typ)
-	case fastjson.TypeTrue, fastjson.TypeFalse:
-		b := v.Type() == fastjson.TypeTrue
+	case event.KindBool:
 		switch c.typ {
 		case "boolean":
-			return b, nil
+			return v.Text() == "true", nil
 		case "text":
-			return strconv.FormatBool(b), nil
-		case "jsonb":
-			return strconv.FormatBool(b), nil
+			return v.Text(), nil
 		}
 		return nil, fmt.Errorf("is a boolean, not a %s", c.typ)
 	default: // object, array
-		if c.typ == "jsonb" {
-			return string(v.MarshalTo(nil)), nil
-		}
-		return nil, fmt.Errorf("is a JSON %s, not a %s (read it as jsonb)", v.Type(), c.typ)
+		return nil, fmt.Errorf("is a JSON %s, not a %s (read it as jsonb)", k, c.typ)
 	}
 }
 
@@ -210,7 +205,7 @@ func convertString(typ, s string) (any, error) {
 		}
 		return t, nil
 	case "jsonb":
-		if fastjson.Validate(s) != nil {
+		if _, err := event.ParseDocument([]byte(s)); err != nil {
 			return nil, fmt.Errorf("%s is not JSON", event.Excerpt(s))
 		}
 		return s, nil

@@ -152,7 +152,9 @@ func (s *sink) declaration() *handlers.Table {
 func handler(sinks []*sink) handlers.HandlerFunc {
 	return func(_ context.Context, e *handlers.Effects, ev event.Event) error {
 		topic := e.Origin().Topic
-		var doc *document
+		// The event's data, read for every pointer of its sinks from one
+		// index: the decoder's, or one parse here.
+		var doc *event.Document
 		took := false
 		for _, s := range sinks {
 			if s.cfg.Topic != "" && s.cfg.Topic != topic {
@@ -160,11 +162,10 @@ func handler(sinks []*sink) handlers.HandlerFunc {
 			}
 			took = true
 			if s.pointers && doc == nil {
-				d, err := parse(ev.Data)
+				d, err := ev.Document()
 				if err != nil {
 					return event.PermanentWithReason(ReasonInvalidPayload, fmt.Errorf("sink %s: the event's data is not JSON: %w", s.cfg.Name, err))
 				}
-				defer d.release()
 				doc = d
 			}
 			if err := s.apply(e, ev, doc); err != nil {
@@ -178,7 +179,7 @@ func handler(sinks []*sink) handlers.HandlerFunc {
 	}
 }
 
-func (s *sink) apply(e *handlers.Effects, ev event.Event, doc *document) error {
+func (s *sink) apply(e *handlers.Effects, ev event.Event, doc *event.Document) error {
 	values := make([]any, len(s.cols))
 	for i, c := range s.cols {
 		v, err := c.read(ev, doc)

@@ -8,8 +8,6 @@ import (
 
 	"golang.org/x/text/currency"
 
-	"github.com/valyala/fastjson"
-
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 )
@@ -23,18 +21,16 @@ type LedgerEntry struct {
 // ParseLedger validates a ledger event's data: amount_cents an integer > 0
 // that fits int64, currency an ISO 4217 code.
 func ParseLedger(ev event.Event) (LedgerEntry, error) {
-	p := parsers.Get()
-	defer parsers.Put(p)
-	v, err := p.ParseBytes(ev.Data) // the decoder passed only valid JSON without repeated names
-	if err != nil || v.Type() != fastjson.TypeObject {
+	doc, err := ev.Document() // the decoder passed only valid JSON without repeated names
+	if err != nil || doc.Root().Kind() != event.KindObject {
 		return LedgerEntry{}, invalidPayload("%s data must be an object with amount_cents and currency", ev.Type)
 	}
-	av := v.Get("amount_cents")
-	if av == nil {
+	av, ok := doc.Get("amount_cents")
+	if !ok {
 		return LedgerEntry{}, invalidPayload("%s data lacks amount_cents", ev.Type)
 	}
-	amount := string(av.MarshalTo(nil))
-	if av.Type() != fastjson.TypeNumber || strings.ContainsAny(amount, ".eE") {
+	amount := string(av.Raw())
+	if av.Kind() != event.KindNumber || strings.ContainsAny(amount, ".eE") {
 		return LedgerEntry{}, invalidAmount("%s data.amount_cents must be an integer, got %s", ev.Type, event.Excerpt(amount))
 	}
 	n, err := strconv.ParseInt(amount, 10, 64)
@@ -44,11 +40,11 @@ func ParseLedger(ev event.Event) (LedgerEntry, error) {
 	if n <= 0 {
 		return LedgerEntry{}, invalidAmount("%s data.amount_cents must be > 0, got %d", ev.Type, n)
 	}
-	cv := v.Get("currency")
-	if cv == nil || cv.Type() != fastjson.TypeString {
+	cv, _ := doc.Get("currency")
+	if cv.Kind() != event.KindString {
 		return LedgerEntry{}, invalidPayload("%s data.currency must be an ISO 4217 code string", ev.Type)
 	}
-	code := string(cv.GetStringBytes())
+	code := cv.Text()
 	if len(code) != 3 || code[0] < 'A' || code[0] > 'Z' || code[1] < 'A' || code[1] > 'Z' || code[2] < 'A' || code[2] > 'Z' {
 		return LedgerEntry{}, event.PermanentWithReason(ReasonInvalidCurrency, fmt.Errorf("%s data.currency %s is not an ISO 4217 code", ev.Type, event.Excerpt(code)))
 	}

@@ -233,7 +233,9 @@ func genBroken(rt *rapid.T, account, id string) genRecord {
 			return fmt.Sprintf(`{"specversion":"1.0","id":%q,"source":%q,"subject":%q,"data":{"amount_cents":5,"currency":"EUR"}}`, id, cetest.Source, account)
 		}},
 		{"unknown type", func() string { return ce("ledger.refunded", account, "", `{"amount_cents":5,"currency":"EUR"}`) }},
-		{"subject not the key", func() string { return ce("ledger.credited", account+"-other", "", `{"amount_cents":5,"currency":"EUR"}`) }},
+		{"subject not the key", func() string {
+			return ce("ledger.credited", account+"-other", "", `{"amount_cents":5,"currency":"EUR"}`)
+		}},
 		{"account event without a version", func() string {
 			return ce("account.updated", account, "", `{"name":"n","email":"n@example.com","plan":"pro"}`)
 		}},

@@ -33,11 +33,12 @@
 // build`). Every topic, group and schema it creates is uniquely named and
 // removed at the end.
 //
-// Two other modes replace the benchmark: -soak (make soak, soak.go), a paced
-// load at a share of the measured maximum for a long time with short
-// retention, sampled every 10 s; and -scale 1,2,3 (make scale, scale.go),
-// the same topic drained by 1, 2 and 3 worker processes against one
-// database.
+// Three other modes replace the benchmark: -soak (make soak, soak.go), a
+// paced load at a share of the measured maximum for a long time with short
+// retention, sampled every 10 s; -scale 1,2,3 (make scale, scale.go), the
+// same topic drained by 1, 2 and 3 worker processes against one database;
+// and -memory (make bench-memory, memory.go), the worker's heap and RSS
+// with records of about 1 MiB on every partition.
 package main
 
 import (
@@ -72,8 +73,9 @@ type options struct {
 	sinkEvents      int // E-sink's records (0: -events)
 	sinkProducts    int // E-sink's products (0: a tenth of its records)
 	trace           bool
-	soak            soakOptions // -soak: the soak (soak.go) instead of the benchmark
-	scale           []int       // -scale: worker processes to compare (scale.go) instead of the benchmark
+	soak            soakOptions   // -soak: the soak (soak.go) instead of the benchmark
+	memory          memoryOptions // -memory: the memory per record (memory.go) instead of the benchmark
+	scale           []int         // -scale: worker processes to compare (scale.go) instead of the benchmark
 }
 
 // kinds are the measurements, in the order a round runs them.
@@ -99,6 +101,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.sinkProducts, "sink-products", 0, "products E-sink's topic updates (0: a tenth of -sink-events)")
 	fs.BoolVar(&o.trace, "trace", false, "also run T: E with tracing on (OTLP/HTTP to a discarding sink), in each round")
 	o.soak.flags(fs)
+	o.memory.flags(fs)
 	fs.Func("scale", "instead of the benchmark, drain the -events topic with each of these numbers of worker processes against one database, e.g. 1,2,3 (scale.go; the last -scale given counts)", func(v string) error {
 		o.scale = nil
 		for _, f := range strings.Split(v, ",") {
@@ -152,10 +155,13 @@ func parseFlags(args []string) (options, error) {
 	case o.sinkEvents < 0 || o.sinkProducts < 0:
 		return o, errors.New("-sink-events and -sink-products: want 0 (the default) or more")
 	}
-	if o.soak.on && len(o.scale) > 0 {
-		return o, errors.New("-soak and -scale: want one of them")
+	if modes := btoi(o.soak.on) + btoi(len(o.scale) > 0) + btoi(o.memory.on); modes > 1 {
+		return o, errors.New("-soak, -scale and -memory: want one of them")
 	}
 	if err := o.soak.validate(); err != nil {
+		return o, err
+	}
+	if err := o.memory.validate(); err != nil {
 		return o, err
 	}
 	o.naiveEvents = min(o.naiveEvents, o.events)
@@ -169,6 +175,13 @@ func parseFlags(args []string) (options, error) {
 		o.skip["T"] = true
 	}
 	return o, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func main() {
@@ -203,6 +216,13 @@ func run(ctx context.Context, args []string) error {
 		return rep.output(os.Stdout)
 	case len(opts.scale) > 0:
 		rep, err := b.runScale(ctx)
+		if err != nil {
+			return err
+		}
+		rep.print(os.Stdout)
+		return nil
+	case opts.memory.on:
+		rep, err := b.runMemory(ctx)
 		if err != nil {
 			return err
 		}

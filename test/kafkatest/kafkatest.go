@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -124,4 +125,22 @@ func ReadCommittedFrom(t testing.TB, brokers []string, topic string, n int, guar
 		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
 	}
 	return out
+}
+
+// KeysOnEveryPartition returns each × partitions record keys, prefix
+// followed by a number, such that murmur2 — the producer's default key
+// partitioner, and Kafka's — puts each of them on every one of the
+// partitions.
+func KeysOnEveryPartition(prefix string, partitions, each int) []string {
+	murmur2 := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	taken := make([]int, partitions)
+	keys := make([]string, 0, partitions*each)
+	for i := 0; len(keys) < cap(keys); i++ {
+		k := fmt.Sprintf("%s%06d", prefix, i)
+		if p := murmur2.Partition(&kgo.Record{Key: []byte(k)}, partitions); taken[p] < each {
+			taken[p]++
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }

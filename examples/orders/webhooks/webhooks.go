@@ -365,3 +365,38 @@ func items(rng *rand.Rand) (json.RawMessage, string) {
 }
 
 func money(cents int64) string { return fmt.Sprintf("%d.%02d", cents/100, cents%100) }
+
+// Large returns webhook n: the order.created of order id whose items — a
+// great many lines — make its record about size bytes, as a provider's
+// webhook of a very large order is. It returns the record and the rows it
+// leaves: the order at version 1 and its order_events row. The memory
+// benchmark (go run ./test/bench -memory) and the large-record tests send
+// such webhooks.
+func Large(n int, id string, size int) (Line, Order, Event) {
+	email := fmt.Sprintf("buyer%d@example.com", n)
+	gift := false
+	placed := startTime.Add(time.Duration(n) * time.Minute)
+	o := Order{ID: id, Version: 1, Status: "paid", CustomerID: fmt.Sprintf("cus_%06d", n), Email: &email,
+		Total: money(100_000 + int64(n)), Currency: "EUR", Items: json.RawMessage("[]"), Gift: &gift, PlacedAt: placed}
+	w := webhook{ID: fmt.Sprintf("evt_large_%06d", n), Type: TypeCreated, CreatedAt: placed.Add(time.Second).Format(time.RFC3339)}
+	w.Data.Order = orderJSON(o)
+	empty, _ := json.Marshal(w) // strings, numbers and a raw array: cannot fail
+	o.Items = Items(n, size-len(empty)+len("[]"))
+	w.Data.Order["items"] = o.Items
+	b, _ := json.Marshal(w)
+	return Line{Key: id, Value: b}, o, Event{ID: w.ID, OrderID: id, Type: TypeCreated, OrderVersion: 1, OccurredAt: placed.Add(time.Second)}
+}
+
+// Items renders the lines of order n as a JSON array of about size bytes
+// (one line at least), each shaped as the generated orders' lines are.
+func Items(n, size int) json.RawMessage {
+	b := make([]byte, 0, size+64)
+	b = append(b, '[')
+	for i := 0; i == 0 || len(b) < size-64; i++ {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, `{"sku":"SKU-%d-%d","quantity":%d,"price":"%s"}`, n, i, 1+i%4, money(199+int64(i%9800)))
+	}
+	return append(b, ']')
+}

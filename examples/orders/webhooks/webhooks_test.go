@@ -87,3 +87,28 @@ func TestGenerateAgreesWithAnInOrderOracle(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{"total": true, "status": true, "currency": true, "placed_at": true, "occurred_at": true}, columns)
 }
+
+// A large webhook is about the size asked for, valid, and carries the
+// order and event it says it leaves.
+func TestLarge(t *testing.T) {
+	line, order, ev := webhooks.Large(7, "ord_big", 1_000_000)
+	require.InDelta(t, 1_000_000, len(line.Value), 200)
+	require.Equal(t, "ord_big", line.Key)
+	var w struct {
+		parsed
+		Data struct {
+			Order struct {
+				ID    string          `json:"id"`
+				Items json.RawMessage `json:"items"`
+				Total string          `json:"total"`
+			} `json:"order"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(line.Value, &w))
+	require.Equal(t, ev.ID, w.ID)
+	require.Equal(t, webhooks.TypeCreated, w.Type)
+	require.Equal(t, "ord_big", w.Data.Order.ID)
+	require.Equal(t, order.Total, w.Data.Order.Total)
+	require.JSONEq(t, string(order.Items), string(w.Data.Order.Items))
+	require.Greater(t, len(order.Items), 900_000)
+}

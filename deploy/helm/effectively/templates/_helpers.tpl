@@ -109,3 +109,39 @@ that), sslrootcert pointing at the mounted CA when one is given.
 {{- .Values.kafka.leaveOnShutdown -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+GOMEMLIMIT: goMemLimit when set; otherwise goMemLimitPercent of
+resources.limits.memory, rounded down to MiB (Go's syntax, e.g. 326MiB);
+empty when neither gives one. The limit is a Kubernetes quantity: a plain
+number of bytes, or one with a decimal (k, M, G, T, P) or binary (Ki, Mi,
+Gi, Ti, Pi) suffix.
+*/}}
+{{- define "effectively.goMemLimit" -}}
+{{- if .Values.goMemLimit -}}
+{{- .Values.goMemLimit -}}
+{{- else -}}
+{{- $limit := dig "limits" "memory" "" (.Values.resources | default dict) -}}
+{{- $pct := .Values.goMemLimitPercent | default 0 | int -}}
+{{- if and $limit (gt $pct 0) -}}
+{{- $bytes := 0.0 -}}
+{{- if or (kindIs "float64" $limit) (kindIs "int" $limit) (kindIs "int64" $limit) -}}
+{{- $bytes = float64 $limit -}}
+{{- else -}}
+{{- $q := toString $limit -}}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
+{{- $unit := trimPrefix $num $q -}}
+{{- $units := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 -}}
+{{- if or (not $num) (not (hasKey $units $unit)) -}}
+{{- fail (printf "resources.limits.memory %q: the chart derives GOMEMLIMIT from it and reads a number of bytes with an optional k, M, G, T, P, Ki, Mi, Gi, Ti or Pi suffix; write it so, or set goMemLimit (or goMemLimitPercent: 0)" $q) -}}
+{{- end -}}
+{{- $bytes = mulf (float64 $num) (get $units $unit) -}}
+{{- end -}}
+{{- $mib := divf (mulf $bytes $pct) 104857600.0 | floor | int64 -}}
+{{- if lt $mib 1 -}}
+{{- fail (printf "resources.limits.memory %v leaves a GOMEMLIMIT under 1 MiB (goMemLimitPercent %d): the worker needs far more (see docs/operations/capacity.md#memory)" $limit $pct) -}}
+{{- end -}}
+{{- printf "%dMiB" $mib -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
