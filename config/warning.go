@@ -77,8 +77,6 @@ var nonConfigEnv = []string{
 	"EFFECTIVELY_PG_PORT", "EFFECTIVELY_PG_TLS",
 	"EFFECTIVELY_KAFKA_PORT", "EFFECTIVELY_KAFKA_CONTROLLER_PORT", "EFFECTIVELY_KAFKA_SSL_PORT",
 	"EFFECTIVELY_KAFKA_SASL_SSL_PORT", "EFFECTIVELY_KAFKA_SECURITY", "EFFECTIVELY_KAFKA_HEAP",
-	// crashpoint: the crash point of the fault suites' build.
-	"EFFECTIVELY_CRASH_AT",
 	// The test suites' knobs (test/, deploy/, examples/orders-go).
 	"EFFECTIVELY_MIGRATION_CLAIMS", "EFFECTIVELY_UPDATE_SCREENSHOTS", "EFFECTIVELY_PRINT_MANIFESTS",
 	"EFFECTIVELY_ORDERS_SEED", "EFFECTIVELY_ORDERS_EVENTS",
@@ -86,8 +84,10 @@ var nonConfigEnv = []string{
 
 // nonConfigEnvPrefixes start families of non-configuration variables: the
 // test harness's services (EFFECTIVELY_TEST_POSTGRES_URL, …), make chaos's
-// and make bench's knobs.
-var nonConfigEnvPrefixes = []string{"EFFECTIVELY_TEST_", "EFFECTIVELY_CHAOS_", "EFFECTIVELY_BENCH_"}
+// and make bench's knobs, and the crash point of the fault suites' build
+// (by prefix: the release binary must not hold the crash point's variable
+// name, TestCrashPointsOnlyInCrashpointBuild).
+var nonConfigEnvPrefixes = []string{"EFFECTIVELY_TEST_", "EFFECTIVELY_CHAOS_", "EFFECTIVELY_BENCH_", "EFFECTIVELY_CRASH_"}
 
 // serviceLink matches the variables Kubernetes adds to a pod for every
 // Service of its namespace (enableServiceLinks, on by default): a Service

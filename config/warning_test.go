@@ -56,7 +56,7 @@ func TestConfigWarningsSASLWithoutTLS(t *testing.T) {
 
 func TestEnvWarnings(t *testing.T) {
 	t.Parallel()
-	ext := Extension{Targets: []string{"crm"}, Aliases: map[string]string{"effects.crm.url": "targets.crm.url"}}
+	ext := Extension{Targets: []string{"erp"}, Aliases: map[string]string{"effects.erp.url": "targets.erp.url"}}
 	warned := func(environ ...string) map[string]Warning {
 		out := map[string]Warning{}
 		for _, w := range EnvWarnings(environ, ext) {
@@ -68,13 +68,13 @@ func TestEnvWarnings(t *testing.T) {
 	// The issue's case: a typo of a key's variable, suggested by edit
 	// distance; its value (a URL with a password) is never repeated.
 	ws := warned("EFFECTIVELY_POSTGRES_ULR=postgres://u:s3cret@db/x", "EFFECTIVELY_KAFKA_BROKER=k:9092",
-		"EFFECTIVELY_TARGETS_CRMM_URL=https://crm", "EFFECTIVELY_COMPLETELY_DIFFERENT_THING=1")
+		"EFFECTIVELY_TARGETS_ERPP_URL=https://erp", "EFFECTIVELY_COMPLETELY_DIFFERENT_THING=1")
 	require.Len(t, ws, 4)
 	require.Equal(t, "did you mean EFFECTIVELY_POSTGRES_URL (postgres.url)? rename it, or unset it", ws["EFFECTIVELY_POSTGRES_ULR"].Fix)
 	require.Contains(t, ws["EFFECTIVELY_POSTGRES_ULR"].Problem, "ignored")
 	require.Contains(t, ws["EFFECTIVELY_KAFKA_BROKER"].Fix, "EFFECTIVELY_KAFKA_BROKERS (kafka.brokers)")
-	require.Contains(t, ws["EFFECTIVELY_TARGETS_CRMM_URL"].Fix, "EFFECTIVELY_TARGETS_CRM_URL (targets.crm.url)")
-	require.Contains(t, ws["EFFECTIVELY_TARGETS_CRMM_URL"].Fix, "this build's targets are crm")
+	require.Contains(t, ws["EFFECTIVELY_TARGETS_ERPP_URL"].Fix, "EFFECTIVELY_TARGETS_ERP_URL (targets.erp.url)")
+	require.Contains(t, ws["EFFECTIVELY_TARGETS_ERPP_URL"].Fix, "this build's targets are erp")
 	require.Equal(t, "unset it; docs/reference/config.md lists every key's variable", ws["EFFECTIVELY_COMPLETELY_DIFFERENT_THING"].Fix)
 	for _, w := range ws {
 		require.NotContains(t, w.String(), "s3cret")
@@ -96,7 +96,7 @@ func TestEnvWarnings(t *testing.T) {
 	for _, l := range leaves {
 		quiet = append(quiet, EnvName(l.key)+"=x")
 	}
-	quiet = append(quiet, "EFFECTIVELY_TARGETS_CRM_URL=x", "EFFECTIVELY_TARGETS_CRM_BEARER_TOKEN_FILE=x", "EFFECTIVELY_EFFECTS_CRM_URL=x")
+	quiet = append(quiet, "EFFECTIVELY_TARGETS_ERP_URL=x", "EFFECTIVELY_TARGETS_ERP_BEARER_TOKEN_FILE=x", "EFFECTIVELY_EFFECTS_ERP_URL=x")
 	for _, n := range nonConfigEnv {
 		quiet = append(quiet, n+"=1")
 	}
@@ -112,7 +112,7 @@ func TestEnvWarnings(t *testing.T) {
 	ws = warned("EFFECTIVELY_HTTP_PORT=9410")
 	require.Contains(t, ws, "EFFECTIVELY_HTTP_PORT")
 	// Without the build's extension its target variables are unknown.
-	require.Len(t, EnvWarnings([]string{"EFFECTIVELY_TARGETS_CRM_URL=x"}), 1)
+	require.Len(t, EnvWarnings([]string{"EFFECTIVELY_TARGETS_ERP_URL=x"}), 1)
 }
 
 // Every EFFECTIVELY_ variable the repository's scripts, tests, charts and
@@ -125,7 +125,7 @@ func TestEnvWarningsKnowTheRepositorysVariables(t *testing.T) {
 	// checked with the build (cmd/effectively), and these names are typos
 	// on purpose, in the tests and docs of this check.
 	skip := regexp.MustCompile(`^EFFECTIVELY_(TARGETS|EFFECTS|SOURCES)_|^EFFECTIVELY_$`)
-	deliberate := []string{"EFFECTIVELY_POSTGRES_ULR", "EFFECTIVELY_KAFKA_BROKER", "EFFECTIVELY_TARGETS_CRMM_URL",
+	deliberate := []string{"EFFECTIVELY_POSTGRES_ULR", "EFFECTIVELY_KAFKA_BROKER", "EFFECTIVELY_TARGETS_ERPP_URL",
 		"EFFECTIVELY_COMPLETELY_DIFFERENT_THING", "EFFECTIVELY_TOPICS", "EFFECTIVELY_SINKS", "EFFECTIVELY_HTTP_PORT",
 		"EFFECTIVELY_PORT", "EFFECTIVELY_CONSOLE_PORT", "EFFECTIVELY_KAFKA_SASL_MECHNISM"}
 	name := regexp.MustCompile(`EFFECTIVELY_[A-Z0-9_]*`)

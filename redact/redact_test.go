@@ -251,7 +251,7 @@ func TestValues(t *testing.T) {
 // The cost on a log line: most have no URL (the fast path), some have one.
 func BenchmarkText(b *testing.B) {
 	p := &Policy{}
-	plain := `{"level":"info","msg":"partition assigned","topic":"accounts","partition":3}`
+	plain := `{"level":"info","msg":"partition assigned","topic":"payments","partition":3}`
 	withURL := `{"level":"info","msg":"outbox intent will be retried","error":"Post \"https://h/v1/contacts/a1?api_key=` + tok + `\": dial tcp 127.0.0.1:1: connect: connection refused"}`
 	b.Run("no URL", func(b *testing.B) {
 		for b.Loop() {

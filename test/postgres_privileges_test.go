@@ -525,7 +525,7 @@ func TestWorkerRoleReachesNoDDL(t *testing.T) {
 		env := append(append([]string{}, r.env...), "EFFECTIVELY_DEDUPE_RETENTION=10m", "EFFECTIVELY_UPSTREAM_MAX_RETRY_HORIZON=1m", "EFFECTIVELY_DEDUPE_RECONCILIATION_WINDOW=0s")
 		code, stdout, stderr := runCmd(t, env, "prune", "--dry-run")
 		require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
-		code, stdout, stderr = runCmd(t, env, "prune")
+		code, stdout, stderr = runCmd(t, env, "prune", "--yes")
 		require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
 		require.Equal(t, int(expired), strings.Count(stdout, "effectively_claims: dropped generation"), stdout)
 		require.Zero(t, db.Count(t, `SELECT count(*) FROM claim_generations g WHERE dropped_at IS NOT NULL AND to_regclass(quote_ident(g.relname)) IS NOT NULL`), "every dropped generation's table is gone")
