@@ -239,6 +239,13 @@ type Consumer struct {
 	// MaxPayloadBytes is the largest record value accepted; larger records
 	// are dead-lettered.
 	MaxPayloadBytes int `mapstructure:"max_payload_bytes"`
+	// MaxInflightBytes bounds the bytes of records (keys and values) a
+	// worker process holds across all its partitions, fetched and not yet
+	// applied: once they reach it every partition pauses fetching until
+	// half of it is applied. It sizes the process's memory with large
+	// records (docs/operations/capacity.md#memory); small events rarely
+	// reach it.
+	MaxInflightBytes int `mapstructure:"max_inflight_bytes"`
 	// RevokeTimeout bounds the wait for a revoked partition's worker to stop;
 	// it must end well inside kafka.rebalance_timeout.
 	RevokeTimeout time.Duration `mapstructure:"revoke_timeout"`
@@ -503,6 +510,7 @@ func Default() Config {
 			BatchMaxRecords:  500,
 			BatchLinger:      5 * time.Millisecond,
 			MaxPayloadBytes:  1 * mib,
+			MaxInflightBytes: 64 * mib,
 			RevokeTimeout:    10 * time.Second,
 			CheckPartitioner: true,
 		},

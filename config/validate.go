@@ -282,6 +282,7 @@ func (c Config) validate() []*FieldError {
 			fmt.Sprintf("must not exceed kafka.fetch_max_bytes (%d), the memory bound of one fetch", k.FetchMaxBytes),
 			fmt.Sprintf("set consumer.max_payload_bytes (%s) to at most %d, or raise kafka.fetch_max_bytes", where("consumer.max_payload_bytes"), k.FetchMaxBytes))
 	}
+	v.intBetween("consumer.max_inflight_bytes", int64(cs.MaxInflightBytes), 1*mib, 16*1024*mib)
 	switch {
 	case cs.RevokeTimeout <= 0:
 		v.positiveDuration("consumer.revoke_timeout", cs.RevokeTimeout)

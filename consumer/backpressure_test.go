@@ -1,8 +1,10 @@
 package consumer_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,4 +157,132 @@ func (g gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+}
+
+// gateApplier blocks every batch until open is closed, and counts the
+// batches waiting.
+type gateApplier struct {
+	*memApplier
+	open    chan struct{}
+	waiting atomic.Int32
+}
+
+func (g *gateApplier) Apply(ctx context.Context, batch consumer.Batch) error {
+	g.waiting.Add(1)
+	defer g.waiting.Add(-1)
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return g.memApplier.Apply(ctx, batch)
+}
+
+// Many partitions together stay within the member's byte budget: while no
+// batch can finish, every partition pauses once the bytes held (queued or
+// in the batch being applied) reach consumer.max_inflight_bytes, far below
+// what the partitions' own bounds would let them hold; once batches
+// finish, all resume and every record is applied once, in order.
+func TestPartitionsTogetherStayWithinTheByteBudget(t *testing.T) {
+	t.Parallel()
+	const (
+		partitions   = 8
+		perPartition = 200
+		recordSize   = 1 << 10
+		budget       = 16 << 10 // 16 records' worth, across 8 partitions
+		batchMax     = 4
+		pollMax      = 4 * batchMax // records one poll returns at most
+	)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "t"))
+	require.NoError(t, err)
+	defer cluster.Close()
+	// One record per record batch, so that fetches can stop at any record.
+	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DefaultProduceTopic("t"),
+		kgo.ProducerBatchMaxBytes(recordSize+512))
+	require.NoError(t, err)
+	defer prod.Close()
+	for p := int32(0); p < partitions; p++ {
+		recs := make([]*kgo.Record, perPartition)
+		for i := range recs {
+			recs[i] = &kgo.Record{Partition: p, Value: bytes.Repeat([]byte{'x'}, recordSize)}
+		}
+		require.NoError(t, prod.ProduceSync(context.Background(), recs...).FirstErr())
+	}
+
+	reg := prometheus.NewRegistry()
+	a := &gateApplier{memApplier: newMemApplier(), open: make(chan struct{})}
+	c, err := consumer.New(withDefaults(consumer.Options{
+		Brokers: cluster.ListenAddrs(), Group: "g", Topics: []string{"t"},
+		// Each partition alone may hold the whole topic's bytes: only the
+		// budget bounds them.
+		BatchMaxRecords: batchMax, MaxBufferedRecords: 10 * perPartition, MaxBufferedBytes: 10 * perPartition * recordSize,
+		MaxInflightBytes: budget, FetchMaxPartitionBytes: recordSize,
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 5 * time.Second,
+		Logger: zaptest.NewLogger(t), Metrics: consumer.NewMetrics(reg),
+	}), a)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+
+	inflight := func() float64 { return gaugeValue(t, reg, "effectively_consumer_inflight_bytes") }
+	allPaused := func() bool {
+		for p := 0; p < partitions; p++ {
+			if testutil.ToFloat64(pausedGauge(t, reg, fmt.Sprint(p))) != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, "every partition paused by the budget", func() bool { return inflight() >= budget && allPaused() })
+	// Settled: nothing more arrives while everything is paused.
+	time.Sleep(time.Second)
+	held := inflight()
+	require.GreaterOrEqual(t, held, float64(budget))
+	require.LessOrEqual(t, held, float64(budget+pollMax*recordSize), "held past the budget by at most what one poll returned")
+	var queued float64
+	for p := 0; p < partitions; p++ {
+		queued += testutil.ToFloat64(gaugeCollector{reg: reg, name: "effectively_partition_buffered_bytes", partition: fmt.Sprint(p)})
+	}
+	require.LessOrEqual(t, queued, held, "the budget counts the queues and the batches being applied")
+
+	close(a.open)
+	applied := func() int {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		n := 0
+		for _, offs := range a.applied {
+			n += len(offs)
+		}
+		return n
+	}
+	waitFor(t, "every record applied", func() bool { return applied() == partitions*perPartition })
+	waitFor(t, "the budget given back", func() bool { return inflight() == 0 })
+	a.mu.Lock()
+	for p, offs := range a.applied {
+		for i, o := range offs {
+			require.Equal(t, int64(i), o, "partition %d: nothing skipped or repeated", p)
+		}
+	}
+	a.mu.Unlock()
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("consumer did not stop")
+	}
+}
+
+// gaugeValue reads an unlabelled gauge.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
 }

@@ -67,6 +67,12 @@ type Options struct {
 	// paused (default MaxBufferedBytesDefault): with large records the byte
 	// bound binds first, so a hostile topic cannot fill memory.
 	MaxBufferedBytes int
+	// MaxInflightBytes bounds the bytes of records (keys and values) the
+	// member holds across all its partitions, queued or in the batch being
+	// applied (default MaxInflightBytesDefault; configuration key
+	// consumer.max_inflight_bytes): past it every partition pauses until
+	// half of it is applied. It is what sizes the process's memory.
+	MaxInflightBytes int64
 	// RevokeTimeout bounds the wait for a revoked partition's goroutine
 	// (> 0); it must end well inside RebalanceTimeout.
 	RevokeTimeout time.Duration
@@ -112,6 +118,11 @@ const (
 	LagIntervalDefault = 5 * time.Second
 	// MaxBufferedBytesDefault is the per-partition byte bound.
 	MaxBufferedBytesDefault = 8 << 20
+	// MaxInflightBytesDefault is the member-wide byte bound: eight
+	// partitions' full queues. Small events never reach it (10,000 records
+	// of a few hundred bytes per partition); 1 MiB records on 16
+	// partitions would hold twice it without it.
+	MaxInflightBytesDefault = 64 << 20
 )
 
 // validate refuses unset configuration-backed options, naming the key.
@@ -148,6 +159,9 @@ func (o *Options) setDefaults() {
 	if o.MaxBufferedBytes <= 0 {
 		o.MaxBufferedBytes = MaxBufferedBytesDefault
 	}
+	if o.MaxInflightBytes <= 0 {
+		o.MaxInflightBytes = MaxInflightBytesDefault
+	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = DrainTimeoutDefault
 	}
@@ -174,6 +188,9 @@ type Consumer struct {
 	// snapshot, replaced whole when a topic grows).
 	partitioner atomic.Pointer[partitionerCheck]
 	counts      atomic.Pointer[map[string]int]
+
+	// budget bounds the bytes of records held across the partitions.
+	budget *budget
 
 	mu      sync.Mutex
 	workers map[topicPartition]*partitionWorker
@@ -215,6 +232,7 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 		log:        opts.Logger,
 		hardCtx:    hardCtx,
 		hardCancel: hardCancel,
+		budget:     &budget{limit: opts.MaxInflightBytes},
 		workers:    make(map[topicPartition]*partitionWorker),
 		epochs:     make(map[topicPartition]int64),
 		growing:    make(map[string]bool),
@@ -520,6 +538,23 @@ func (c *Consumer) leaveStatic() {
 func (c *Consumer) Close() {
 	c.hardCancel()
 	c.cl.Close()
+}
+
+// rebudget has every partition re-evaluate its pause after the budget
+// became exhausted or left that state.
+func (c *Consumer) rebudget() {
+	c.opts.Metrics.setInflight(c.budget.held())
+	c.mu.Lock()
+	workers := make([]*partitionWorker, 0, len(c.workers))
+	for _, w := range c.workers {
+		workers = append(workers, w)
+	}
+	c.mu.Unlock()
+	for _, w := range workers {
+		w.mu.Lock()
+		w.updatePauseLocked()
+		w.mu.Unlock()
+	}
 }
 
 // Ping checks that a broker answers.

@@ -22,6 +22,7 @@ type Metrics struct {
 	lag        *prometheus.GaugeVec
 	bufRecords *prometheus.GaugeVec
 	bufBytes   *prometheus.GaugeVec
+	inflight   prometheus.Gauge
 	mismatches *prometheus.CounterVec
 	skipped    *prometheus.CounterVec
 	commitErrs *prometheus.CounterVec
@@ -76,6 +77,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "effectively_consumer_lag",
 		Help: "Records between an owned partition's end (its last stable offset, listed every 5 s, or the high watermark of the last fetch if larger) and the position applied to PostgreSQL; it keeps rising while the partition cannot apply.",
 	}, []string{"topic", "partition"})
+	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "effectively_consumer_inflight_bytes",
+		Help: "Bytes of records (keys and values) this member holds across its partitions, queued or in the batch being applied; at consumer.max_inflight_bytes every partition pauses until half of it is applied.",
+	})
 	m.bufRecords = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "effectively_partition_buffered_records",
 		Help: "Records fetched for an owned partition and waiting for their batch: the partition is paused when they reach 4 × the batch size (at least 10,000) or their bytes 8 MiB, and resumed at half. With the client's buffered fetches (effectively_kafka_buffered_fetch_bytes), most of the worker's memory.",
@@ -100,7 +105,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "effectively_kafka_position_commits_total",
 		Help: "Commits of the position stored in PostgreSQL to Kafka made without a new batch, because Kafka's committed offset differed: after an assignment (a commit the previous owner missed, a rewind whose Kafka step failed, offsets moved with Kafka's tools), after a failed commit, or after a stale member's commit rewound Kafka.",
 	}, []string{"topic"})
-	reg.MustRegister(m.syncs, m.commitErrs, m.skipped, m.mismatches, m.lag, m.bufRecords, m.bufBytes, m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.state, m.cause)
+	reg.MustRegister(m.inflight, m.syncs, m.commitErrs, m.skipped, m.mismatches, m.lag, m.bufRecords, m.bufBytes, m.records, m.batchSize, m.txLatency, m.endToEnd, m.retries, m.rebalances, m.assigned, m.state, m.cause)
 	return m
 }
 
@@ -199,6 +204,14 @@ func (m *Metrics) setBuffered(tp topicPartition, records, bytes int) {
 	p := strconv.Itoa(int(tp.partition))
 	m.bufRecords.WithLabelValues(tp.topic, p).Set(float64(records))
 	m.bufBytes.WithLabelValues(tp.topic, p).Set(float64(bytes))
+}
+
+// setInflight sets the bytes held across the partitions.
+func (m *Metrics) setInflight(bytes int64) {
+	if m == nil {
+		return
+	}
+	m.inflight.Set(float64(bytes))
 }
 
 // forget drops a revoked partition's series: another member reports it now.

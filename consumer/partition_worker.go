@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -42,9 +43,12 @@ type partitionWorker struct {
 	fetched atomic.Int64
 	stopped atomic.Bool
 
-	mu       sync.Mutex
-	queue    []*kgo.Record
-	queued   int // bytes of keys and values in queue
+	mu     sync.Mutex
+	queue  []*kgo.Record
+	queued int // bytes of keys and values in queue
+	// held is the bytes this partition counts in the member's budget:
+	// queued plus the batch being applied.
+	held     int64
 	paused   bool
 	retrying bool
 	stopping bool
@@ -162,14 +166,44 @@ func (w *partitionWorker) signal() {
 
 // push queues records from the poll loop.
 func (w *partitionWorker) push(recs []*kgo.Record) {
+	n := recordBytes(recs)
 	w.mu.Lock()
 	w.queue = append(w.queue, recs...)
-	for _, r := range recs {
-		w.queued += len(r.Key) + len(r.Value)
-	}
+	w.queued += n
+	w.held += int64(n)
+	exhausted := w.c.budget.take(int64(n))
 	w.updatePauseLocked()
 	w.mu.Unlock()
+	w.c.opts.Metrics.setInflight(w.c.budget.held())
+	if exhausted {
+		w.c.rebudget()
+	}
 	w.signal()
+}
+
+// release gives back n bytes of the partition's share of the budget: a
+// batch that was applied (or abandoned), or at the end everything left.
+func (w *partitionWorker) release(n int64) {
+	w.mu.Lock()
+	n = min(n, w.held)
+	w.held -= n
+	freed := w.c.budget.give(n)
+	w.updatePauseLocked()
+	w.mu.Unlock()
+	w.c.opts.Metrics.setInflight(w.c.budget.held())
+	if freed {
+		w.c.rebudget()
+	}
+}
+
+// recordBytes is what records count against the bounds: their keys and
+// values.
+func recordBytes(recs []*kgo.Record) int {
+	n := 0
+	for _, r := range recs {
+		n += len(r.Key) + len(r.Value)
+	}
+	return n
 }
 
 // stopGracefully lets the in-flight batch finish and commit, then stops.
@@ -187,7 +221,7 @@ func (w *partitionWorker) stopGracefully() {
 func (w *partitionWorker) updatePauseLocked() {
 	o := w.c.opts
 	o.Metrics.setBuffered(w.tp, len(w.queue), w.queued)
-	want := w.retrying || len(w.queue) >= o.MaxBufferedRecords || w.queued >= o.MaxBufferedBytes
+	want := w.retrying || len(w.queue) >= o.MaxBufferedRecords || w.queued >= o.MaxBufferedBytes || w.c.budget.exhausted()
 	if !want && w.paused && (len(w.queue) > o.MaxBufferedRecords/2 || w.queued > o.MaxBufferedBytes/2) {
 		want = true // hysteresis
 	}
@@ -206,12 +240,17 @@ func (w *partitionWorker) updatePauseLocked() {
 
 func (w *partitionWorker) run() {
 	defer close(w.done)
+	// Whatever the partition still holds (its queue, a cancelled batch) is
+	// dropped with the worker.
+	defer func() { w.release(math.MaxInt64) }()
 	for {
 		b, ok := w.next()
 		if !ok {
 			return
 		}
-		if !w.apply(b) {
+		applied := w.apply(b)
+		w.release(int64(recordBytes(b.Records)))
+		if !applied {
 			return
 		}
 		crashpoint.Hit(crashpoint.AfterDBCommit)
@@ -243,9 +282,7 @@ func (w *partitionWorker) next() (Batch, bool) {
 			take := min(n, w.c.opts.BatchMaxRecords)
 			recs := make([]*kgo.Record, take)
 			copy(recs, w.queue)
-			for _, r := range recs {
-				w.queued -= len(r.Key) + len(r.Value)
-			}
+			w.queued -= recordBytes(recs)
 			// Delete clears the slots it vacates: a taken record, and the
 			// fetched batch its key and value point into, are not kept
 			// alive by the queue's spare capacity.

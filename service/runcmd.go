@@ -348,6 +348,7 @@ func consumerOptions(cfg config.Config, log *zap.Logger, m *consumer.Metrics, km
 		FetchMaxPartitionBytes: k.FetchMaxPartitionBytes,
 		BatchMaxRecords:        cfg.Consumer.BatchMaxRecords,
 		BatchLinger:            cfg.Consumer.BatchLinger,
+		MaxInflightBytes:       int64(cfg.Consumer.MaxInflightBytes),
 		RevokeTimeout:          cfg.Consumer.RevokeTimeout,
 		DrainTimeout:           cfg.Shutdown.DrainTimeout,
 		LeaveOnShutdown:        k.LeaveOnShutdown,
