@@ -52,7 +52,7 @@ func TestChartConfigIsAcceptedByTheWorker(t *testing.T) {
 			require.Equal(t, "effectively-0", get(eff, "kafka.instance_id"), "the pod name is kafka.instance_id")
 			require.Equal(t, "0.0.0.0:9090", get(eff, "http.addr"))
 			require.Equal(t, r.str("kafka.group"), get(eff, "kafka.group"))
-			require.Equal(t, r.str("kafka.sasl.mechanism"), get(eff, "kafka.sasl.mechanism"))
+			require.Equal(t, strings.ToLower(r.str("kafka.sasl.mechanism")), get(eff, "kafka.sasl.mechanism"), "Kafka's spelling is the worker's, lower case")
 			require.Equal(t, envOf(worker)["EFFECTIVELY_KAFKA_LEAVE_ON_SHUTDOWN"].Value, get(eff, "kafka.leave_on_shutdown"))
 			require.Contains(t, get(eff, "postgres.url"), "//"+r.str("postgres.worker.user")+":xxxxx@", "the worker connects as the worker role, with the password from its file")
 

@@ -70,5 +70,13 @@ func (t Target) Do(req *http.Request) (*http.Response, error) {
 	return t.endpoints.Do(t.name, req)
 }
 
+// Scrub returns text from the answer to req (an excerpt of its body for an
+// error or a dead letter) with every credential req carried masked: a
+// source that echoes its request must not put the target's token in a
+// dead letter.
+func (t Target) Scrub(req *http.Request, text string) string {
+	return redact.Values(redact.Text(text), t.endpoints.SentSecrets(t.name, req)...)
+}
+
 // defaultPrefetchClient serves a Target made by hand.
 var defaultPrefetchClient = NewPrefetchClient(5 * time.Second)

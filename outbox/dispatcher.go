@@ -390,7 +390,7 @@ func (d *Dispatcher) call(ctx context.Context, c claimed) outcome {
 	// A target that echoes its request in an error answer must not put
 	// the credentials it was sent into last_error.
 	msg := fmt.Sprintf("%s %s: %s: %s", c.method, redact.URL(req.URL.String()), resp.Status,
-		redact.Values(excerpt(body), d.sentSecrets(c.targetName, req)...))
+		redact.Values(excerpt(body), d.endpoints.SentSecrets(c.targetName, req)...))
 	switch {
 	case s >= 200 && s < 300:
 		return outcome{state: Sent, status: s}
@@ -461,30 +461,6 @@ func (d *Dispatcher) request(ctx context.Context, c claimed) (*http.Request, err
 		req.Header.Set("Idempotency-Key", c.idempotencyKey)
 	}
 	return req, nil
-}
-
-// sentSecrets are the credentials req carries: its target's Authorization
-// and header-file values, its URL's userinfo and secret parameters.
-func (d *Dispatcher) sentSecrets(name string, req *http.Request) []string {
-	var out []string
-	if v := req.Header.Get("Authorization"); v != "" {
-		_, cred, _ := strings.Cut(v, " ")
-		out = append(out, v, cred)
-	}
-	ep, _ := d.endpoints.Endpoint(name)
-	for h := range ep.HeaderFiles {
-		out = append(out, req.Header.Get(h))
-	}
-	if u := req.URL.User; u != nil {
-		pw, _ := u.Password()
-		out = append(out, u.Username(), pw)
-	}
-	for k, vs := range req.URL.Query() {
-		if redact.SecretParam(k) {
-			out = append(out, vs...)
-		}
-	}
-	return out
 }
 
 // location is the redirect's Location, resolved against the request and

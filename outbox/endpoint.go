@@ -309,3 +309,31 @@ func queryKeys(raw string) []string {
 	}
 	return out
 }
+
+// SentSecrets are the credentials req carries: its target's Authorization
+// and header-file values, its URL's userinfo and secret parameters: what
+// an answer's text must not repeat (see redact.Values). A nil e knows no
+// header files.
+func (e *Endpoints) SentSecrets(name string, req *http.Request) []string {
+	var out []string
+	if v := req.Header.Get("Authorization"); v != "" {
+		_, cred, _ := strings.Cut(v, " ")
+		out = append(out, v, cred)
+	}
+	if e != nil {
+		ep, _ := e.Endpoint(name)
+		for h := range ep.HeaderFiles {
+			out = append(out, req.Header.Get(h))
+		}
+	}
+	if u := req.URL.User; u != nil {
+		pw, _ := u.Password()
+		out = append(out, u.Username(), pw)
+	}
+	for k, vs := range req.URL.Query() {
+		if redact.SecretParam(k) {
+			out = append(out, vs...)
+		}
+	}
+	return out
+}

@@ -264,6 +264,12 @@ func TestSecretsNeverAppearInFailures(t *testing.T) {
 			return
 		}
 		id := strings.TrimPrefix(req.URL.Path, "/accounts/")
+		if id == "acct-echo" {
+			// A source that echoes its request in its refusal.
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprintf(w, "denied: %s for %s", req.Header.Get("Authorization"), req.URL)
+			return
+		}
 		if id == "acct-slow" {
 			select {
 			case <-req.Context().Done():
@@ -277,24 +283,31 @@ func TestSecretsNeverAppearInFailures(t *testing.T) {
 		return r.db.Count(t, `SELECT count(*) FROM accounts WHERE id = 'acct-1' AND version = 2`) == 1
 	})
 	send(cetest.Record(r.topic, "bell-slow", "account.refreshed", "acct-slow", 0, nil),
+		cetest.Record(r.topic, "bell-echo", "account.refreshed", "acct-echo", 0, nil),
 		cetest.Record(r.topic, "bell-3", "account.refreshed", "acct-1", 0, nil))
-	waitUntil(t, "the slow doorbell dead-lettered and published", 2*time.Minute, func(ctx context.Context) bool {
-		return r.db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason = 'source_unavailable' AND published_at IS NOT NULL`) == 1
+	waitUntil(t, "the slow and the refused doorbells dead-lettered and published", 2*time.Minute, func(ctx context.Context) bool {
+		return r.db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason IN ('source_unavailable', 'source_rejected') AND published_at IS NOT NULL`) == 2
 	})
 	var letterID int64
-	var letterErr string
-	require.NoError(t, r.db.Pool.QueryRow(context.Background(), `SELECT id, error FROM dead_letters`).Scan(&letterID, &letterErr))
+	var letterErr, echoErr string
+	require.NoError(t, r.db.Pool.QueryRow(context.Background(), `SELECT id, error FROM dead_letters WHERE reason = 'source_unavailable'`).Scan(&letterID, &letterErr))
 	require.Contains(t, letterErr, "Timeout", "the dead letter keeps the timeout, its URL redacted")
 	require.Contains(t, letterErr, "xxxxx")
-	dlq := kafkatest.ReadCommitted(t, r.topic+".dlq", 1, 90*time.Second)
-	require.Len(t, dlq, 1)
+	require.NoError(t, r.db.Pool.QueryRow(context.Background(), `SELECT error FROM dead_letters WHERE reason = 'source_rejected'`).Scan(&echoErr))
+	require.Contains(t, echoErr, "403 Forbidden: denied: xxxxx for /accounts/acct-echo?", "the source's refusal is kept, what it echoed of the request masked")
+	dlq := kafkatest.ReadCommitted(t, r.topic+".dlq", 2, 90*time.Second)
+	require.Len(t, dlq, 2)
 	var rec strings.Builder
-	fmt.Fprintf(&rec, "%s %s", dlq[0].Key, dlq[0].Value)
-	for _, h := range dlq[0].Headers {
-		fmt.Fprintf(&rec, " %s=%s", h.Key, h.Value)
+	for _, d := range dlq {
+		fmt.Fprintf(&rec, "%s %s", d.Key, d.Value)
+		for _, h := range d.Headers {
+			fmt.Fprintf(&rec, " %s=%s", h.Key, h.Value)
+		}
+		rec.WriteString("\n")
 	}
 	require.Contains(t, rec.String(), "Timeout")
-	places[".dlq record"] = rec.String()
+	require.Contains(t, rec.String(), "denied")
+	places[".dlq records"] = rec.String()
 	snapshot("answering")
 
 	// The pages and the commands that show dead letters and intents.

@@ -120,11 +120,11 @@ func (d *doorbell) Prefetch(ctx context.Context, env handlers.Env, ev event.Even
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		return ev, fmt.Errorf("%w: GET %s: %s", ErrSourceUnavailable, redact.URL(req.URL.String()), resp.Status)
 	default:
-		return ev, event.PermanentWithReason(ReasonSourceRejected, fmt.Errorf("GET %s: %s: %s", redact.URL(req.URL.String()), resp.Status, event.Excerpt(string(body))))
+		return ev, event.PermanentWithReason(ReasonSourceRejected, fmt.Errorf("GET %s: %s: %s", redact.URL(req.URL.String()), resp.Status, event.Excerpt(src.Scrub(req, string(body)))))
 	}
 	var a sourceAccount
 	if err := json.Unmarshal(body, &a); err != nil {
-		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: not an account: %s", redact.URL(req.URL.String()), event.Excerpt(string(body))))
+		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: not an account: %s", redact.URL(req.URL.String()), event.Excerpt(src.Scrub(req, string(body)))))
 	}
 	if a.ID != ev.Subject || a.Version < 1 || (a.Status != "open" && a.Status != "closed") {
 		return ev, event.PermanentWithReason(ReasonSourceInvalid, fmt.Errorf("GET %s: an account needs the same id, a version ≥ 1 and status open or closed", redact.URL(req.URL.String())))

@@ -98,7 +98,7 @@ that), sslrootcert pointing at the mounted CA when one is given.
 
 {{/* SASL mechanisms that take a password (the others: none, oauthbearer). */}}
 {{- define "effectively.saslUsesPassword" -}}
-{{- if has .Values.kafka.sasl.mechanism (list "plain" "scram-sha-256" "scram-sha-512") -}}true{{- end -}}
+{{- if has (.Values.kafka.sasl.mechanism | lower | replace "_" "-") (list "plain" "scram-sha-256" "scram-sha-512") -}}true{{- end -}}
 {{- end -}}
 
 {{/* kafka.leave_on_shutdown: the value, or on exactly when KEDA scales the group. */}}
