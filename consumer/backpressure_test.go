@@ -191,7 +191,6 @@ func TestPartitionsTogetherStayWithinTheByteBudget(t *testing.T) {
 		recordSize   = 1 << 10
 		budget       = 16 << 10 // 16 records' worth, across 8 partitions
 		batchMax     = 4
-		pollMax      = 4 * batchMax // records one poll returns at most
 	)
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "t"))
 	require.NoError(t, err)
@@ -239,7 +238,9 @@ func TestPartitionsTogetherStayWithinTheByteBudget(t *testing.T) {
 	time.Sleep(time.Second)
 	held := inflight()
 	require.GreaterOrEqual(t, held, float64(budget))
-	require.LessOrEqual(t, held, float64(budget+pollMax*recordSize), "held past the budget by at most what one poll returned")
+	// Each poll takes what the budget has room for at the records' mean
+	// size, so it is passed by about one record, not by a poll of them.
+	require.LessOrEqual(t, held, float64(budget+2*recordSize), "held past the budget by a record at most")
 	var queued float64
 	for p := 0; p < partitions; p++ {
 		queued += testutil.ToFloat64(gaugeCollector{reg: reg, name: "effectively_partition_buffered_bytes", partition: fmt.Sprint(p)})

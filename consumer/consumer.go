@@ -189,8 +189,13 @@ type Consumer struct {
 	partitioner atomic.Pointer[partitionerCheck]
 	counts      atomic.Pointer[map[string]int]
 
-	// budget bounds the bytes of records held across the partitions.
+	// budget bounds the bytes of records held across the partitions;
+	// fetch keeps the client's buffered fetches within a share of it.
 	budget *budget
+	fetch  *fetchSizer
+	// recordSize is the mean size of the records polled (keys and
+	// values), smoothed: how many records the next poll may take.
+	recordSize float64
 
 	mu      sync.Mutex
 	workers map[topicPartition]*partitionWorker
@@ -287,12 +292,19 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 	if opts.ClientID != "" {
 		kopts = append(kopts, kgo.ClientID(opts.ClientID))
 	}
+	// The fetch sizes start at the configured ones (franz-go's defaults:
+	// Kafka's) or the budget's share, whichever is smaller, and follow the
+	// records' compression (see fetchSizer).
+	maxBytes, maxPart := int32(50<<20), int32(1<<20)
 	if opts.FetchMaxBytes > 0 {
-		kopts = append(kopts, kgo.FetchMaxBytes(opts.FetchMaxBytes), kgo.BrokerMaxReadBytes(2*opts.FetchMaxBytes))
+		maxBytes = opts.FetchMaxBytes
 	}
 	if opts.FetchMaxPartitionBytes > 0 {
-		kopts = append(kopts, kgo.FetchMaxPartitionBytes(opts.FetchMaxPartitionBytes))
+		maxPart = opts.FetchMaxPartitionBytes
 	}
+	c.fetch = newFetchSizer(opts.MaxInflightBytes, maxBytes, maxPart)
+	kopts = append(kopts, kgo.FetchMaxBytes(c.fetch.curBytes), kgo.FetchMaxPartitionBytes(c.fetch.curPart),
+		kgo.BrokerMaxReadBytes(2*maxBytes), kgo.WithHooks(c.fetch))
 	if len(opts.Hooks) > 0 {
 		kopts = append(kopts, kgo.WithHooks(opts.Hooks...))
 	}
@@ -303,6 +315,7 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 		return nil, fmt.Errorf("creating the kafka client: %w", err)
 	}
 	c.cl = cl
+	c.fetch.cl.Store(cl)
 	return c, nil
 }
 
@@ -414,9 +427,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		stopLag()
 		<-lagDone
 	}()
-	maxPoll := 4 * c.opts.BatchMaxRecords
 	for {
-		fetches := c.cl.PollRecords(ctx, maxPoll)
+		fetches := c.cl.PollRecords(ctx, c.pollSize())
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			c.cl.AllowRebalance()
 			break
@@ -449,6 +461,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			w.hwm.Store(p.HighWatermark)
 			w.fetched.Store(p.Records[len(p.Records)-1].Offset + 1)
+			c.noteRecordSize(p.Records)
 			w.push(p.Records)
 		})
 		c.cl.AllowRebalance()
@@ -460,6 +473,31 @@ func (c *Consumer) Run(ctx context.Context) error {
 	<-lagDone
 	c.shutdown()
 	return nil
+}
+
+// pollSize is how many records the next poll may take: what the budget has
+// room for at the records' mean size (at least one), at most four batches.
+// Records the poll leaves are kept by the client, and dropped there if
+// their partition is paused meanwhile; records a poll takes are queued
+// whatever the budget says, so a poll of 2,000 records of 1 MiB would pass
+// it by 2 GiB.
+func (c *Consumer) pollSize() int {
+	n := 4 * c.opts.BatchMaxRecords
+	if c.recordSize > 0 {
+		room := float64(c.budget.limit - c.budget.held())
+		n = min(n, max(1, int(room/c.recordSize)))
+	}
+	return n
+}
+
+// noteRecordSize folds the sizes of polled records into the mean.
+func (c *Consumer) noteRecordSize(recs []*kgo.Record) {
+	mean := float64(recordBytes(recs)) / float64(len(recs))
+	if c.recordSize == 0 {
+		c.recordSize = mean
+		return
+	}
+	c.recordSize = 0.8*c.recordSize + 0.2*mean
 }
 
 // bounded returns the partition's records below its StopAt offset, pausing

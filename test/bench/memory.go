@@ -50,6 +50,7 @@ type memoryOptions struct {
 	partitions int
 	bytes      int    // of each record value, about
 	gomemlimit string // GOMEMLIMIT of the worker ("": unset)
+	workerEnv  envList
 	profileDir string
 }
 
@@ -59,6 +60,7 @@ func (m *memoryOptions) flags(fs *flag.FlagSet) {
 	fs.IntVar(&m.partitions, "memory-partitions", 16, "partitions of the -memory topics")
 	fs.IntVar(&m.bytes, "memory-bytes", 1_040_000, "size of each -memory record value in bytes, about (at most consumer.max_payload_bytes, 1 MiB by default)")
 	fs.StringVar(&m.gomemlimit, "memory-gomemlimit", "", "GOMEMLIMIT of the -memory worker, e.g. 345MiB as the Helm chart sets for a 384Mi limit (empty: unset)")
+	fs.Var(&m.workerEnv, "memory-worker-env", "KEY=VALUE set in the -memory worker's environment, e.g. EFFECTIVELY_CONSUMER_MAX_INFLIGHT_BYTES=33554432 (repeatable)")
 	fs.StringVar(&m.profileDir, "memory-profile-dir", os.TempDir(), "where -memory writes the worker's heap profiles after each run (after a GC; empty: none)")
 }
 
@@ -71,6 +73,11 @@ func (m *memoryOptions) validate() error {
 		return errors.New("-memory-records and -memory-partitions: want at least 1")
 	case m.bytes < 1024 || m.bytes > 64<<20:
 		return errors.New("-memory-bytes: want 1024 to 64 MiB")
+	}
+	for _, kv := range m.workerEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("-memory-worker-env %q: want KEY=VALUE", kv)
+		}
 	}
 	return nil
 }
@@ -161,6 +168,7 @@ func (b *bench) memoryOnce(ctx context.Context, kind string) (memoryRun, error) 
 	if o.gomemlimit != "" {
 		env = append(env, "GOMEMLIMIT="+o.gomemlimit)
 	}
+	env = append(env, o.workerEnv...)
 	w, err := b.startWorkerArgs(d, group, topic, args, env...)
 	if err != nil {
 		return r, err
@@ -423,6 +431,9 @@ func (r *memoryReport) print(out io.Writer) {
 	if limit == "" {
 		limit = "unset"
 	}
+	if len(r.opts.workerEnv) > 0 {
+		fmt.Fprintf(out, "worker environment: %s\n", strings.Join(r.opts.workerEnv, " "))
+	}
 	fmt.Fprintf(out, "GOMEMLIMIT: %s; heap = go_memstats_heap_inuse_bytes (idle and after: after a GC; peak: sampled every 50 ms)\n\n", limit)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "run\trecords\tMiB in all\tidle heap MiB\tpeak heap MiB\tpeak RSS MiB\theap after GC MiB\tRSS after MiB\ttook\t")
@@ -443,4 +454,14 @@ func (r *memoryReport) print(out io.Writer) {
 			fmt.Fprintf(out, "%s: what the run allocated: go tool pprof -sample_index=alloc_space -top -diff_base %s %s\n", x.kind, x.idleProfile, x.profile)
 		}
 	}
+}
+
+// envList is a repeatable KEY=VALUE flag.
+type envList []string
+
+func (e *envList) String() string { return strings.Join(*e, " ") }
+
+func (e *envList) Set(kv string) error {
+	*e = append(*e, kv)
+	return nil
 }
