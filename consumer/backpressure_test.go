@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -286,4 +287,76 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// failingApplier fails every batch of one partition (a transient fault
+// that lasts) and applies the others.
+type failingApplier struct {
+	*memApplier
+	failing int32
+}
+
+func (f failingApplier) Apply(ctx context.Context, b consumer.Batch) error {
+	if b.Partition == f.failing {
+		return errors.New("transient: partition 0's rows are locked")
+	}
+	return f.memApplier.Apply(ctx, b)
+}
+
+// A partition whose batch is retried holds its bytes for as long as the
+// fault lasts; they do not count towards the budget's exhaustion, so a
+// failing partition holding most of the budget does not stall the healthy
+// one. (Before, partition 1 applied nothing while partition 0 retried.)
+func TestARetryingPartitionDoesNotStallTheOthers(t *testing.T) {
+	t.Parallel()
+	const (
+		partitions   = 2
+		perPartition = 200
+		recordSize   = 1 << 10
+	)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "t"))
+	require.NoError(t, err)
+	defer cluster.Close()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DefaultProduceTopic("t"),
+		kgo.ProducerBatchMaxBytes(recordSize+512))
+	require.NoError(t, err)
+	defer prod.Close()
+	for p := int32(0); p < partitions; p++ {
+		recs := make([]*kgo.Record, perPartition)
+		for i := range recs {
+			recs[i] = &kgo.Record{Partition: p, Value: bytes.Repeat([]byte{'x'}, recordSize)}
+		}
+		require.NoError(t, prod.ProduceSync(context.Background(), recs...).FirstErr())
+	}
+	reg := prometheus.NewRegistry()
+	a := failingApplier{memApplier: newMemApplier(), failing: 0}
+	c, err := consumer.New(withDefaults(consumer.Options{
+		Brokers: cluster.ListenAddrs(), Group: "g", Topics: []string{"t"},
+		// Partition 0 alone may hold 12 KiB of the 16 KiB budget.
+		BatchMaxRecords: 4, MaxBufferedRecords: 10 * perPartition, MaxBufferedBytes: 12 * recordSize,
+		MaxInflightBytes: 16 * recordSize, FetchMaxPartitionBytes: 16 * recordSize,
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 5 * time.Second,
+		RetryInitial: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		Logger: zaptest.NewLogger(t), Metrics: consumer.NewMetrics(reg),
+	}), a)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+
+	applied := func(p int32) int {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.applied[p])
+	}
+	waitFor(t, "partition 1 applied while partition 0 retries", func() bool { return applied(1) == perPartition })
+	require.Zero(t, applied(0))
+	require.Greater(t, gaugeValue(t, reg, "effectively_consumer_inflight_bytes"), 0.0, "partition 0's batch is still held")
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("consumer did not stop")
+	}
 }

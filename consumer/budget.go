@@ -18,43 +18,39 @@ import (
 // Once the bytes held reach the limit every partition is paused; once they
 // fall to half of it every partition re-evaluates its own bounds and the
 // ones free to fetch resume. Pausing stops fetching only: queued records
-// are still applied, so the bytes held always fall, and a single record
-// larger than the limit still passes (alone).
+// are still applied, so the bytes held fall — except those of a partition
+// whose batch is being retried (PostgreSQL down for it, a lock, a source),
+// which may hold them for as long as the fault lasts. Those are stuck:
+// they still count as held but not towards exhaustion, so a few failing
+// partitions cannot stall the healthy ones (memory stays bounded by the
+// budget plus each retrying partition's own bound). A single record larger
+// than the limit still passes, alone.
 type budget struct {
 	limit int64
 
-	mu   sync.Mutex
-	used int64
-	over bool
+	mu          sync.Mutex
+	used, stuck int64
+	over        bool
 }
 
-// take counts n more bytes held. It reports whether the budget just became
-// exhausted: then every partition must be told (see Consumer.rebudget).
-func (b *budget) take(n int64) (changed bool) {
-	if n == 0 {
+// adjust counts used more bytes held, stuck more of them stuck (either may
+// be negative). It reports whether the budget just became exhausted or
+// just left that state (the bytes held and not stuck fell to half the
+// limit): then every partition must be told (see Consumer.rebudget).
+func (b *budget) adjust(used, stuck int64) (changed bool) {
+	if used == 0 && stuck == 0 {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.used += n
-	if !b.over && b.used >= b.limit {
+	b.used += used
+	b.stuck += stuck
+	free := b.used - b.stuck
+	switch {
+	case !b.over && free >= b.limit:
 		b.over = true
 		return true
-	}
-	return false
-}
-
-// give counts n bytes released. It reports whether the budget just left its
-// exhausted state (the bytes held fell to half the limit): then every
-// partition must be told.
-func (b *budget) give(n int64) (changed bool) {
-	if n == 0 {
-		return false
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.used -= n
-	if b.over && b.used <= b.limit/2 {
+	case b.over && free <= b.limit/2:
 		b.over = false
 		return true
 	}
@@ -68,7 +64,7 @@ func (b *budget) exhausted() bool {
 	return b.over
 }
 
-// held is the bytes held now.
+// held is the bytes held now, stuck ones included.
 func (b *budget) held() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -128,7 +124,7 @@ func (f *fetchSizer) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m
 		f.ratio = 0.9*f.ratio + 0.1*r
 	}
 	b, p := f.sizes()
-	if cl := f.cl.Load(); cl != nil && (b != f.curBytes || p != f.curPart) && (b < f.curBytes*9/10 || b > f.curBytes*11/10 || p != f.curPart) {
+	if cl := f.cl.Load(); cl != nil && (b != f.curBytes || p != f.curPart) && (int64(b) < int64(f.curBytes)*9/10 || int64(b) > int64(f.curBytes)*11/10 || p != f.curPart) {
 		f.curBytes, f.curPart = b, p
 		cl.UpdateFetchMaxBytes(b, p)
 	}

@@ -484,8 +484,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 func (c *Consumer) pollSize() int {
 	n := 4 * c.opts.BatchMaxRecords
 	if c.recordSize > 0 {
+		// Records of (nearly) no bytes count as one byte each, so the
+		// quotient stays in range.
 		room := float64(c.budget.limit - c.budget.held())
-		n = min(n, max(1, int(room/c.recordSize)))
+		n = int(max(1, min(float64(n), room/max(c.recordSize, 1))))
 	}
 	return n
 }

@@ -47,8 +47,9 @@ type partitionWorker struct {
 	queue  []*kgo.Record
 	queued int // bytes of keys and values in queue
 	// held is the bytes this partition counts in the member's budget:
-	// queued plus the batch being applied.
-	held     int64
+	// queued plus the batch being applied; stuck is the part of them
+	// counted as stuck (all of them while a batch is retried).
+	held, stuck int64
 	paused   bool
 	retrying bool
 	stopping bool
@@ -166,18 +167,14 @@ func (w *partitionWorker) signal() {
 
 // push queues records from the poll loop.
 func (w *partitionWorker) push(recs []*kgo.Record) {
-	n := recordBytes(recs)
+	n := int64(recordBytes(recs))
 	w.mu.Lock()
 	w.queue = append(w.queue, recs...)
-	w.queued += n
-	w.held += int64(n)
-	exhausted := w.c.budget.take(int64(n))
+	w.queued += int(n)
+	changed := w.holdLocked(w.held + n)
 	w.updatePauseLocked()
 	w.mu.Unlock()
-	w.c.opts.Metrics.setInflight(w.c.budget.held())
-	if exhausted {
-		w.c.rebudget()
-	}
+	w.budgetChanged(changed)
 	w.signal()
 }
 
@@ -185,13 +182,30 @@ func (w *partitionWorker) push(recs []*kgo.Record) {
 // batch that was applied (or abandoned), or at the end everything left.
 func (w *partitionWorker) release(n int64) {
 	w.mu.Lock()
-	n = min(n, w.held)
-	w.held -= n
-	freed := w.c.budget.give(n)
+	changed := w.holdLocked(w.held - min(n, w.held))
 	w.updatePauseLocked()
 	w.mu.Unlock()
+	w.budgetChanged(changed)
+}
+
+// holdLocked sets the bytes the partition holds in the budget; while a
+// batch is retried they are all stuck (see budget). It reports whether
+// the budget changed state.
+func (w *partitionWorker) holdLocked(held int64) (changed bool) {
+	stuck := int64(0)
+	if w.retrying {
+		stuck = held
+	}
+	changed = w.c.budget.adjust(held-w.held, stuck-w.stuck)
+	w.held, w.stuck = held, stuck
+	return changed
+}
+
+// budgetChanged publishes the bytes held and, when the budget changed
+// state, has every partition re-evaluate its pause. Called without w.mu.
+func (w *partitionWorker) budgetChanged(changed bool) {
 	w.c.opts.Metrics.setInflight(w.c.budget.held())
-	if freed {
+	if changed {
 		w.c.rebudget()
 	}
 }
@@ -219,6 +233,12 @@ func (w *partitionWorker) stopGracefully() {
 // partitions' buffered fetches are dropped by the client and re-fetched from
 // the same position on resume, so nothing is skipped.
 func (w *partitionWorker) updatePauseLocked() {
+	if w.ctx.Err() != nil {
+		// Revoked (or stopping hard): the partition's pause is no longer
+		// this worker's to set — the revoke callback resumed it, and a
+		// new owner's worker, on this member or another, decides.
+		return
+	}
 	o := w.c.opts
 	o.Metrics.setBuffered(w.tp, len(w.queue), w.queued)
 	want := w.retrying || len(w.queue) >= o.MaxBufferedRecords || w.queued >= o.MaxBufferedBytes || w.c.budget.exhausted()
@@ -361,13 +381,17 @@ func (w *partitionWorker) apply(b Batch) bool {
 
 func (w *partitionWorker) setRetrying(v bool, cause, lastErr string, attempts int) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.retrying == v && w.cause == cause && w.attempts == attempts {
+		w.mu.Unlock()
 		return
 	}
 	w.retrying, w.cause, w.lastErr, w.attempts = v, cause, lastErr, attempts
+	// A retried batch's bytes are stuck for as long as it fails.
+	changed := w.holdLocked(w.held)
 	w.updatePauseLocked()
 	w.refreshStateLocked()
+	w.mu.Unlock()
+	w.budgetChanged(changed)
 }
 
 // commit commits the batch's next offset to Kafka, after the database

@@ -92,7 +92,7 @@ func TestSoakSummary(t *testing.T) {
 	require.Contains(t, text, "+360.0 MiB/hour over the measured run")
 	require.Contains(t, text, "max 18.0 MiB at 3:00")
 	// Buffered 0, 1, 2, 3, 0, … MiB; r.opts.partitions 4.
-	require.Contains(t, text, "first 1.0 MiB, last 2.0 MiB, max 3.0 MiB at 0:30; the queues pause their partitions at 4 × 8 MiB = 32 MiB")
+	require.Contains(t, text, "first 1.0 MiB, last 2.0 MiB, max 3.0 MiB at 0:30; the queues pause their partitions at 4 × 8 MiB, and all of them at consumer.max_inflight_bytes (64 MiB)")
 	// Six stretches of 30 s: two at the first minute's latency, four at
 	// the slower one's.
 	require.Contains(t, text, "p99 by stretch of the measured run: 0:00→0:30 19.9 ms, 0:30→1:00 19.9 ms, 1:00→1:30 79.6 ms")
