@@ -291,7 +291,9 @@ func TestSecretsNeverAppearInFailures(t *testing.T) {
 	send(cetest.Record(r.topic, "bell-slow", "account.refreshed", "acct-slow", 0, nil),
 		cetest.Record(r.topic, "bell-echo", "account.refreshed", "acct-echo", 0, nil),
 		cetest.Record(r.topic, "bell-3", "account.refreshed", "acct-1", 0, nil))
-	waitUntil(t, "the slow and the refused doorbells dead-lettered and published", 2*time.Minute, func(ctx context.Context) bool {
+	// A hang guard: on a loaded machine the 1 s calls time out more often
+	// than the slow one alone, and the batch is retried until it is alone.
+	waitUntil(t, "the slow and the refused doorbells dead-lettered and published", 4*time.Minute, func(ctx context.Context) bool {
 		return r.db.Count(t, `SELECT count(*) FROM dead_letters WHERE reason IN ('source_unavailable', 'source_rejected') AND published_at IS NOT NULL`) == 2
 	})
 	var letterID int64
@@ -351,7 +353,8 @@ func TestSecretsNeverAppearInFailures(t *testing.T) {
 
 	// Every failure is there, with its URL redacted.
 	log := places["worker log"]
-	for _, want := range []string{"connection refused", "certificate", "Timeout", "deadline exceeded", "xxxxx"} {
+	// (A timeout reads "deadline exceeded" either way; see timedOut.)
+	for _, want := range []string{"connection refused", "certificate", "deadline exceeded", "xxxxx"} {
 		require.Contains(t, log, want, "the worker's log shows the failure")
 	}
 	for _, phase := range []string{"refused", "tls", "timeout"} {
