@@ -11,7 +11,7 @@ FUZZTIME ?= 10m
 # make test's fuzz budget is an execution count: it cannot race the clock on a loaded machine.
 FUZZ_SHORT ?= 20000x
 
-.PHONY: docs build test test-on-stack vet demo bench bench-on-stack bench-memory bench-memory-on-stack soak soak-on-stack scale scale-on-stack chaos fuzz stack-up stack-down stack-status stack-logs clean
+.PHONY: docs build closure test test-on-stack vet demo bench bench-on-stack bench-memory bench-memory-on-stack soak soak-on-stack scale scale-on-stack chaos fuzz stack-up stack-down stack-status stack-logs clean
 
 # The release: no crashpoint build tag (the fault suites build their binary with -tags crashpoint).
 build:
@@ -21,22 +21,30 @@ build:
 test:
 	stack/with-stack.sh $(MAKE) --no-print-directory test-on-stack
 
-# Example builds in modules of their own: vetted and tested like the main module.
-EXAMPLE_MODULES := examples/orders-go
+# The engine's module (.) requires only what the engine imports; the suites
+# and tools with heavy dependencies are modules of their own, joined for
+# contributors by go.work: test/ (end-to-end and fault suites, the bench;
+# Docker's client, a browser driver, plotting), deploy/ (the chart's tests;
+# Helm, Kubernetes) and the example build examples/orders-go.
+NESTED_MODULES := test deploy examples/orders-go
+ALL_PACKAGES := ./... $(addprefix ./,$(addsuffix /...,$(NESTED_MODULES)))
 
 test-on-stack: vet build
 	test/ensure-chromium.sh
-	$(GO) test $(TEST_FLAGS) ./...
+	$(GO) test $(TEST_FLAGS) $(ALL_PACKAGES)
 	$(GO) test -count=1 -tags crashpoint ./crashpoint/
-	for m in $(EXAMPLE_MODULES); do (cd $$m && $(GO) test $(TEST_FLAGS) ./...) || exit 1; done
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
-	$(GO) vet ./...
+	$(GO) vet $(ALL_PACKAGES)
 	$(GO) vet -tags crashpoint ./crashpoint/ ./cmd/effectively/
-	for m in $(EXAMPLE_MODULES); do (cd $$m && $(GO) mod tidy -diff && $(GO) vet ./...) || exit 1; done
+	for m in . $(NESTED_MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "$$m: go.mod is not tidy; fix: (cd $$m && go mod tidy)"; exit 1; }; done
+
+## closure: what a team's `go mod tidy` downloads when it requires the engine (an empty module cache; needs the Go proxy), beside franz-go + pgx alone.
+closure:
+	GO=$(GO) test/closure.sh
 
 ## fuzz: each fuzz target for FUZZTIME (make fuzz FUZZTIME=10m for long runs; make test runs FUZZ_SHORT executions of each).
 fuzz:

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 )
 
 // An action whose text PostgreSQL would refuse as is — a result cut

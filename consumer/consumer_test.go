@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/effectively-io/effectively/consumer"
-	"github.com/effectively-io/effectively/test/kafkatest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
 )
 
 func TestMain(m *testing.M) {

@@ -50,9 +50,9 @@ type partitionWorker struct {
 	// queued plus the batch being applied; stuck is the part of them
 	// counted as stuck (all of them while a batch is retried).
 	held, stuck int64
-	paused   bool
-	retrying bool
-	stopping bool
+	paused      bool
+	retrying    bool
+	stopping    bool
 	// stored is the position PostgreSQL holds as this member knows it (-1:
 	// none): read when the partition was assigned, then each applied
 	// batch's next offset, so it only moves forward while the member owns

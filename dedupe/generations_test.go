@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-io/effectively/dedupe"
-	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 )
 
 // Many members claim the same keys, in batches, while the generations

@@ -10,9 +10,9 @@ import (
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/pipeline"
-	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // seedExpired fills every pruned table with rows on both sides of the

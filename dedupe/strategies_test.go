@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-io/effectively/dedupe"
-	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 )
 
 // A topic's key strategy cannot change while claims made with the old one

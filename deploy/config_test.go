@@ -21,8 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/effectively-io/effectively/test/proctest"
-	"github.com/effectively-io/effectively/test/stacktest"
+	"github.com/effectively-io/effectively/internal/proctest"
+	"github.com/effectively-io/effectively/internal/stacktest"
 )
 
 // TestChartConfigIsAcceptedByTheWorker hands what the chart gives a pod —

@@ -25,9 +25,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/test/pgtest"
-	"github.com/effectively-io/effectively/test/proctest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
+	"github.com/effectively-io/effectively/internal/proctest"
 )
 
 // The metric names the dashboard and the rules use are checked against

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/effectively-io/effectively/test/canonicaltree"
+	"github.com/effectively-io/effectively/internal/canonicaltree"
 )
 
 // The canonical hash benchmarks: bytes allocated and time per payload hash

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/effectively-io/effectively/test/canonicaltree"
+	"github.com/effectively-io/effectively/internal/canonicaltree"
 )
 
 // The streaming canonicaliser against the tree it replaced

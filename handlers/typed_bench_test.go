@@ -10,8 +10,8 @@ import (
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/outbox"
-	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // How a batch of upserts is best sent: the arrays of one statement (what

@@ -14,8 +14,8 @@ import (
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/outbox"
-	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // The tables of the property test: owners (gated upsert), items (gated

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 )
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

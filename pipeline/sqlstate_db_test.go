@@ -16,9 +16,9 @@ import (
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/cetest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/pipeline"
-	"github.com/effectively-io/effectively/test/cetest"
-	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // A domain whose statements PostgreSQL refuses in each of the ways that

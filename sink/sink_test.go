@@ -12,9 +12,9 @@ import (
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/sink"
-	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 const ordersSchema = `

@@ -24,9 +24,9 @@ import (
 	"github.com/effectively-io/effectively/crashpoint"
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
-	"github.com/effectively-io/effectively/test/cetest"
-	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/internal/cetest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 )
 
 // The chaos suite runs the real binary as several processes against a

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/schema"
-	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // Claims generations lose autovacuum (migration 17): they only take

@@ -18,9 +18,9 @@ import (
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/internal/cetest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/schema"
-	"github.com/effectively-io/effectively/test/cetest"
-	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // legacyClaimSQL is the claim statement of the release before claims

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/schema"
-	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // Claims generations lose their origin index (migration 16): the highest

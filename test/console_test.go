@@ -20,9 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/effectively-io/effectively/test/cetest"
-	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/test/proctest"
+	"github.com/effectively-io/effectively/internal/cetest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/proctest"
 )
 
 // consoleToken is the test operator's token (console.token_file line

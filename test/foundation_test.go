@@ -17,9 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/schema"
-	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // Three `effectively migrate` processes started at the same moment on an

@@ -19,10 +19,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/test/pgtest"
-	"github.com/effectively-io/effectively/test/proctest"
-	"github.com/effectively-io/effectively/test/stacktest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
+	"github.com/effectively-io/effectively/internal/proctest"
+	"github.com/effectively-io/effectively/internal/stacktest"
 )
 
 // guidePath is the getting-started guide, relative to this package.

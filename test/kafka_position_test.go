@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/crashpoint"
-	"github.com/effectively-io/effectively/test/cetest"
-	"github.com/effectively-io/effectively/test/kafkatest"
+	"github.com/effectively-io/effectively/internal/cetest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
 )
 
 // Kafka sees the true position. Worker A applies a batch of partition a to

@@ -16,8 +16,8 @@ import (
 	"github.com/effectively-io/effectively/audit"
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
-	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 )
 
 // Kafka security end to end, on a broker of the test's own with SASL_SSL

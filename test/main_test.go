@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effectively-io/effectively/test/proctest"
+	"github.com/effectively-io/effectively/internal/proctest"
+	// Containers when no local stack is named and Docker answers.
+	_ "github.com/effectively-io/effectively/test/containers"
 )
 
 // binary is the effectively binary built once for the suite: the end-to-end

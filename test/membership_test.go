@@ -17,7 +17,7 @@ import (
 
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
-	"github.com/effectively-io/effectively/test/kafkatest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
 )
 
 // Shape of the membership measurement.

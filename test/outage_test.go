@@ -24,10 +24,10 @@ import (
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
+	"github.com/effectively-io/effectively/internal/proctest"
 	"github.com/effectively-io/effectively/service"
-	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/test/pgtest"
-	"github.com/effectively-io/effectively/test/proctest"
 )
 
 // stackInstance runs the stack script for an instance of the test's own

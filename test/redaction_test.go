@@ -30,9 +30,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/internal/cetest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
 	"github.com/effectively-io/effectively/service"
-	"github.com/effectively-io/effectively/test/cetest"
-	"github.com/effectively-io/effectively/test/kafkatest"
 )
 
 // secret is set, with a suffix per place, in every secret-bearing key: a

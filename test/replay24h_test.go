@@ -16,7 +16,7 @@ import (
 
 	"github.com/effectively-io/effectively/audit"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
-	"github.com/effectively-io/effectively/test/kafkatest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
 )
 
 // effectSnapshot is what reprocessing must not change: the effect tables

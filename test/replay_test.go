@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/effectively-io/effectively/examples/accounts/workload"
-	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 )
 
 // replayPlan is the JSON a rewind prints.

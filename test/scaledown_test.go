@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-io/effectively/examples/accounts/workload"
-	"github.com/effectively-io/effectively/test/kafkatest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
 )
 
 // staticRig is a rig with the default session timeout (45 s: what a static

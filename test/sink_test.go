@@ -15,8 +15,8 @@ import (
 
 	"github.com/effectively-io/effectively/crashpoint"
 	"github.com/effectively-io/effectively/examples/orders/webhooks"
-	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 )
 
 // The config-only orders example (examples/orders) run by the stock binary

@@ -11,7 +11,7 @@ import (
 
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/examples/accounts"
-	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 )
 
 // A producer controls a dead letter's payload, headers and (through what

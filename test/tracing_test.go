@@ -21,7 +21,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/effectively-io/effectively/test/cetest"
+	"github.com/effectively-io/effectively/internal/cetest"
 )
 
 // otlpSpan is one span an OTLP receiver got, with its resource's attributes.

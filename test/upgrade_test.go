@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/effectively-io/effectively/test/cetest"
-	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/internal/cetest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 )
 
 // A database an existing deployment has — migrated by the release before

@@ -13,8 +13,8 @@ import (
 
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
-	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/test/pgtest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 )
 
 // rig is one end-to-end setup: a schema, a topic, a group, and the

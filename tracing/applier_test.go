@@ -17,9 +17,9 @@ import (
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/cetest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/pipeline"
-	"github.com/effectively-io/effectively/test/cetest"
-	"github.com/effectively-io/effectively/test/pgtest"
 	"github.com/effectively-io/effectively/tracing"
 )
 

@@ -15,9 +15,9 @@ import (
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/cetest"
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/pipeline"
-	"github.com/effectively-io/effectively/test/cetest"
-	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 const topic = "accounts"

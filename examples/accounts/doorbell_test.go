@@ -17,9 +17,9 @@ import (
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/pipeline"
-	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // sourceAPI is a local accounts API whose answers the test sets.

@@ -10,8 +10,8 @@ import (
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/cetest"
 	"github.com/effectively-io/effectively/outbox"
-	"github.com/effectively-io/effectively/test/cetest"
 )
 
 // What a record costs on its way through the reference handlers: the

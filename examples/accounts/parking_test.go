@@ -10,8 +10,8 @@ import (
 
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/cetest"
 	"github.com/effectively-io/effectively/pipeline"
-	"github.com/effectively-io/effectively/test/cetest"
 )
 
 func (b *bundle) ledgerOrder(t *testing.T, account string) []string {

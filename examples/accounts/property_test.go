@@ -16,8 +16,8 @@ import (
 	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/internal/cetest"
 	"github.com/effectively-io/effectively/pipeline"
-	"github.com/effectively-io/effectively/test/cetest"
 )
 
 // The property test of issue 25: hostile and unlucky producers, generated.

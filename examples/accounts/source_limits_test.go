@@ -18,9 +18,9 @@ import (
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/outbox"
 	"github.com/effectively-io/effectively/pipeline"
-	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // setupSource is a doorbell applier on a source served by h, with a bound

@@ -23,9 +23,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/examples/orders-go/workload"
-	"github.com/effectively-io/effectively/test/kafkatest"
-	"github.com/effectively-io/effectively/test/pgtest"
-	"github.com/effectively-io/effectively/test/proctest"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
+	"github.com/effectively-io/effectively/internal/proctest"
 )
 
 // TestOrdersOnTheRealStack runs the orders binary as a team would: its own

@@ -16,10 +16,10 @@ import (
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/pipeline"
 	"github.com/effectively-io/effectively/schema"
 	"github.com/effectively-io/effectively/sink"
-	"github.com/effectively-io/effectively/test/pgtest"
 )
 
 // applied is a product.updated event as a sink would read it.

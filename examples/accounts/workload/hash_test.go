@@ -8,7 +8,7 @@ import (
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
-	"github.com/effectively-io/effectively/test/canonicaltree"
+	"github.com/effectively-io/effectively/internal/canonicaltree"
 )
 
 // TestWorkloadHashesMatchTree decodes the reference workload's events (what

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/effectively-io/effectively/test/stacktest"
+	"github.com/effectively-io/effectively/internal/stacktest"
 )
 
 // Brokers returns the test broker's seed addresses.

@@ -17,8 +17,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/internal/stacktest"
 	"github.com/effectively-io/effectively/schema"
-	"github.com/effectively-io/effectively/test/stacktest"
 )
 
 // DB is a test's own schema.

@@ -1,21 +1,14 @@
-// Package stacktest finds the PostgreSQL and Kafka that real-stack tests run
-// against: the addresses in EFFECTIVELY_TEST_POSTGRES_URL and
-// EFFECTIVELY_TEST_KAFKA_BROKERS (`make test` exports the local stack's), or,
-// when those are unset and a Docker engine answers, containers started with
-// testcontainers-go once per test binary. With neither, tests fail with the
-// fix: they are never skipped silently.
-package stacktest
+// Package containers starts the test services in Docker with
+// testcontainers-go, for the end-to-end suites when no local stack is named
+// (see internal/stacktest). It is in the test module so that the engine's
+// module does not require Docker's client.
+package containers
 
 import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"strconv"
-	"strings"
-	"sync"
-	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -23,92 +16,28 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/effectively-io/effectively/internal/stacktest"
 )
 
-// Environment variables naming existing services.
-const (
-	PostgresURLEnv  = "EFFECTIVELY_TEST_POSTGRES_URL"
-	KafkaBrokersEnv = "EFFECTIVELY_TEST_KAFKA_BROKERS"
-)
+func init() { stacktest.Containers = starter{} }
 
-// Container images used when Docker is available (the same as docker-compose.yml).
-const (
-	PostgresImage = "postgres:15-alpine"
-	KafkaImage    = "apache/kafka:4.4.0"
-)
+// starter implements stacktest.ContainerStarter.
+type starter struct{}
 
-const missingHint = "set %s (run the tests with `make test`, which starts the local stack and exports it) or make a Docker engine reachable (`docker info` must succeed)"
-
-var (
-	pgOnce sync.Once
-	pgURL  string
-	pgErr  error
-
-	kafkaOnce    sync.Once
-	kafkaBrokers []string
-	kafkaErr     error
-)
-
-// PostgresURL returns the URL of a PostgreSQL server for tests.
-func PostgresURL(t testing.TB) string {
-	t.Helper()
-	pgOnce.Do(func() {
-		if u := os.Getenv(PostgresURLEnv); u != "" {
-			pgURL = u
-			return
-		}
-		if !dockerUsable() {
-			pgErr = fmt.Errorf("no PostgreSQL for tests: "+missingHint, PostgresURLEnv)
-			return
-		}
-		pgURL, pgErr = startPostgres()
-	})
-	if pgErr != nil {
-		t.Fatal(pgErr)
-	}
-	return pgURL
-}
-
-// KafkaBrokers returns the seed brokers of a Kafka cluster for tests.
-func KafkaBrokers(t testing.TB) []string {
-	t.Helper()
-	kafkaOnce.Do(func() {
-		if b := os.Getenv(KafkaBrokersEnv); b != "" {
-			kafkaBrokers = strings.Split(b, ",")
-			return
-		}
-		if !dockerUsable() {
-			kafkaErr = fmt.Errorf("no Kafka for tests: "+missingHint, KafkaBrokersEnv)
-			return
-		}
-		var b string
-		b, kafkaErr = startKafka()
-		kafkaBrokers = []string{b}
-	})
-	if kafkaErr != nil {
-		t.Fatal(kafkaErr)
-	}
-	return kafkaBrokers
-}
-
-// dockerUsable reports whether a Docker engine answers. The docker client
-// exists on machines without an engine, so its presence proves nothing.
-func dockerUsable() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return exec.CommandContext(ctx, "docker", "info").Run() == nil
-}
+func (starter) Postgres() (string, error) { return startPostgres() }
+func (starter) Kafka() (string, error)    { return startKafka() }
 
 func startPostgres() (string, error) {
 	ctx := context.Background()
-	c, err := tcpostgres.Run(ctx, PostgresImage,
+	c, err := tcpostgres.Run(ctx, stacktest.PostgresImage,
 		tcpostgres.WithDatabase("effectively"),
 		tcpostgres.WithUsername("effectively"),
 		tcpostgres.WithPassword("effectively"),
 		tcpostgres.BasicWaitStrategies(),
 	)
 	if err != nil {
-		return "", fmt.Errorf("starting a PostgreSQL container (%s): %w", PostgresImage, err)
+		return "", fmt.Errorf("starting a PostgreSQL container (%s): %w", stacktest.PostgresImage, err)
 	}
 	return c.ConnectionString(ctx, "sslmode=disable")
 }
@@ -122,7 +51,7 @@ func startKafka() (string, error) {
 		return "", err
 	}
 	hostPort := strconv.Itoa(port)
-	c, err := testcontainers.Run(context.Background(), KafkaImage,
+	c, err := testcontainers.Run(context.Background(), stacktest.KafkaImage,
 		testcontainers.WithExposedPorts("9092/tcp"),
 		testcontainers.WithEnv(map[string]string{
 			"KAFKA_NODE_ID":                                  "1",
@@ -147,7 +76,7 @@ func startKafka() (string, error) {
 		testcontainers.WithWaitStrategy(wait.ForListeningPort("9092/tcp").WithStartupTimeout(2*time.Minute)),
 	)
 	if err != nil {
-		return "", fmt.Errorf("starting a Kafka container (%s): %w", KafkaImage, err)
+		return "", fmt.Errorf("starting a Kafka container (%s): %w", stacktest.KafkaImage, err)
 	}
 	_ = c // removed by testcontainers' reaper when the test binary exits
 	return "127.0.0.1:" + hostPort, nil
