@@ -12,6 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/redact"
 )
 
@@ -209,8 +210,9 @@ type Shutdown struct {
 	DrainTimeout time.Duration `mapstructure:"drain_timeout"`
 }
 
-// ShutdownDrainTimeoutDefault is the default of shutdown.drain_timeout.
-const ShutdownDrainTimeoutDefault = 20 * time.Second
+// ShutdownDrainTimeoutDefault is the default of shutdown.drain_timeout:
+// the consumer's own.
+const ShutdownDrainTimeoutDefault = consumer.DrainTimeoutDefault
 
 // Log configures the process logger.
 type Log struct {
@@ -510,7 +512,7 @@ func Default() Config {
 			BatchMaxRecords:  500,
 			BatchLinger:      5 * time.Millisecond,
 			MaxPayloadBytes:  1 * mib,
-			MaxInflightBytes: 64 * mib,
+			MaxInflightBytes: consumer.MaxInflightBytesDefault,
 			RevokeTimeout:    10 * time.Second,
 			CheckPartitioner: true,
 		},
