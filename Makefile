@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION)
 TEST_FLAGS ?= -race -count=1 -timeout 14m
 FUZZTIME ?= 10m
 # make test's fuzz budget is an execution count: it cannot race the clock on a loaded machine.
-FUZZ_SHORT ?= 20000x
+FUZZ_SHORT ?= 10000x
 
 .PHONY: docs build closure test test-on-stack vet demo bench bench-on-stack bench-memory bench-memory-on-stack soak soak-on-stack scale scale-on-stack chaos fuzz stack-up stack-down stack-status stack-logs clean
 
