@@ -410,28 +410,23 @@ const (
 	KeyStrategyContentHash = "content-hash"
 )
 
-// Group protocols.
+// The consumer's enums, as the configuration spells them (the consumer's
+// own constants: one value each).
 const (
 	// GroupProtocolClassic is the client-side assignment protocol.
-	GroupProtocolClassic = "classic"
+	GroupProtocolClassic = consumer.GroupProtocolClassic
 	// GroupProtocolConsumer is KIP-848, broker-side assignment.
-	GroupProtocolConsumer = "consumer"
-)
-
-// Start offsets for partitions without a stored offset.
-const (
-	// StartOffsetEarliest starts at the log start.
-	StartOffsetEarliest = "earliest"
-	// StartOffsetLatest starts at the high watermark.
-	StartOffsetLatest = "latest"
-)
-
-// Policies for a position outside its partition's log.
-const (
-	// OffsetOutOfRangeStop stops the partition with an alert.
-	OffsetOutOfRangeStop = "stop"
+	GroupProtocolConsumer = consumer.GroupProtocolConsumer
+	// StartOffsetEarliest starts a partition without a stored offset at
+	// the log start.
+	StartOffsetEarliest = consumer.StartOffsetEarliest
+	// StartOffsetLatest starts it at the high watermark.
+	StartOffsetLatest = consumer.StartOffsetLatest
+	// OffsetOutOfRangeStop stops a partition whose position is outside
+	// its log, with an alert.
+	OffsetOutOfRangeStop = consumer.OutOfRangeStop
 	// OffsetOutOfRangeLogStart skips records deleted unprocessed.
-	OffsetOutOfRangeLogStart = "log-start"
+	OffsetOutOfRangeLogStart = consumer.OutOfRangeLogStart
 )
 
 // Topic is the per-topic settings: how records are decoded and keyed, and

@@ -270,12 +270,12 @@ func New(opts Options, applier Applier) (*Consumer, error) {
 	// OFFSET_OUT_OF_RANGE fetch error, and [Consumer.outOfRange] decides
 	// (franz-go would silently jump to the log start, or, for a recreated
 	// topic, to offsets below the stored position, which are then skipped).
-	if opts.StartOffset == "latest" {
+	if opts.StartOffset == StartOffsetLatest {
 		kopts = append(kopts, kgo.ConsumeResetOffset(kgo.NoResetOffset().AtEnd()))
 	} else {
 		kopts = append(kopts, kgo.ConsumeResetOffset(kgo.NoResetOffset().AtStart()))
 	}
-	if opts.GroupProtocol == "consumer" {
+	if opts.GroupProtocol == GroupProtocolConsumer {
 		kopts = append(kopts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.CooperativeStickyBalancer()))
 	} else {
 		kopts = append(kopts, kgo.Balancers(kgo.CooperativeStickyBalancer()))

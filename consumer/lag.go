@@ -59,7 +59,7 @@ func (c *Consumer) refreshLagOnce(ctx context.Context, adm *kadm.Client) {
 		if e, ok := ends.Lookup(w.tp.topic, w.tp.partition); ok && e.Err == nil {
 			w.end.Store(e.Offset)
 		}
-		if w.position.Load() < 0 && c.opts.StartOffset != "latest" {
+		if w.position.Load() < 0 && c.opts.StartOffset != StartOffsetLatest {
 			// Nothing applied and no stored position: the partition
 			// starts at its log start.
 			if starts == nil {

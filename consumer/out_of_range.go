@@ -10,6 +10,23 @@ import (
 	"go.uber.org/zap"
 )
 
+// Group protocols (Options.GroupProtocol).
+const (
+	// GroupProtocolClassic is the client-side assignment protocol
+	// (cooperative-sticky), the default.
+	GroupProtocolClassic = "classic"
+	// GroupProtocolConsumer is KIP-848: the broker assigns partitions.
+	GroupProtocolConsumer = "consumer"
+)
+
+// Where a partition without a stored position starts (Options.StartOffset).
+const (
+	// StartOffsetEarliest starts at the log start, the default.
+	StartOffsetEarliest = "earliest"
+	// StartOffsetLatest starts at the end of the log.
+	StartOffsetLatest = "latest"
+)
+
 // Policies for a position outside its partition's log.
 const (
 	// OutOfRangeStop stops the partition with an alert.
