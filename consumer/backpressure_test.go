@@ -196,18 +196,7 @@ func TestPartitionsTogetherStayWithinTheByteBudget(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "t"))
 	require.NoError(t, err)
 	defer cluster.Close()
-	// One record per record batch, so that fetches can stop at any record.
-	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DefaultProduceTopic("t"),
-		kgo.ProducerBatchMaxBytes(recordSize+512))
-	require.NoError(t, err)
-	defer prod.Close()
-	for p := int32(0); p < partitions; p++ {
-		recs := make([]*kgo.Record, perPartition)
-		for i := range recs {
-			recs[i] = &kgo.Record{Partition: p, Value: bytes.Repeat([]byte{'x'}, recordSize)}
-		}
-		require.NoError(t, prod.ProduceSync(context.Background(), recs...).FirstErr())
-	}
+	produceSized(t, cluster, partitions, perPartition, recordSize)
 
 	reg := prometheus.NewRegistry()
 	a := &gateApplier{memApplier: newMemApplier(), open: make(chan struct{})}
@@ -317,17 +306,7 @@ func TestARetryingPartitionDoesNotStallTheOthers(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "t"))
 	require.NoError(t, err)
 	defer cluster.Close()
-	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DefaultProduceTopic("t"),
-		kgo.ProducerBatchMaxBytes(recordSize+512))
-	require.NoError(t, err)
-	defer prod.Close()
-	for p := int32(0); p < partitions; p++ {
-		recs := make([]*kgo.Record, perPartition)
-		for i := range recs {
-			recs[i] = &kgo.Record{Partition: p, Value: bytes.Repeat([]byte{'x'}, recordSize)}
-		}
-		require.NoError(t, prod.ProduceSync(context.Background(), recs...).FirstErr())
-	}
+	produceSized(t, cluster, partitions, perPartition, recordSize)
 	reg := prometheus.NewRegistry()
 	a := failingApplier{memApplier: newMemApplier(), failing: 0}
 	c, err := consumer.New(withDefaults(consumer.Options{
@@ -358,5 +337,23 @@ func TestARetryingPartitionDoesNotStallTheOthers(t *testing.T) {
 		require.NoError(t, err)
 	case <-time.After(time.Minute):
 		t.Fatal("consumer did not stop")
+	}
+}
+
+// produceSized writes perPartition records of size bytes to each partition
+// of topic t, one record per record batch, so that fetches can stop at any
+// record.
+func produceSized(t *testing.T, cluster *kfake.Cluster, partitions, perPartition, size int) {
+	t.Helper()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DefaultProduceTopic("t"),
+		kgo.ProducerBatchMaxBytes(int32(size)+512))
+	require.NoError(t, err)
+	defer prod.Close()
+	for p := range int32(partitions) {
+		recs := make([]*kgo.Record, perPartition)
+		for i := range recs {
+			recs[i] = &kgo.Record{Partition: p, Value: bytes.Repeat([]byte{'x'}, size)}
+		}
+		require.NoError(t, prod.ProduceSync(context.Background(), recs...).FirstErr())
 	}
 }

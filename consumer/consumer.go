@@ -393,12 +393,7 @@ func (c *Consumer) Closing() bool {
 // Status returns the member's partitions as it sees them, in topic and
 // partition order.
 func (c *Consumer) Status() []PartitionStatus {
-	c.mu.Lock()
-	workers := make([]*partitionWorker, 0, len(c.workers))
-	for _, w := range c.workers {
-		workers = append(workers, w)
-	}
-	c.mu.Unlock()
+	workers := c.ownedWorkers()
 	out := make([]PartitionStatus, 0, len(workers))
 	for _, w := range workers {
 		out = append(out, w.status())
@@ -516,14 +511,21 @@ func (c *Consumer) bounded(p kgo.FetchTopicPartition) []*kgo.Record {
 	return recs[:sort.Search(len(recs), func(i int) bool { return recs[i].Offset >= stop })]
 }
 
-// shutdown drains in-flight batches, then leaves the group.
-func (c *Consumer) shutdown() {
+// ownedWorkers is a snapshot of the partitions' workers, taken under c.mu
+// and used without it.
+func (c *Consumer) ownedWorkers() []*partitionWorker {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	workers := make([]*partitionWorker, 0, len(c.workers))
 	for _, w := range c.workers {
 		workers = append(workers, w)
 	}
-	c.mu.Unlock()
+	return workers
+}
+
+// shutdown drains in-flight batches, then leaves the group.
+func (c *Consumer) shutdown() {
+	workers := c.ownedWorkers()
 	for _, w := range workers {
 		w.stopGracefully()
 	}
@@ -584,12 +586,7 @@ func (c *Consumer) Close() {
 // became exhausted or left that state.
 func (c *Consumer) rebudget() {
 	c.opts.Metrics.setInflight(c.budget.held())
-	c.mu.Lock()
-	workers := make([]*partitionWorker, 0, len(c.workers))
-	for _, w := range c.workers {
-		workers = append(workers, w)
-	}
-	c.mu.Unlock()
+	workers := c.ownedWorkers()
 	for _, w := range workers {
 		w.mu.Lock()
 		w.updatePauseLocked()

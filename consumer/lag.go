@@ -30,14 +30,11 @@ func (c *Consumer) refreshLag(ctx context.Context) {
 }
 
 func (c *Consumer) refreshLagOnce(ctx context.Context, adm *kadm.Client) {
-	c.mu.Lock()
-	workers := make([]*partitionWorker, 0, len(c.workers))
+	workers := c.ownedWorkers()
 	topics := map[string]bool{}
-	for _, w := range c.workers {
-		workers = append(workers, w)
+	for _, w := range workers {
 		topics[w.tp.topic] = true
 	}
-	c.mu.Unlock()
 	if len(workers) == 0 {
 		return
 	}
