@@ -32,14 +32,14 @@ ALL_PACKAGES := ./... $(addprefix ./,$(addsuffix /...,$(NESTED_MODULES)))
 test-on-stack: vet build
 	test/ensure-chromium.sh
 	$(GO) test $(TEST_FLAGS) $(ALL_PACKAGES)
-	$(GO) test -count=1 -tags crashpoint ./crashpoint/
+	$(GO) test -count=1 -tags crashpoint ./internal/crashpoint/
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet $(ALL_PACKAGES)
-	$(GO) vet -tags crashpoint ./crashpoint/ ./cmd/effectively/
+	$(GO) vet -tags crashpoint ./internal/crashpoint/ ./cmd/effectively/
 	for m in . $(NESTED_MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "$$m: go.mod is not tidy; fix: (cd $$m && go mod tidy)"; exit 1; }; done
 
 ## closure: what a team's `go mod tidy` downloads when it requires the engine (an empty module cache; needs the Go proxy), beside franz-go + pgx alone.

@@ -13,7 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/effectively-io/effectively/consumer"
-	"github.com/effectively-io/effectively/redact"
+	"github.com/effectively-io/effectively/internal/redact"
 )
 
 // Config is the whole effective configuration. Field tags are the key names

@@ -2,7 +2,7 @@ package config
 
 import (
 	"github.com/effectively-io/effectively/handlers"
-	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/internal/outbox"
 )
 
 // The defaults of the outbound keys: the engine's own, named here for the

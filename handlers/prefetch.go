@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/effectively-io/effectively/event"
-	"github.com/effectively-io/effectively/outbox"
-	"github.com/effectively-io/effectively/redact"
+	"github.com/effectively-io/effectively/internal/outbox"
+	"github.com/effectively-io/effectively/internal/redact"
 )
 
 // PrefetchMaxAttemptsDefault is the bound of a PrefetchFailures that

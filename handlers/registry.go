@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/effectively-io/effectively/event"
-	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/internal/outbox"
 )
 
 // Registry maps event types to their handlers and names the prerequisites

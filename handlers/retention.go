@@ -1,6 +1,6 @@
 package handlers
 
-import "github.com/effectively-io/effectively/dedupe"
+import "github.com/effectively-io/effectively/internal/dedupe"
 
 // TombstonesPruned is effectively_tombstones as the retention pruner sees
 // it: a tombstone goes after dedupe.retention, like the claim of the

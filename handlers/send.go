@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/effectively-io/effectively/event"
-	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/internal/outbox"
 )
 
 // Request is a side effect of an event: one HTTP call to a named target,

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-io/effectively/event"
-	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/internal/outbox"
 )
 
 // A side effect's path made from an event's content that could reach

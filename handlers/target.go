@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/effectively-io/effectively/outbox"
-	"github.com/effectively-io/effectively/redact"
+	"github.com/effectively-io/effectively/internal/outbox"
+	"github.com/effectively-io/effectively/internal/redact"
 )
 
 // Target is a named outbound HTTP endpoint as the engine resolved it from

@@ -10,8 +10,8 @@ import (
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pgtest"
-	"github.com/effectively-io/effectively/outbox"
 )
 
 // How a batch of upserts is best sent: the arrays of one statement (what

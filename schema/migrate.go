@@ -16,7 +16,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 	"go.uber.org/zap"
 
-	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/internal/dedupe"
 )
 
 //go:embed migrations/*.sql

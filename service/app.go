@@ -14,12 +14,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/crashpoint"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
-	"github.com/effectively-io/effectively/redact"
+	"github.com/effectively-io/effectively/internal/crashpoint"
+	"github.com/effectively-io/effectively/internal/redact"
+	"github.com/effectively-io/effectively/internal/sink"
 	"github.com/effectively-io/effectively/schema"
-	"github.com/effectively-io/effectively/sink"
 )
 
 // App is one build of effectively: the engine, plus a team's event

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/effectively-io/effectively/audit"
-	"github.com/effectively-io/effectively/broker"
+	"github.com/effectively-io/effectively/internal/audit"
+	"github.com/effectively-io/effectively/internal/broker"
 )
 
 func newAuditCmd(c *CLI) *cobra.Command {

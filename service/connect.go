@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/effectively-io/effectively/broker"
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/internal/broker"
 	"github.com/effectively-io/effectively/schema"
 )
 

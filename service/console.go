@@ -16,13 +16,13 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
-	"github.com/effectively-io/effectively/audit"
-	"github.com/effectively-io/effectively/broker"
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/console"
-	"github.com/effectively-io/effectively/pipeline"
-	"github.com/effectively-io/effectively/replay"
-	"github.com/effectively-io/effectively/termsafe"
+	"github.com/effectively-io/effectively/internal/audit"
+	"github.com/effectively-io/effectively/internal/broker"
+	"github.com/effectively-io/effectively/internal/console"
+	"github.com/effectively-io/effectively/internal/pipeline"
+	"github.com/effectively-io/effectively/internal/replay"
+	"github.com/effectively-io/effectively/internal/termsafe"
 )
 
 // newConsole builds the operations console when console.enabled is on, and

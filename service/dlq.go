@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/effectively-io/effectively/deadletter"
-	"github.com/effectively-io/effectively/pipeline"
-	"github.com/effectively-io/effectively/redact"
-	"github.com/effectively-io/effectively/termsafe"
+	"github.com/effectively-io/effectively/internal/deadletter"
+	"github.com/effectively-io/effectively/internal/pipeline"
+	"github.com/effectively-io/effectively/internal/redact"
+	"github.com/effectively-io/effectively/internal/termsafe"
 )
 
 func newDLQCmd(c *CLI) *cobra.Command {

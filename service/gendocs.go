@@ -18,12 +18,12 @@ import (
 	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
-	"github.com/effectively-io/effectively/outbox"
-	"github.com/effectively-io/effectively/pipeline"
-	"github.com/effectively-io/effectively/sink"
+	"github.com/effectively-io/effectively/internal/consumer"
+	"github.com/effectively-io/effectively/internal/outbox"
+	"github.com/effectively-io/effectively/internal/pipeline"
+	"github.com/effectively-io/effectively/internal/sink"
 )
 
 // Reasons documents the build's own dead-letter reasons (those its handlers

@@ -6,8 +6,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
-	"github.com/effectively-io/effectively/broker"
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/internal/broker"
 )
 
 // newKafkaClient makes a client from the seed brokers, TLS and SASL of cfg

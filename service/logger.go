@@ -8,7 +8,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/redact"
+	"github.com/effectively-io/effectively/internal/redact"
 )
 
 // newLogger builds the process logger: JSON for production, console for

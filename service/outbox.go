@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/outbox"
-	"github.com/effectively-io/effectively/termsafe"
+	"github.com/effectively-io/effectively/internal/outbox"
+	"github.com/effectively-io/effectively/internal/termsafe"
 )
 
 func newOutboxCmd(c *CLI) *cobra.Command {

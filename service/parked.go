@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/internal/pipeline"
 )
 
 func newParkedCmd(c *CLI) *cobra.Command {

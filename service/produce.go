@@ -18,8 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kzap"
 
-	"github.com/effectively-io/effectively/broker"
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/internal/broker"
 )
 
 // produceLine is one line of a JSON-lines input file: the record key, the

@@ -14,11 +14,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/deadletter"
-	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/handlers"
-	"github.com/effectively-io/effectively/outbox"
-	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/internal/deadletter"
+	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/outbox"
+	"github.com/effectively-io/effectively/internal/pipeline"
 )
 
 func newPruneCmd(c *CLI) *cobra.Command {

@@ -23,9 +23,9 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/term"
 
-	"github.com/effectively-io/effectively/broker"
-	"github.com/effectively-io/effectively/dedupe"
-	"github.com/effectively-io/effectively/replay"
+	"github.com/effectively-io/effectively/internal/broker"
+	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/replay"
 )
 
 // replayFlags are the replay command's flags.

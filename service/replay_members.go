@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/effectively-io/effectively/replay"
+	"github.com/effectively-io/effectively/internal/replay"
 )
 
 // memberProbeTimeout bounds the look at a member's admin server.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/effectively-io/effectively/replay"
+	"github.com/effectively-io/effectively/internal/replay"
 )
 
 // The admin probe proves a member runs when a worker at its address

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/redact"
-	"github.com/effectively-io/effectively/termsafe"
+	"github.com/effectively-io/effectively/internal/redact"
+	"github.com/effectively-io/effectively/internal/termsafe"
 )
 
 // CLI is what every command shares: the app, the loaded configuration and

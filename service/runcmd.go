@@ -19,18 +19,18 @@ import (
 	"github.com/twmb/franz-go/plugin/kzap"
 	"go.uber.org/zap"
 
-	"github.com/effectively-io/effectively/broker"
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/consumer"
-	"github.com/effectively-io/effectively/deadletter"
-	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
-	"github.com/effectively-io/effectively/httpserver"
-	"github.com/effectively-io/effectively/outbox"
-	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/internal/broker"
+	"github.com/effectively-io/effectively/internal/consumer"
+	"github.com/effectively-io/effectively/internal/deadletter"
+	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/httpserver"
+	"github.com/effectively-io/effectively/internal/outbox"
+	"github.com/effectively-io/effectively/internal/pipeline"
+	"github.com/effectively-io/effectively/internal/tracing"
 	"github.com/effectively-io/effectively/schema"
-	"github.com/effectively-io/effectively/tracing"
 )
 
 func newRunCmd(c *CLI) *cobra.Command {

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/internal/sink"
 	"github.com/effectively-io/effectively/schema"
-	"github.com/effectively-io/effectively/sink"
 )
 
 // schemaSets are the build's migration sets, then one per directory of

@@ -20,16 +20,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kzap"
 
-	"github.com/effectively-io/effectively/broker"
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/consumer"
-	"github.com/effectively-io/effectively/deadletter"
-	"github.com/effectively-io/effectively/dedupe"
-	"github.com/effectively-io/effectively/outbox"
-	"github.com/effectively-io/effectively/pipeline"
-	"github.com/effectively-io/effectively/redact"
-	"github.com/effectively-io/effectively/replay"
-	"github.com/effectively-io/effectively/termsafe"
+	"github.com/effectively-io/effectively/internal/broker"
+	"github.com/effectively-io/effectively/internal/consumer"
+	"github.com/effectively-io/effectively/internal/deadletter"
+	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/outbox"
+	"github.com/effectively-io/effectively/internal/pipeline"
+	"github.com/effectively-io/effectively/internal/redact"
+	"github.com/effectively-io/effectively/internal/replay"
+	"github.com/effectively-io/effectively/internal/termsafe"
 )
 
 // statusTimeout bounds each source `status` reads (Kafka, PostgreSQL, a

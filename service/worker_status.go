@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/consumer"
-	"github.com/effectively-io/effectively/httpserver"
-	"github.com/effectively-io/effectively/redact"
+	"github.com/effectively-io/effectively/internal/consumer"
+	"github.com/effectively-io/effectively/internal/httpserver"
+	"github.com/effectively-io/effectively/internal/redact"
 )
 
 // WorkerStatus is what a worker serves at /status on its admin server: its

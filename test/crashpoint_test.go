@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/effectively-io/effectively/crashpoint"
+	"github.com/effectively-io/effectively/internal/crashpoint"
 )
 
 // The release binary (make build) has no crash-point hook: it was built

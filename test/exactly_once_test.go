@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/effectively-io/effectively/crashpoint"
+	"github.com/effectively-io/effectively/internal/crashpoint"
 	"github.com/effectively-io/effectively/internal/kafkatest"
 )
 

@@ -17,10 +17,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/effectively-io/effectively/crashpoint"
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
-	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/internal/crashpoint"
+	"github.com/effectively-io/effectively/internal/outbox"
 )
 
 // effectsServer is a local CRM or mail API that counts what it receives.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/effectively-io/effectively/crashpoint"
 	"github.com/effectively-io/effectively/examples/orders/webhooks"
+	"github.com/effectively-io/effectively/internal/crashpoint"
 	"github.com/effectively-io/effectively/internal/kafkatest"
 	"github.com/effectively-io/effectively/internal/pgtest"
 )

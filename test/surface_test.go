@@ -19,19 +19,29 @@ import (
 // on: update the file with EFFECTIVELY_UPDATE_API=1 and review the diff.
 const publicAPI = "testdata/public-api.txt"
 
+// publicPackages are the packages a team's module may import: the worker
+// and its command line (service), the handler API (handlers, event,
+// dedupe's dispositions), migration sets (schema), configuration (config,
+// consumer's settings) and the test kit. Every other package is under
+// internal/, where the go command refuses an import from another module.
+var publicPackages = []string{"config", "consumer", "dedupe", "event", "handlers", "schema", "service"}
+
 // The engine's importable packages and their exported identifiers, listed
 // and compared with testdata/public-api.txt. Packages under internal/ are
 // not importable from another module; cmd/ and examples/ are programs and
 // examples, not API.
 func TestPublicSurfaceIsListed(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Dir}} {{.Name}}", "github.com/effectively-io/effectively/...").Output()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Dir}} {{.Name}} {{.Module.Path}}", "github.com/effectively-io/effectively/...").Output()
 	require.NoError(t, err)
 	var lines []string
 	packages := 0
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(l)
 		path, dir, name := f[0], f[1], f[2]
+		if f[3] != "github.com/effectively-io/effectively" {
+			continue // a module of its own: the tests, the chart, an example
+		}
 		rel := strings.TrimPrefix(path, "github.com/effectively-io/effectively")
 		rel = strings.TrimPrefix(rel, "/")
 		if name == "main" || strings.Contains("/"+rel+"/", "/internal/") ||
@@ -39,8 +49,10 @@ func TestPublicSurfaceIsListed(t *testing.T) {
 			continue
 		}
 		packages++
+		require.Contains(t, publicPackages, rel, "%s is importable from other modules but not one of the public packages: move it under internal/, or add it to publicPackages and the stability note of docs/reference/api.md", path)
 		lines = append(lines, exported(t, path, dir)...)
 	}
+	require.Equal(t, len(publicPackages), packages, "every public package exists")
 	sort.Strings(lines)
 	got := strings.Join(lines, "\n") + "\n"
 	t.Logf("public surface: %d importable packages, %d exported identifiers", packages, len(lines))

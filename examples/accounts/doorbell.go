@@ -12,7 +12,7 @@ import (
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
-	"github.com/effectively-io/effectively/redact"
+	"github.com/effectively-io/effectively/internal/redact"
 )
 
 // The doorbell's dead-letter reasons.

@@ -11,7 +11,7 @@ import (
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/cetest"
-	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/internal/outbox"
 )
 
 // What a record costs on its way through the reference handlers: the

@@ -9,12 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pgtest"
-	"github.com/effectively-io/effectively/outbox"
-	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/internal/pipeline"
 )
 
 func setupOutbox(t *testing.T) *bundle {

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/effectively-io/effectively/deadletter"
-	"github.com/effectively-io/effectively/dedupe"
-	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/internal/deadletter"
+	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/pipeline"
 )
 
 // Many large parked events of one resource are released a page at a time

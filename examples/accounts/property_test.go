@@ -13,11 +13,11 @@ import (
 	"go.uber.org/zap"
 	"pgregory.net/rapid"
 
-	"github.com/effectively-io/effectively/consumer"
-	"github.com/effectively-io/effectively/deadletter"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/internal/cetest"
-	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/internal/consumer"
+	"github.com/effectively-io/effectively/internal/deadletter"
+	"github.com/effectively-io/effectively/internal/pipeline"
 )
 
 // The property test of issue 25: hostile and unlucky producers, generated.

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
-	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/internal/dedupe"
 	"github.com/effectively-io/effectively/internal/stacktest"
 	"github.com/effectively-io/effectively/schema"
 )

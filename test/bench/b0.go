@@ -10,11 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/handlers"
-	"github.com/effectively-io/effectively/outbox"
+	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/outbox"
 )
 
 // B0 is the database's own limit for E's work: the statements of E's

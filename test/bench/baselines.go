@@ -12,12 +12,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/handlers"
-	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/internal/consumer"
+	"github.com/effectively-io/effectively/internal/pipeline"
 )
 
 // baselineRun is one run of B1 or B2.

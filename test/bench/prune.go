@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/internal/dedupe"
 )
 
 // The retention measurement (-prune-claims N): what does expiring claims

@@ -10,11 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
-	"github.com/effectively-io/effectively/deadletter"
-	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/handlers"
-	"github.com/effectively-io/effectively/outbox"
-	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/internal/deadletter"
+	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/outbox"
+	"github.com/effectively-io/effectively/internal/pipeline"
 )
 
 // The row-by-row retention measurement (-prune-rows N): the tables that

@@ -11,15 +11,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/consumer"
-	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/consumer"
+	"github.com/effectively-io/effectively/internal/dedupe"
 	"github.com/effectively-io/effectively/internal/pgtest"
-	"github.com/effectively-io/effectively/pipeline"
+	"github.com/effectively-io/effectively/internal/pipeline"
+	"github.com/effectively-io/effectively/internal/sink"
 	"github.com/effectively-io/effectively/schema"
-	"github.com/effectively-io/effectively/sink"
 )
 
 // applied is a product.updated event as a sink would read it.

@@ -42,8 +42,9 @@ import (
 	"time"
 
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/consumer"
+	settings "github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/examples/accounts/workload"
+	"github.com/effectively-io/effectively/internal/consumer"
 )
 
 // soakOptions are the -soak-* flags.
@@ -757,7 +758,7 @@ func (r *soakReport) summarize() {
 	if bufMax.buffered > 0 {
 		add("records fetched and not yet applied (keys and values: effectively_partition_buffered_bytes + effectively_kafka_buffered_fetch_bytes): first %.1f MiB, last %.1f MiB, max %.1f MiB at %s; the queues pause their partitions at %d × %d MiB, and all of them at consumer.max_inflight_bytes (%d MiB)",
 			mib(loaded[0].buffered), mib(ps[len(ps)-1].buffered), mib(bufMax.buffered), r.at(bufMax),
-			r.opts.partitions, consumer.MaxBufferedBytesDefault>>20, consumer.MaxInflightBytesDefault>>20)
+			r.opts.partitions, consumer.MaxBufferedBytesDefault>>20, settings.MaxInflightBytesDefault>>20)
 	}
 	var cmax claimStats
 	var cmaxAt soakPoint

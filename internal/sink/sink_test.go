@@ -1,0 +1,208 @@
+package sink_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/outbox"
+	"github.com/effectively-io/effectively/internal/pgtest"
+	"github.com/effectively-io/effectively/internal/sink"
+)
+
+const ordersSchema = `
+CREATE TABLE orders (id text PRIMARY KEY, version bigint NOT NULL, status varchar(12) NOT NULL, total numeric(12,2),
+                     paid boolean, placed_at timestamptz, qty integer, meta jsonb, channel text, updated_at timestamptz);
+CREATE TABLE order_events (event_key text PRIMARY KEY, order_id text NOT NULL, kind text NOT NULL);`
+
+func ordersSinks() []config.Sink {
+	return []config.Sink{{
+		Name: "orders", Topic: "shop", Types: []string{"order.updated"}, Table: "orders", Mode: config.SinkUpsert,
+		Key: []string{"id"}, Version: "version", Touch: []string{"updated_at"},
+		Columns: []config.SinkColumn{
+			{Name: "id", From: "subject"},
+			{Name: "version", From: "resourceversion"},
+			{Name: "status", From: "/status"},
+			{Name: "total", From: "/total", Type: "numeric", Optional: true},
+			{Name: "paid", From: "/paid", Type: "boolean", Optional: true},
+			{Name: "placed_at", From: "/placed_at", Type: "timestamptz", Optional: true},
+			{Name: "qty", From: "/lines/0/qty", Type: "bigint", Optional: true},
+			{Name: "meta", From: "/meta", Type: "jsonb", Optional: true},
+			{Name: "channel", Value: "web"},
+		},
+	}, {
+		Name: "order-deletes", Topic: "shop", Types: []string{"order.deleted"}, Table: "orders", Mode: config.SinkDelete,
+		Key: []string{"id"}, Version: "version",
+		Columns: []config.SinkColumn{{Name: "id", From: "subject"}, {Name: "version", From: "resourceversion"}},
+	}, {
+		Name: "history", Types: []string{"order.updated", "order.deleted"}, Table: "order_events", Mode: config.SinkInsert,
+		Key:     []string{"event_key"},
+		Columns: []config.SinkColumn{{Name: "event_key", From: "key"}, {Name: "order_id", From: "subject"}, {Name: "kind", From: "type"}},
+	}}
+}
+
+func setup(t *testing.T, schemaSQL string, sinks []config.Sink) (pgtest.DB, *handlers.Registry, error) {
+	db := pgtest.New(t)
+	_, err := db.Pool.Exec(context.Background(), schemaSQL)
+	require.NoError(t, err)
+	var reg handlers.Registry
+	set, err := sink.Register(&reg, sinks)
+	require.NoError(t, err)
+	return db, &reg, set.Check(context.Background(), db.Pool, &reg)
+}
+
+// apply runs one event through its type's sink handler in a transaction of
+// its own and returns its outcome.
+func apply(t *testing.T, db pgtest.DB, reg *handlers.Registry, topic string, ev event.Event) handlers.Outcome {
+	ctx := context.Background()
+	h, ok := reg.Handler(ev.Type)
+	require.True(t, ok, ev.Type)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit: a no-op
+	e := handlers.NewEffects(reg.Env(nil, outbox.Expiry{}, nil))
+	out := e.Begin(handlers.Origin{Topic: topic}, ev)
+	if err := h.Handle(ctx, e, ev); err != nil {
+		require.True(t, event.IsPermanent(err), err)
+		return handlers.Outcome{Disposition: dedupe.DeadLettered, Err: err}
+	}
+	require.NoError(t, e.Flush(ctx, tx))
+	require.NoError(t, tx.Commit(ctx))
+	return *out
+}
+
+func order(key, id string, version int64, data string) event.Event {
+	return event.Event{Type: "order.updated", Key: key, Subject: id, Version: version, Data: []byte(data)}
+}
+
+// A sink writes the newest state, stale for older versions, one history
+// row per event, every typed column converted; a deletion leaves a
+// tombstone that makes an older update stale.
+func TestSinkWritesTypedRowsThroughTheVersionGate(t *testing.T) {
+	db, reg, err := setup(t, ordersSchema, ordersSinks())
+	require.NoError(t, err)
+	full := `{"status":"paid","total":"12.50","paid":true,"placed_at":"2026-11-30T10:00:00Z","lines":[{"qty":3}],"meta":{"a":[1,2]}}`
+	require.Equal(t, dedupe.Applied, apply(t, db, reg, "shop", order("e2", "o1", 2, full)).Disposition)
+	require.Equal(t, dedupe.Stale, apply(t, db, reg, "shop", order("e1", "o1", 1, `{"status":"new"}`)).Disposition)
+	var status, total, channel, meta string
+	var paid bool
+	var qty int
+	var placed time.Time
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT status, total::text, paid, placed_at, qty, meta::text, channel FROM orders WHERE id = 'o1'`).
+		Scan(&status, &total, &paid, &placed, &qty, &meta, &channel))
+	require.Equal(t, []any{"paid", "12.50", true, 3, `{"a": [1, 2]}`, "web"}, []any{status, total, paid, qty, meta, channel})
+	require.True(t, placed.Equal(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)))
+
+	del := event.Event{Type: "order.deleted", Key: "e3", Subject: "o1", Version: 3, Data: []byte(`{}`)}
+	require.Equal(t, dedupe.Applied, apply(t, db, reg, "shop", del).Disposition)
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM orders`))
+	// An older update after the deletion does not bring the order back.
+	require.Equal(t, dedupe.Stale, apply(t, db, reg, "shop", order("e2b", "o1", 2, full)).Disposition)
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM orders`))
+	require.Equal(t, dedupe.Applied, apply(t, db, reg, "shop", order("e4", "o1", 4, `{"status":"reopened"}`)).Disposition)
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM orders WHERE status = 'reopened' AND total IS NULL`))
+	// The history sink took every event (it has no topic: every topic).
+	require.Equal(t, int64(5), db.Count(t, `SELECT count(*) FROM order_events`))
+}
+
+// A value that does not fit its column dead-letters the event with
+// invalid_payload, naming the sink and the column; nothing of it applies.
+func TestSinkDeadLettersABadValueNamingItsColumn(t *testing.T) {
+	db, reg, err := setup(t, ordersSchema, ordersSinks())
+	require.NoError(t, err)
+	for _, c := range []struct {
+		data, want string
+	}{
+		{`{"total":"1"}`, "column status (from /status): is missing or null"},
+		{`{"status":null}`, "column status (from /status): is missing or null"},
+		{`{"status":"much-too-long-status"}`, "column status (from /status): is 20 characters long; the column takes at most 12"},
+		{`{"status":"ok","total":"abc"}`, `column total (from /total): "abc" is not a number`},
+		{`{"status":"ok","total":"12345678901.5"}`, `column total (from /total): "12345678901.5" is too large for the column's numeric(12,2)`},
+		{`{"status":"ok","total":1e10}`, `column total (from /total): "1e10" is too large for the column's numeric(12,2)`},
+		{`{"status":"ok","paid":"perhaps"}`, `column paid (from /paid): "perhaps" is not true or false`},
+		{`{"status":"ok","placed_at":"yesterday"}`, `column placed_at (from /placed_at): "yesterday" is not an RFC 3339 time`},
+		{`{"status":"ok","lines":[{"qty":1.5}]}`, `column qty (from /lines/0/qty): "1.5" is not an integer`},
+		{`{"status":"ok","lines":[{"qty":3000000000}]}`, "column qty (from /lines/0/qty): 3000000000 is out of the column's range"},
+		{`{"status":{"a":1}}`, "column status (from /status): is a JSON object, not a text"},
+		{`[1,2`, "sink orders: the event's data is not JSON"},
+	} {
+		out := apply(t, db, reg, "shop", order("bad", "o9", 1, c.data))
+		require.Equal(t, dedupe.DeadLettered, out.Disposition, c.data)
+		require.Equal(t, sink.ReasonInvalidPayload, event.ReasonOf(out.Err), c.data)
+		require.Contains(t, out.Err.Error(), c.want, c.data)
+		require.Contains(t, out.Err.Error(), "sink orders", c.data)
+	}
+	ev := event.Event{Type: "order.updated", Key: "nov", Subject: "o9", Data: []byte(`{"status":"ok"}`)}
+	out := apply(t, db, reg, "shop", ev)
+	require.ErrorContains(t, out.Err, "column version (from resourceversion): is missing or null")
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM orders`))
+	// On another topic only the sinks without a topic take the event.
+	require.Equal(t, dedupe.Applied, apply(t, db, reg, "elsewhere", order("x", "o9", 1, `{"status":"ok"}`)).Disposition)
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM orders`))
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM order_events WHERE event_key = 'x'`))
+}
+
+// The start-up check refuses a sink whose table does not fit, naming the
+// sink, the column and the fix.
+func TestSinkStartupCheckNamesSinkColumnAndFix(t *testing.T) {
+	for _, c := range []struct {
+		name, schema string
+		want         []string
+	}{
+		{"missing column", strings.Replace(ordersSchema, "paid boolean,", "", 1),
+			[]string{"sink orders", "column paid does not exist in table orders", "add it in a migration"}},
+		{"no unique key", strings.Replace(ordersSchema, "id text PRIMARY KEY", "id text", 1),
+			[]string{"sink orders, order-deletes", "column id", "no primary key or unique constraint", "ADD UNIQUE (id)"}},
+		{"incompatible type", strings.Replace(ordersSchema, "qty integer", "qty boolean", 1),
+			[]string{"sink orders", "column qty of table orders is boolean", "cannot take values read as bigint", "set the column's type in sinks[].columns[].type to one that fits (boolean)"}},
+		{"optional but not null", strings.Replace(ordersSchema, "paid boolean,", "paid boolean NOT NULL DEFAULT false,", 1),
+			[]string{"sink orders", "column paid of table orders is boolean", "is NOT NULL, but the sink's column is optional", "make the column nullable in a migration, or remove optional"}},
+		{"missing table", strings.Replace(ordersSchema, "CREATE TABLE order_events", "CREATE TABLE other_events", 1),
+			[]string{"sink history", "table order_events does not exist", "create it in a migration"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := setup(t, c.schema, ordersSinks())
+			require.Error(t, err)
+			for _, w := range c.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+// Config validation catches what needs no database.
+func TestSinkConfigValidation(t *testing.T) {
+	base := config.Default()
+	base.Kafka.Topics = []string{"shop"}
+	for _, c := range []struct {
+		name   string
+		change func(s []config.Sink)
+		want   string
+	}{
+		{"unknown mode", func(s []config.Sink) { s[0].Mode = "merge" }, "sinks[0].mode"},
+		{"key not a column", func(s []config.Sink) { s[0].Key = []string{"nope"} }, "is not one of the sink's columns"},
+		{"upsert without version", func(s []config.Sink) { s[0].Version = "" }, "mode upsert needs the version column"},
+		{"topic not consumed", func(s []config.Sink) { s[0].Topic = "other" }, "is not in kafka.topics"},
+		{"bad pointer", func(s []config.Sink) { s[0].Columns[2].From = "status" }, "must be a JSON pointer"},
+		{"two writers", func(s []config.Sink) { s[2].Table = "orders"; s[2].Mode = config.SinkUpsert; s[2].Version = "x" }, "another sink writes this table"},
+		{"unknown type", func(s []config.Sink) { s[0].Columns[3].Type = "money" }, "must be one of text, bigint"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := base
+			cfg.Sinks = ordersSinks()
+			c.change(cfg.Sinks)
+			require.ErrorContains(t, cfg.Validate(), c.want)
+		})
+	}
+	cfg := base
+	cfg.Sinks = ordersSinks()
+	require.NoError(t, cfg.Validate())
+}
