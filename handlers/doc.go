@@ -13,7 +13,7 @@
 // Prefetchers read with a client that follows no redirect and reads at most
 // MaxPrefetchResponseBytes. A prefetch that keeps failing transiently for one
 // event while the same prefetcher reads others is dead-lettered with reason
-// source_unavailable after prefetch.max_attempts (PrefetchFailures); a
+// source_unavailable after prefetch.max_attempts ; a
 // source that answers nobody (an outage) is retried with backoff without
 // end, as every transient fault is.
 package handlers

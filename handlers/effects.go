@@ -10,6 +10,7 @@ import (
 
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/internal/handlerbridge"
 	"github.com/effectively-io/effectively/internal/outbox"
 )
 
@@ -68,29 +69,10 @@ const ReasonInvalidPayload event.Reason = "invalid_payload"
 // backoff), or a permanent one (event.Permanent: dead-lettered). A transient
 // failure for one event while the source answers others is retried at most
 // prefetch.max_attempts times, then dead-lettered with reason
-// source_unavailable (see PrefetchFailures); a redirect is the source's
+// source_unavailable; a redirect is the source's
 // answer, not followed.
 type Prefetcher interface {
 	Prefetch(ctx context.Context, env Env, ev event.Event) (event.Event, error)
-}
-
-// Outcome is what became of one event's effects once its statements ran.
-type Outcome struct {
-	// Disposition is Applied unless a statement's result decided otherwise.
-	Disposition dedupe.Disposition
-	// Err is a permanent failure decided from a result (a missing
-	// prerequisite, say); the event is dead-lettered with its reason.
-	Err error
-
-	gated, gatedApplied int // the event's gated typed effects, and those that took effect
-}
-
-// settleGated makes an event whose gated effects all found a row or
-// tombstone as new or newer stale.
-func (o *Outcome) settleGated() {
-	if o.gated > 0 && o.gatedApplied == 0 && o.Err == nil && o.Disposition == dedupe.Applied {
-		o.Disposition = dedupe.Stale
-	}
 }
 
 // Effects collects the statements of a batch's events, in offset order, to
@@ -99,7 +81,7 @@ func (o *Outcome) settleGated() {
 type Effects struct {
 	env     Env
 	batch   *pgx.Batch
-	current *Outcome
+	current *handlerbridge.Outcome
 	origin  Origin
 	ev      event.Event
 	queued  int // statements and typed effects queued for the current event
@@ -114,27 +96,25 @@ type Effects struct {
 type Env struct {
 	// Targets are the declared targets by name.
 	Targets map[string]Target
-	// Expiry is outbox.retention and outbox.resend_expired.
-	Expiry outbox.Expiry
 	// HTTPClient is a client for reading from elsewhere than a target. The
 	// one Registry.Env makes follows no redirect and cuts bodies at
 	// MaxPrefetchResponseBytes. A prefetcher reads from a target with the
 	// Target's NewRequest and Do, which add its credentials and TLS
 	// settings, and redact its errors.
 	HTTPClient *http.Client
-	// Prefetches bounds one event's transient prefetch failures while the
+	expiry     outbox.Expiry // outbox.retention and outbox.resend_expired
+	// prefetches bounds one event's transient prefetch failures while the
 	// source answers other events (prefetch.max_attempts); nil: unbounded,
 	// every transient failure retries the batch.
-	Prefetches *PrefetchFailures
-
-	tables    *tableSet         // the registry's typed-effect tables (Registry.Env)
-	endpoints *outbox.Endpoints // the targets' clients and credentials (Registry.Env)
+	prefetches *prefetchFailures
+	tables     *tableSet         // the registry's typed-effect tables (Registry.Env)
+	endpoints  *outbox.Endpoints // the targets' clients and credentials (Registry.Env)
 }
 
-// WrapTransport returns env with f wrapping the transport of every client
+// wrapTransport returns env with f wrapping the transport of every client
 // its prefetchers read with — HTTPClient's and each Target's (tracing's
 // span per call) — outside the body cap.
-func (env Env) WrapTransport(f func(http.RoundTripper) http.RoundTripper) Env {
+func (env Env) wrapTransport(f func(http.RoundTripper) http.RoundTripper) Env {
 	if env.HTTPClient != nil {
 		c := *env.HTTPClient
 		rt := c.Transport
@@ -179,15 +159,19 @@ type Origin struct {
 	Offset    int64
 }
 
-// NewEffects returns an empty collection.
-func NewEffects(env Env) *Effects {
+// Origin is where the event being handled was read.
+func (e *Effects) Origin() Origin { return e.origin }
+
+// newEffects returns an empty collection.
+func newEffects(env Env) *Effects {
 	return &Effects{env: env, batch: &pgx.Batch{}}
 }
 
 // Begin starts collecting the statements of the next event, ev, read at
 // origin, and returns its outcome, filled in when the batch runs.
-func (e *Effects) Begin(origin Origin, ev event.Event) *Outcome {
-	o := &Outcome{Disposition: dedupe.Applied}
+func (v *engineEffects) Begin(origin Origin, ev event.Event) *handlerbridge.Outcome {
+	e := (*Effects)(v)
+	o := &handlerbridge.Outcome{Disposition: dedupe.Applied}
 	e.current = o
 	e.origin = origin
 	e.ev = ev
@@ -195,16 +179,14 @@ func (e *Effects) Begin(origin Origin, ev event.Event) *Outcome {
 	return o
 }
 
-// Origin is where the current event was read.
-func (e *Effects) Origin() Origin { return e.origin }
-
 // Queued is the number of statements queued for the current event.
-func (e *Effects) Queued() int { return e.queued }
+func (v *engineEffects) Queued() int { return v.queued }
 
 // Discard drops the statements queued for the current event: the engine
 // calls it when a handler fails after queueing, so a permanent failure
 // dead-letters the event with none of its effects.
-func (e *Effects) Discard() {
+func (v *engineEffects) Discard() {
+	e := (*Effects)(v)
 	n := len(e.batch.QueuedQueries) - (e.queued - e.typedQueued)
 	clear(e.batch.QueuedQueries[n:])
 	e.batch.QueuedQueries = e.batch.QueuedQueries[:n]
@@ -216,7 +198,7 @@ func (e *Effects) Discard() {
 
 // Exec queues a statement; decide (nil: always applied) maps its command
 // tag to the event's disposition.
-func (e *Effects) Exec(decide func(pgconn.CommandTag) (dedupe.Disposition, error), sql string, args ...any) {
+func (e *Effects) Exec(decide func(pgconn.CommandTag) (Disposition, error), sql string, args ...any) {
 	o := e.current
 	e.queued++
 	e.batch.Queue(sql, args...).Exec(func(ct pgconn.CommandTag) error {
@@ -229,7 +211,7 @@ func (e *Effects) Exec(decide func(pgconn.CommandTag) (dedupe.Disposition, error
 
 // QueryRow queues a statement returning one row; decide scans it and maps
 // it to the event's disposition.
-func (e *Effects) QueryRow(decide func(pgx.Row) (dedupe.Disposition, error), sql string, args ...any) {
+func (e *Effects) QueryRow(decide func(pgx.Row) (Disposition, error), sql string, args ...any) {
 	o := e.current
 	e.queued++
 	e.batch.Queue(sql, args...).QueryRow(func(row pgx.Row) error {
@@ -243,10 +225,10 @@ func (e *Effects) QueryRow(decide func(pgx.Row) (dedupe.Disposition, error), sql
 }
 
 // Len is the number of statements and typed effects queued in all.
-func (e *Effects) Len() int { return e.batch.Len() + len(e.typed) }
+func (v *engineEffects) Len() int { return v.batch.Len() + len(v.typed) }
 
-// Disposition is what became of an event (dedupe's type, here so that a
-// handler's decide function needs no engine package).
+// Disposition is what became of an event (package dedupe's, here so that a
+// handler's decide function names only this package).
 type Disposition = dedupe.Disposition
 
 // The dispositions a decide function returns.
@@ -257,11 +239,11 @@ const (
 
 // AppliedOrStale is the decision of a version-gated upsert: a row written
 // means applied, none means the stored version was as new or newer.
-func AppliedOrStale(ct pgconn.CommandTag) (dedupe.Disposition, error) {
+func AppliedOrStale(ct pgconn.CommandTag) (Disposition, error) {
 	if ct.RowsAffected() == 0 {
-		return dedupe.Stale, nil
+		return Stale, nil
 	}
-	return dedupe.Applied, nil
+	return Applied, nil
 }
 
 // ReasonPrerequisiteMissing: a relative event for a resource that does not

@@ -27,8 +27,6 @@ ON CONFLICT (sku) DO UPDATE SET version = excluded.version, cents = excluded.cen
 WHERE prices.version < excluded.version`, ev.Subject, ev.Version, p.Cents)
 		return nil
 	})
-	fmt.Println(reg.Types())
-	// Output: [price.changed]
 }
 
 // Relative facts wait for their resource: a payment for an invoice not yet
@@ -51,8 +49,6 @@ func ExampleRegistry_Require() {
 		CreatedBy: []string{"invoice.issued"},
 		Waiting:   []string{"payment.received"},
 	})
-	fmt.Println(reg.WaitsFor(event.Event{Type: "payment.received"}).Name)
-	// Output: invoice
 }
 
 // A side effect leaves through the outbox: recorded with the effect, sent
@@ -66,6 +62,4 @@ func ExampleEffects_Send() {
 		return fx.Send(handlers.Request{Target: "notify", Operation: "notify.invoice_issued",
 			Resource: "invoice:" + ev.Subject, Method: http.MethodPost, Path: "/messages", Body: body})
 	})
-	fmt.Println(reg.Targets())
-	// Output: [notify]
 }

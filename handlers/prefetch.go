@@ -13,8 +13,8 @@ import (
 	"github.com/effectively-io/effectively/internal/redact"
 )
 
-// PrefetchMaxAttemptsDefault is the bound of a PrefetchFailures that
-// Registry.Env makes (prefetch.max_attempts).
+// PrefetchMaxAttemptsDefault is how many times one event's prefetch
+// may fail transiently while its source answers other events (prefetch.max_attempts).
 const PrefetchMaxAttemptsDefault = 10
 
 // MaxPrefetchResponseBytes is the most of an answer the prefetch client lets
@@ -26,11 +26,11 @@ const MaxPrefetchResponseBytes = 1 << 20
 // fault (a permanent error).
 var ErrResponseTooLarge = fmt.Errorf("the answer is larger than %d bytes", MaxPrefetchResponseBytes)
 
-// NewPrefetchClient returns the client prefetchers read with when the build
+// newPrefetchClient returns the client prefetchers read with when the build
 // gives none: timeout per request, no redirects followed (a 3xx comes back
 // as the answer: the target's URL is wrong), and bodies cut at
 // MaxPrefetchResponseBytes.
-func NewPrefetchClient(timeout time.Duration) *http.Client {
+func newPrefetchClient(timeout time.Duration) *http.Client {
 	return prefetchClient(&http.Client{Timeout: timeout})
 }
 
@@ -93,7 +93,7 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 
 func (b *cappedBody) Close() error { return b.rc.Close() }
 
-// PrefetchFailures bounds how long one event's prefetch may keep failing
+// prefetchFailures bounds how long one event's prefetch may keep failing
 // transiently, without dead-lettering a whole topic during an outage.
 //
 // A failure counts against an event only when the same prefetcher (the
@@ -109,7 +109,7 @@ func (b *cappedBody) Close() error { return b.rc.Close() }
 //
 // The counts live in memory, per process: a restart or a rebalance starts
 // them again, which only delays the dead letter.
-type PrefetchFailures struct {
+type prefetchFailures struct {
 	max int
 	mu  sync.Mutex
 	// by event type: one prefetcher, one source (usually).
@@ -130,19 +130,19 @@ type prefetchFailure struct {
 // past it, one is forgotten (its count starts again).
 const maxTrackedFailures = 10000
 
-// NewPrefetchFailures returns a bound of maxAttempts counted failures per
+// newPrefetchFailures returns a bound of maxAttempts counted failures per
 // event (prefetch.max_attempts; 0 or less means
 // PrefetchMaxAttemptsDefault).
-func NewPrefetchFailures(maxAttempts int) *PrefetchFailures {
+func newPrefetchFailures(maxAttempts int) *prefetchFailures {
 	if maxAttempts <= 0 {
 		maxAttempts = PrefetchMaxAttemptsDefault
 	}
-	return &PrefetchFailures{max: maxAttempts, scopes: map[string]*prefetchScope{}}
+	return &prefetchFailures{max: maxAttempts, scopes: map[string]*prefetchScope{}}
 }
 
 // observe records the result of ev's prefetch and returns the error to give
 // the engine: err itself, or a permanent one once ev's bound is reached.
-func (p *PrefetchFailures) observe(ctx context.Context, ev event.Event, err error) error {
+func (p *prefetchFailures) observe(ctx context.Context, ev event.Event, err error) error {
 	if p == nil || (err != nil && ctx.Err() != nil) {
 		return err // unbounded, or cancelled (shutdown, revoke): not the source's doing
 	}
@@ -183,7 +183,7 @@ func (p *PrefetchFailures) observe(ctx context.Context, ev event.Event, err erro
 }
 
 // boundedPrefetcher is a prefetching handler as Registry.Handler returns it:
-// its transient failures are bounded by the Env's PrefetchFailures.
+// its transient failures are bounded by the Env's prefetch failures.
 type boundedPrefetcher struct {
 	Handler
 	pf Prefetcher
@@ -194,5 +194,5 @@ func (b boundedPrefetcher) Prefetch(ctx context.Context, env Env, ev event.Event
 	// A prefetcher that read with its own client may return the client's
 	// error, whose text holds the whole URL: redacted before it reaches a
 	// log, /status or a dead letter.
-	return out, env.Prefetches.observe(ctx, ev, redact.Error(err))
+	return out, env.prefetches.observe(ctx, ev, redact.Error(err))
 }

@@ -28,7 +28,7 @@ var errDown = errors.New("503")
 func TestPrefetchFailuresCountOnlyWhileOthersAreAnswered(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	p := NewPrefetchFailures(2)
+	p := newPrefetchFailures(2)
 	bad := event.Event{Type: "thing.changed", Key: "bad"}
 	good := event.Event{Type: "thing.changed", Key: "good"}
 	other := event.Event{Type: "other.changed", Key: "other"}
@@ -60,7 +60,7 @@ func TestPrefetchFailuresCountOnlyWhileOthersAreAnswered(t *testing.T) {
 
 func TestPrefetchFailuresNilIsUnbounded(t *testing.T) {
 	t.Parallel()
-	var p *PrefetchFailures
+	var p *prefetchFailures
 	require.Equal(t, errDown, p.observe(context.Background(), event.Event{}, errDown))
 }
 
@@ -77,7 +77,7 @@ func TestPrefetchClientCapsAndDoesNotRedirect(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	c := NewPrefetchClient(0)
+	c := newPrefetchClient(0)
 
 	resp, err := c.Get(srv.URL + "/moved")
 	require.NoError(t, err)
@@ -130,12 +130,12 @@ func TestTargetRequestsCarryCredentialsAndTLS(t *testing.T) {
 	reg := &Registry{}
 	reg.Target("source", Idempotent)
 	reg.Target("plain", Idempotent)
-	env := reg.Env(map[string]outbox.Endpoint{
+	env := (*engineRegistry)(reg).Env(map[string]outbox.Endpoint{
 		"source": {URL: srv.URL + "/v1?tenant=t1", BearerTokenFile: token, HeaderFiles: map[string]string{"X-Api-Key": key}, CAFile: ca},
 		"plain":  {URL: srv.URL + "/v1"}, // the same server without its CA: refused
-	}, outbox.Expiry{}, nil)
+	}, outbox.Expiry{}, nil, 0)
 	var wrapped atomic.Int64
-	env = env.WrapTransport(func(rt http.RoundTripper) http.RoundTripper {
+	env = env.wrapTransport(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) { wrapped.Add(1); return rt.RoundTrip(r) })
 	})
 	src, err := env.Target("source")
@@ -219,13 +219,13 @@ func TestTargetDoErrorsHoldNoSecret(t *testing.T) {
 	for _, n := range []string{"refused", "user", "timeout", "tls", "slack"} {
 		reg.Target(n, Idempotent)
 	}
-	env := reg.Env(map[string]outbox.Endpoint{
+	env := (*engineRegistry)(reg).Env(map[string]outbox.Endpoint{
 		"refused": {URL: "http://" + refused + "/v1?api_key=" + secret},
 		"user":    {URL: "http://" + secret + "@" + refused + "/v1"},
 		"timeout": {URL: "http://" + silent.Addr().String() + "/v1?sig=" + secret},
 		"tls":     {URL: strings.Replace(tlsSrv.URL, "https://", "https://u:"+secret+"@", 1) + "/v1?X-Amz-Signature=" + secret},
 		"slack":   {URL: "http://" + refused + "/services/T1/B2/" + secret},
-	}, outbox.Expiry{}, &http.Client{Timeout: 2 * time.Second})
+	}, outbox.Expiry{}, &http.Client{Timeout: 2 * time.Second}, 0)
 	// A timeout reads "Client.Timeout exceeded" or, when the transport's
 	// context error wins net/http's race, "context deadline exceeded":
 	// either way the *url.Error says Timeout (checked below).

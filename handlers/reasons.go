@@ -1,16 +1,10 @@
 package handlers
 
-import (
-	"embed"
+import "embed"
 
-	"github.com/effectively-io/effectively/event"
-)
-
+// reasonSources are the files declaring the handler API's dead-letter
+// reasons (Reason… constants with their doc comments), which the reference
+// docs list.
+//
 //go:embed effects.go send.go
 var reasonSources embed.FS
-
-// Reasons returns the dead-letter reasons the handler API declares (beyond
-// the decoder's, event.ReasonDocs), with their doc comments.
-func Reasons() []event.ReasonDoc {
-	return event.DeclaredReasons(reasonSources)
-}

@@ -56,7 +56,8 @@ func (r *Registry) Target(name string, d Delivery) {
 }
 
 // Targets are the declared targets' names, sorted.
-func (r *Registry) Targets() []string {
+func (v *engineRegistry) Targets() []string {
+	r := (*Registry)(v)
 	out := make([]string, 0, len(r.targets))
 	for n := range r.targets {
 		out = append(out, n)
@@ -70,17 +71,21 @@ func (r *Registry) Targets() []string {
 // (nil: one with a 5 s timeout) that follows no redirect and cuts bodies at
 // MaxPrefetchResponseBytes: HTTPClient, and each Target's own (Target.Do),
 // which adds the target's CA and client certificate as the outbox does.
-// Their transient failures are bounded by a PrefetchFailures of
-// PrefetchMaxAttemptsDefault (replace env.Prefetches to change it).
-func (r *Registry) Env(targets map[string]outbox.Endpoint, expiry outbox.Expiry, client *http.Client) Env {
+// One event's transient failures are bounded by prefetchMaxAttempts (0:
+// PrefetchMaxAttemptsDefault; below 0: unbounded).
+func (v *engineRegistry) Env(targets map[string]outbox.Endpoint, expiry outbox.Expiry, client *http.Client, prefetchMaxAttempts int) Env {
+	r := (*Registry)(v)
 	if client == nil {
 		client = &http.Client{Timeout: 5 * time.Second}
 	}
 	env := Env{
-		Targets: make(map[string]Target, len(r.targets)), Expiry: expiry,
-		HTTPClient: prefetchClient(client), Prefetches: NewPrefetchFailures(PrefetchMaxAttemptsDefault),
-		tables:    r.tables,
-		endpoints: outbox.NewEndpoints(targets, client, capBodies),
+		Targets: make(map[string]Target, len(r.targets)), expiry: expiry,
+		HTTPClient: prefetchClient(client),
+		tables:     r.tables,
+		endpoints:  outbox.NewEndpoints(targets, client, capBodies),
+	}
+	if prefetchMaxAttempts >= 0 {
+		env.prefetches = newPrefetchFailures(prefetchMaxAttempts)
 	}
 	for n, idem := range r.targets {
 		env.Targets[n] = Target{URL: targets[n].URL, Idempotent: idem, name: n, endpoints: env.endpoints}
@@ -110,9 +115,9 @@ func (r *Registry) HandleFunc(typ string, f func(ctx context.Context, e *Effects
 }
 
 // Handler returns the handler of typ. A Prefetcher comes back wrapped: its
-// transient failures are bounded by the Env's Prefetches (see
-// PrefetchFailures).
-func (r *Registry) Handler(typ string) (Handler, bool) {
+// transient failures are bounded by the Env's prefetch failures.
+func (v *engineRegistry) Handler(typ string) (Handler, bool) {
+	r := (*Registry)(v)
 	h, ok := r.handlers[typ]
 	if !ok {
 		return nil, false
@@ -130,14 +135,15 @@ func (r *Registry) Handler(typ string) (Handler, bool) {
 // every handler it returns with wrap (tracing's span per handler call). A
 // wrapper of a Prefetcher must be a Prefetcher too. r itself is unchanged;
 // neither may be changed afterwards.
-func (r *Registry) Wrapped(wrap func(typ string, h Handler) Handler) *Registry {
-	c := *r
+func (v *engineRegistry) Wrapped(wrap func(typ string, h Handler) Handler) *Registry {
+	c := *(*Registry)(v)
 	c.wrap = wrap
 	return &c
 }
 
 // Types are the registered event types, sorted.
-func (r *Registry) Types() []string {
+func (v *engineRegistry) Types() []string {
+	r := (*Registry)(v)
 	out := make([]string, 0, len(r.handlers))
 	for t := range r.handlers {
 		out = append(out, t)
@@ -202,7 +208,8 @@ func (r *Registry) Require(p Prerequisite) {
 }
 
 // WaitsFor returns the prerequisite ev waits for, or nil.
-func (r *Registry) WaitsFor(ev event.Event) *Prerequisite {
+func (v *engineRegistry) WaitsFor(ev event.Event) *Prerequisite {
+	r := (*Registry)(v)
 	p := r.waits[ev.Type]
 	if p == nil {
 		return nil
@@ -218,12 +225,12 @@ func (r *Registry) WaitsFor(ev event.Event) *Prerequisite {
 // one that may, and for a type without a handler: that is decided later).
 // The handler registered is asked, not a wrapper (tracing's), so a wrapper
 // need not forward the method.
-func (r *Registry) Validate(ev event.Event) error {
-	v, ok := r.handlers[ev.Type].(Validator)
+func (v *engineRegistry) Validate(ev event.Event) error {
+	val, ok := v.handlers[ev.Type].(Validator)
 	if !ok {
 		return nil
 	}
-	err := v.Validate(ev)
+	err := val.Validate(ev)
 	if err == nil || event.IsPermanent(err) {
 		return err
 	}
@@ -232,7 +239,7 @@ func (r *Registry) Validate(ev event.Event) error {
 
 // Creates reports whether an applied event of type typ means its resource
 // exists, for some prerequisite.
-func (r *Registry) Creates(typ string) bool { return len(r.creates[typ]) > 0 }
+func (v *engineRegistry) Creates(typ string) bool { return len(v.creates[typ]) > 0 }
 
 // CreatedBy are the prerequisites an applied event of type typ creates.
-func (r *Registry) CreatedBy(typ string) []*Prerequisite { return r.creates[typ] }
+func (v *engineRegistry) CreatedBy(typ string) []*Prerequisite { return v.creates[typ] }

@@ -75,7 +75,7 @@ func (e *Effects) Send(r Request) error {
 	sql, args := outbox.Record(outbox.Intent{
 		EventKey: e.ev.Key, Operation: r.Operation, Resource: r.Resource,
 		Method: r.Method, TargetName: r.Target, Target: r.Path, Request: r.Body,
-		Idempotent: t.Idempotent, Suppressed: e.env.Expiry.Suppress(e.ev.RecordTime),
+		Idempotent: t.Idempotent, Suppressed: e.env.expiry.Suppress(e.ev.RecordTime),
 		TraceParent: e.ev.TraceParent, TraceState: e.ev.TraceState,
 	})
 	e.Exec(nil, sql, args...) // nil: the event's other statements decide its disposition

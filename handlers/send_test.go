@@ -18,11 +18,11 @@ func TestSendRefusesAPathThatLeavesItsTarget(t *testing.T) {
 	t.Parallel()
 	reg := &Registry{}
 	reg.Target("partner", Idempotent)
-	env := reg.Env(map[string]outbox.Endpoint{"partner": {URL: "https://partner.example.com/api/v1/contacts?api_key=K"}}, outbox.Expiry{}, nil)
+	env := (*engineRegistry)(reg).Env(map[string]outbox.Endpoint{"partner": {URL: "https://partner.example.com/api/v1/contacts?api_key=K"}}, outbox.Expiry{}, nil, 0)
 	send := func(path string) error {
-		e := NewEffects(env)
+		e := (*engineEffects)(newEffects(env))
 		e.Begin(Origin{Topic: "t"}, event.Event{Key: "k", Subject: "s"})
-		return e.Send(Request{Target: "partner", Operation: "partner.sync", Resource: "s", Method: http.MethodPut, Path: path})
+		return e.Effects().Send(Request{Target: "partner", Operation: "partner.sync", Resource: "s", Method: http.MethodPut, Path: path})
 	}
 	require.NoError(t, send(url.PathEscape("a/b")))
 	require.NoError(t, send("42?page=2"))

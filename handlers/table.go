@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/effectively-io/effectively/internal/handlerbridge"
 	"slices"
 	"strings"
 	"sync"
@@ -60,7 +61,8 @@ func (r *Registry) Table(t *Table) *Table {
 }
 
 // Tables are the registered tables, in registration order.
-func (r *Registry) Tables() []*Table {
+func (v *engineRegistry) Tables() []*Table {
+	r := (*Registry)(v)
 	if r.tables == nil {
 		return nil
 	}
@@ -111,29 +113,13 @@ type resolvedTable struct {
 	sql   statements
 }
 
-// TableError is a declared table that does not fit the live database: it
-// names the table, the column and the fix.
-type TableError struct {
-	Table  string
-	Column string
-	Reason string
-	Fix    string
-}
-
-func (e *TableError) Error() string {
-	col := ""
-	if e.Column != "" {
-		col = " column " + e.Column
-	}
-	return fmt.Sprintf("table %s%s: %s (%s)", e.Table, col, e.Reason, e.Fix)
-}
-
 // CheckTables checks every registered table against the live database —
 // the table and its columns exist, a primary key or unique constraint
 // covers the key, the version column is an integer — and orders them by
 // their foreign keys. The worker calls it before consuming; it returns a
 // *TableError (joined, one per problem) naming the table, column and fix.
-func (r *Registry) CheckTables(ctx context.Context, q Querier) error {
+func (v *engineRegistry) CheckTables(ctx context.Context, q handlerbridge.Querier) error {
+	r := (*Registry)(v)
 	if r.tables == nil {
 		return nil
 	}
@@ -141,18 +127,12 @@ func (r *Registry) CheckTables(ctx context.Context, q Querier) error {
 	return err
 }
 
-// Querier runs catalog queries: a pool, a connection or a transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 func (s *tableSet) has(t *Table) bool {
 	_, ok := s.index[t]
 	return ok
 }
 
-func (s *tableSet) resolve(ctx context.Context, q Querier) ([]*resolvedTable, error) {
+func (s *tableSet) resolve(ctx context.Context, q handlerbridge.Querier) ([]*resolvedTable, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.resolved != nil {
@@ -197,39 +177,18 @@ SELECT EXISTS (
            FROM unnest(i.indkey) k JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k)
           = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) x))`
 
-// Column is a column of a live table, as the catalog describes it.
-type Column struct {
-	// Type is the column's type with its modifiers: character varying(20).
-	Type string
-	// Base is the type without modifiers: character varying.
-	Base string
-	// Generated: an identity or generated column, which cannot be written.
-	Generated bool
-	// NotNull: the column refuses NULL (a written NULL fails even where
-	// the column has a default).
-	NotNull bool
-}
-
-// TableColumns returns the columns of the named table (optionally
-// schema-qualified), and the table as the engine quotes it; nil when there
-// is no such table or the role cannot see it.
-func TableColumns(ctx context.Context, q Querier, table string) (map[string]Column, error) {
-	cols, _, _, err := tableColumns(ctx, q, table)
-	return cols, err
-}
-
-func tableColumns(ctx context.Context, q Querier, table string) (map[string]Column, string, uint32, error) {
+func tableColumns(ctx context.Context, q handlerbridge.Querier, table string) (map[string]handlerbridge.Column, string, uint32, error) {
 	rows, err := q.Query(ctx, tableColumnsSQL, table)
 	if err != nil {
 		return nil, "", 0, fmt.Errorf("reading the columns of table %s: %w", table, err)
 	}
-	var cols map[string]Column
+	var cols map[string]handlerbridge.Column
 	var ident, name string
 	var oid int64
-	var c Column
+	var c handlerbridge.Column
 	if _, err := pgx.ForEachRow(rows, []any{&ident, &oid, &name, &c.Type, &c.Generated, &c.Base, &c.NotNull}, func() error {
 		if cols == nil {
-			cols = map[string]Column{}
+			cols = map[string]handlerbridge.Column{}
 		}
 		cols[name] = c
 		return nil
@@ -239,13 +198,13 @@ func tableColumns(ctx context.Context, q Querier, table string) (map[string]Colu
 	return cols, ident, uint32(oid), nil
 }
 
-func resolveTable(ctx context.Context, q Querier, t *Table) (*resolvedTable, uint32, error) {
+func resolveTable(ctx context.Context, q handlerbridge.Querier, t *Table) (*resolvedTable, uint32, error) {
 	cols, ident, oid, err := tableColumns(ctx, q, t.Name)
 	if err != nil {
 		return nil, 0, err
 	}
 	if len(cols) == 0 {
-		return nil, 0, &TableError{Table: t.Name, Reason: "does not exist (or the worker's role cannot see it)",
+		return nil, 0, &handlerbridge.TableError{Table: t.Name, Reason: "does not exist (or the worker's role cannot see it)",
 			Fix: "create it in a migration, or correct the table name"}
 	}
 	rt := &resolvedTable{t: t, ident: ident}
@@ -254,17 +213,17 @@ func resolveTable(ctx context.Context, q Querier, t *Table) (*resolvedTable, uin
 		col, ok := cols[c]
 		switch {
 		case !ok:
-			errs = append(errs, &TableError{Table: t.Name, Column: c, Reason: "does not exist",
+			errs = append(errs, &handlerbridge.TableError{Table: t.Name, Column: c, Reason: "does not exist",
 				Fix: "add the column in a migration, or remove it from the declaration"})
 		case col.Generated:
-			errs = append(errs, &TableError{Table: t.Name, Column: c, Reason: "is an identity or generated column, which cannot be written",
+			errs = append(errs, &handlerbridge.TableError{Table: t.Name, Column: c, Reason: "is an identity or generated column, which cannot be written",
 				Fix: "leave it out of the declaration; the database fills it"})
 		}
 		rt.types = append(rt.types, col.Type)
 	}
 	for _, c := range t.Touch {
 		if _, ok := cols[c]; !ok {
-			errs = append(errs, &TableError{Table: t.Name, Column: c, Reason: "does not exist",
+			errs = append(errs, &handlerbridge.TableError{Table: t.Name, Column: c, Reason: "does not exist",
 				Fix: "add the column in a migration, or remove it from Touch"})
 		}
 	}
@@ -272,10 +231,10 @@ func resolveTable(ctx context.Context, q Querier, t *Table) (*resolvedTable, uin
 		col, ok := cols[t.Version]
 		switch {
 		case !ok:
-			errs = append(errs, &TableError{Table: t.Name, Column: t.Version, Reason: "does not exist",
+			errs = append(errs, &handlerbridge.TableError{Table: t.Name, Column: t.Version, Reason: "does not exist",
 				Fix: "add a bigint version column in a migration"})
 		case col.Base != "bigint" && col.Base != "integer" && col.Base != "smallint" && col.Base != "numeric":
-			errs = append(errs, &TableError{Table: t.Name, Column: t.Version, Reason: "is " + col.Type + ", not an integer",
+			errs = append(errs, &handlerbridge.TableError{Table: t.Name, Column: t.Version, Reason: "is " + col.Type + ", not an integer",
 				Fix: "make the version column bigint"})
 		}
 		rt.vtype = col.Type
@@ -288,7 +247,7 @@ func resolveTable(ctx context.Context, q Querier, t *Table) (*resolvedTable, uin
 		return nil, 0, fmt.Errorf("reading the unique keys of table %s: %w", t.Name, err)
 	}
 	if !unique {
-		return nil, 0, &TableError{Table: t.Name, Column: strings.Join(t.Key, ", "),
+		return nil, 0, &handlerbridge.TableError{Table: t.Name, Column: strings.Join(t.Key, ", "),
 			Reason: "no primary key or unique constraint covers exactly the key",
 			Fix:    fmt.Sprintf("add one in a migration: ALTER TABLE %s ADD UNIQUE (%s)", t.Name, strings.Join(t.Key, ", "))}
 	}

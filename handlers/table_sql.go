@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"fmt"
+	"github.com/effectively-io/effectively/internal/handlerbridge"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -177,7 +178,7 @@ WHERE contype = 'f' AND conrelid = ANY($1::int8[]) AND confrelid = ANY($1::int8[
 // rankByForeignKeys ranks the tables so that a table is written after the
 // tables it references: an insert-once that references a row upserted in
 // the same batch finds it.
-func rankByForeignKeys(ctx context.Context, q Querier, tables []*resolvedTable, oids []uint32) error {
+func rankByForeignKeys(ctx context.Context, q handlerbridge.Querier, tables []*resolvedTable, oids []uint32) error {
 	ids := make([]int64, len(oids))
 	at := map[int64]int{}
 	for i, o := range oids {
@@ -207,7 +208,7 @@ func rankByForeignKeys(ctx context.Context, q Querier, tables []*resolvedTable, 
 			return nil
 		}
 		if rank[i] == visiting {
-			return &TableError{Table: tables[i].t.Name, Reason: "is part of a cycle of foreign keys between typed-effect tables",
+			return &handlerbridge.TableError{Table: tables[i].t.Name, Reason: "is part of a cycle of foreign keys between typed-effect tables",
 				Fix: "write one of them with raw statements (Effects.Exec)"}
 		}
 		rank[i] = visiting

@@ -79,4 +79,4 @@ func (t Target) Scrub(req *http.Request, text string) string {
 }
 
 // defaultPrefetchClient serves a Target made by hand.
-var defaultPrefetchClient = NewPrefetchClient(5 * time.Second)
+var defaultPrefetchClient = newPrefetchClient(5 * time.Second)

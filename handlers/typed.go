@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"fmt"
+	"github.com/effectively-io/effectively/internal/handlerbridge"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,7 +27,7 @@ type typedEffect struct {
 	version int64
 	values  []any // the key's values, then (not for deletes) the columns'
 	row     string
-	out     *Outcome
+	out     *handlerbridge.Outcome
 	applied bool // gated shapes: the write took effect
 }
 
@@ -116,8 +117,9 @@ func rowID(key []any) string {
 // effects one statement per shape (tables in an order that satisfies their
 // foreign keys), then the raw statements in the order they were queued;
 // then it settles every event's outcome.
-func (e *Effects) Flush(ctx context.Context, tx pgx.Tx) error {
-	if e.Len() == 0 {
+func (v *engineEffects) Flush(ctx context.Context, tx pgx.Tx) error {
+	e := (*Effects)(v)
+	if v.Len() == 0 {
 		return nil
 	}
 	b := &pgx.Batch{}
@@ -137,15 +139,15 @@ func (e *Effects) Flush(ctx context.Context, tx pgx.Tx) error {
 	for _, g := range gated {
 		for _, i := range g {
 			o := e.typed[i].out
-			o.gated++
+			o.Gated++
 			if e.typed[i].applied {
-				o.gatedApplied++
+				o.GatedApplied++
 			}
 		}
 	}
 	for _, g := range gated {
 		for _, i := range g {
-			e.typed[i].out.settleGated() // idempotent: the counts are final
+			e.typed[i].out.SettleGated() // idempotent: the counts are final
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pgtest"
 )
@@ -26,7 +27,7 @@ func BenchmarkUpsertBatch(b *testing.B) {
 	require.NoError(b, err)
 	var reg handlers.Registry
 	reg.Table(owners)
-	env := reg.Env(nil, outbox.Expiry{}, nil)
+	env := handling.Of(&reg).Env(nil, outbox.Expiry{}, nil, 0)
 	round := 0
 	rows := func() (ids []string, versions []int64, names []string) {
 		round++
@@ -42,10 +43,10 @@ func BenchmarkUpsertBatch(b *testing.B) {
 			ids, versions, names := rows()
 			tx, err := db.Pool.Begin(ctx)
 			require.NoError(b, err)
-			e := handlers.NewEffects(env)
+			e := handling.NewEffects(env)
 			for i := range ids {
 				e.Begin(handlers.Origin{}, event.Event{})
-				require.NoError(b, e.Upsert(owners, versions[i], ids[i], names[i]))
+				require.NoError(b, e.Effects().Upsert(owners, versions[i], ids[i], names[i]))
 			}
 			require.NoError(b, e.Flush(ctx, tx))
 			require.NoError(b, tx.Commit(ctx))

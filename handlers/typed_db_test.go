@@ -14,6 +14,7 @@ import (
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pgtest"
 )
@@ -65,8 +66,8 @@ func newTypedDB(t *testing.T) (pgtest.DB, handlers.Env) {
 	reg.Table(notes)
 	reg.Table(items)
 	reg.Table(owners)
-	require.NoError(t, reg.CheckTables(context.Background(), db.Pool))
-	return db, reg.Env(nil, outbox.Expiry{}, nil)
+	require.NoError(t, handling.Of(&reg).CheckTables(context.Background(), db.Pool))
+	return db, handling.Of(&reg).Env(nil, outbox.Expiry{}, nil, 0)
 }
 
 // apply runs ops as one batch (one Flush) and returns each op's disposition.
@@ -75,11 +76,11 @@ func apply(t *testing.T, db pgtest.DB, env handlers.Env, ops []op, base int) []d
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit: a no-op
-	e := handlers.NewEffects(env)
-	outs := make([]*handlers.Outcome, len(ops))
+	e := handling.NewEffects(env)
+	outs := make([]*handling.Outcome, len(ops))
 	for i, o := range ops {
 		outs[i] = e.Begin(handlers.Origin{Offset: int64(base + i)}, event.Event{})
-		require.NoError(t, o.apply(e, base+i))
+		require.NoError(t, o.apply(e.Effects(), base+i))
 	}
 	require.NoError(t, e.Flush(ctx, tx))
 	require.NoError(t, tx.Commit(ctx))
@@ -214,7 +215,7 @@ CREATE TABLE ok (id text PRIMARY KEY, version bigint, name text, seq bigint GENE
 	} {
 		var reg handlers.Registry
 		reg.Table(c.table)
-		err := reg.CheckTables(ctx, db.Pool)
+		err := handling.Of(&reg).CheckTables(ctx, db.Pool)
 		require.Error(t, err)
 		for _, w := range c.want {
 			require.Contains(t, err.Error(), w)
@@ -222,7 +223,7 @@ CREATE TABLE ok (id text PRIMARY KEY, version bigint, name text, seq bigint GENE
 	}
 	var reg handlers.Registry
 	reg.Table(&handlers.Table{Name: "ok", Key: []string{"id"}, Version: "version", Columns: []string{"name"}})
-	require.NoError(t, reg.CheckTables(ctx, db.Pool))
+	require.NoError(t, handling.Of(&reg).CheckTables(ctx, db.Pool))
 }
 
 // A handler's typed effects are dropped with it when it fails after
@@ -233,17 +234,17 @@ func TestTypedEffectsDiscardAndMisuse(t *testing.T) {
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // test cleanup
-	e := handlers.NewEffects(env)
+	e := handling.NewEffects(env)
 	e.Begin(handlers.Origin{}, event.Event{})
-	require.NoError(t, e.Upsert(owners, 1, "kept", "k"))
+	require.NoError(t, e.Effects().Upsert(owners, 1, "kept", "k"))
 	e.Begin(handlers.Origin{}, event.Event{})
-	require.NoError(t, e.Upsert(owners, 1, "dropped", "d"))
-	require.NoError(t, e.InsertOnce(notes, "n", "kept", "b"))
+	require.NoError(t, e.Effects().Upsert(owners, 1, "dropped", "d"))
+	require.NoError(t, e.Effects().InsertOnce(notes, "n", "kept", "b"))
 	e.Discard()
 	require.Equal(t, 1, e.Len())
-	require.ErrorContains(t, e.Upsert(&handlers.Table{Name: "owners", Key: []string{"id"}, Version: "version"}, 1, "x"), "not registered")
-	require.ErrorContains(t, e.Upsert(owners, 1, "x"), "with 1 values, want 2")
-	require.ErrorContains(t, e.Delete(owners, 1, "x"), "not declared with Deletes")
+	require.ErrorContains(t, e.Effects().Upsert(&handlers.Table{Name: "owners", Key: []string{"id"}, Version: "version"}, 1, "x"), "not registered")
+	require.ErrorContains(t, e.Effects().Upsert(owners, 1, "x"), "with 1 values, want 2")
+	require.ErrorContains(t, e.Effects().Delete(owners, 1, "x"), "not declared with Deletes")
 	require.NoError(t, e.Flush(ctx, tx))
 	var ids []string
 	rows, err := tx.Query(ctx, `SELECT id FROM owners ORDER BY id`)
@@ -267,12 +268,12 @@ func TestTypedEffectsLargeJSONValues(t *testing.T) {
 	docs := &handlers.Table{Name: "docs", Key: []string{"id"}, Version: "version", Columns: []string{"body", "note"}}
 	var reg handlers.Registry
 	reg.Table(docs)
-	require.NoError(t, reg.CheckTables(ctx, db.Pool))
+	require.NoError(t, handling.Of(&reg).CheckTables(ctx, db.Pool))
 	body := func(n, size int) []byte {
 		return []byte(fmt.Sprintf(`{"n": %d, "items": [%s0]}`, n, strings.Repeat(fmt.Sprintf("%d,", n), size/2)))
 	}
-	e := handlers.NewEffects(reg.Env(nil, outbox.Expiry{}, nil))
-	var outs []*handlers.Outcome
+	e := handling.NewEffects(handling.Of(&reg).Env(nil, outbox.Expiry{}, nil, 0))
+	var outs []*handling.Outcome
 	for i, w := range []struct {
 		id      string
 		version int64
@@ -284,7 +285,7 @@ func TestTypedEffectsLargeJSONValues(t *testing.T) {
 		{"d1", 1, body(3, 700_000), "stale"}, // older than d1's version 2 in the same batch
 	} {
 		outs = append(outs, e.Begin(handlers.Origin{Offset: int64(i)}, event.Event{Key: fmt.Sprint(i)}))
-		require.NoError(t, e.Upsert(docs, w.version, w.id, w.body, w.note))
+		require.NoError(t, e.Effects().Upsert(docs, w.version, w.id, w.body, w.note))
 	}
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
@@ -310,7 +311,7 @@ func TestFlushScrubsAWideStatement(t *testing.T) {
 	_, err := db.Pool.Exec(ctx, `CREATE TABLE blobs (id int PRIMARY KEY, body text NOT NULL)`)
 	require.NoError(t, err)
 	var reg handlers.Registry
-	e := handlers.NewEffects(reg.Env(nil, outbox.Expiry{}, nil))
+	e := handling.NewEffects(handling.Of(&reg).Env(nil, outbox.Expiry{}, nil, 0))
 	out := e.Begin(handlers.Origin{}, event.Event{Key: "k"})
 	var values []string
 	var args []any
@@ -318,7 +319,7 @@ func TestFlushScrubsAWideStatement(t *testing.T) {
 		values = append(values, fmt.Sprintf("($%d::int, $%d::text)", 2*i+1, 2*i+2))
 		args = append(args, i, strings.Repeat("x", 10_000))
 	}
-	e.Exec(nil, `INSERT INTO blobs (id, body) VALUES `+strings.Join(values, ", "), args...)
+	e.Effects().Exec(nil, `INSERT INTO blobs (id, body) VALUES `+strings.Join(values, ", "), args...)
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	require.NoError(t, e.Flush(ctx, tx))

@@ -17,6 +17,7 @@ import (
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/crashpoint"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/redact"
 	"github.com/effectively-io/effectively/internal/sink"
 	"github.com/effectively-io/effectively/schema"
@@ -90,7 +91,7 @@ func (a *App) Command(f func(*CLI) *cobra.Command) {
 // extension is what the build adds to the configuration.
 func (a *App) extension() config.Extension {
 	return config.Extension{
-		Targets: a.Targets(),
+		Targets: handling.Of(&a.Registry).Targets(),
 		Aliases: a.aliases,
 		Defaults: func(c *config.Config) {
 			// A build is its own consumer group and client by default: two

@@ -19,8 +19,8 @@ import (
 
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/event"
-	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/consumer"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pipeline"
 	"github.com/effectively-io/effectively/internal/sink"
@@ -358,7 +358,7 @@ func (a *App) reasonsPage() []byte {
 		b.WriteString("\n")
 	}
 	section("Decoding (package event)", "The record never became an event (it has no dedupe key, so it has only a `dead_letters` row), or a handler failed permanently without a reason of its own.", event.ReasonDocs())
-	section("The handler API (package handlers)", "The event decoded, but no handler takes it or its prerequisite never arrived.", handlers.Reasons())
+	section("The handler API (package handlers)", "The event decoded, but no handler takes it or its prerequisite never arrived.", handling.Reasons())
 	section("The batch and parking (package pipeline)", "Decided by the batch transaction or by an operator.", pipeline.Reasons())
 	section("Config-only sinks (package sink)", "A sink of the sinks: section could not turn the event into a row.", sink.Reasons())
 	if len(a.reasons) > 0 {
@@ -370,7 +370,7 @@ func (a *App) reasonsPage() []byte {
 // AllReasons returns every dead-letter reason this build documents: the
 // engine's and its own.
 func (a *App) AllReasons() []event.ReasonDoc {
-	out := append(event.ReasonDocs(), handlers.Reasons()...)
+	out := append(event.ReasonDocs(), handling.Reasons()...)
 	out = append(out, pipeline.Reasons()...)
 	out = append(out, sink.Reasons()...)
 	return append(out, a.reasons...)

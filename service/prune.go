@@ -14,9 +14,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/config"
-	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/deadletter"
 	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pipeline"
 )
@@ -172,7 +172,7 @@ func printPrune(w io.Writer, res dedupe.PruneResult) error {
 
 // prunedTables are the tables retention prunes, in order, each by the
 // statements of the package that owns it.
-var prunedTables = []dedupe.PrunedTable{dedupe.Claims, deadletter.Pruned, outbox.Pruned, pipeline.ParkedPruned, handlers.TombstonesPruned}
+var prunedTables = []dedupe.PrunedTable{dedupe.Claims, deadletter.Pruned, outbox.Pruned, pipeline.ParkedPruned, handling.TombstonesPruned}
 
 // newPruner configures the pruner from dedupe.* and outbox.retention.
 func newPruner(pool *pgxpool.Pool, cfg config.Config, log *zap.Logger, m prunerMetrics) (*dedupe.Pruner, error) {

@@ -26,6 +26,7 @@ import (
 	"github.com/effectively-io/effectively/internal/consumer"
 	"github.com/effectively-io/effectively/internal/deadletter"
 	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/httpserver"
 	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pipeline"
@@ -112,7 +113,7 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	if err != nil {
 		return err
 	}
-	for _, name := range a.Targets() {
+	for _, name := range handling.Of(&a.Registry).Targets() {
 		if t := cfg.Targets[name]; t.URL == "" {
 			log.Info("a target of this build has no URL: side effects to it are off (a handler that requires it dead-letters its events as target_unconfigured)",
 				zap.String("target", name), zap.String("fix", "set targets."+name+".url / "+config.EnvName("targets."+name+".url")))
@@ -264,7 +265,7 @@ const sweepBytes = 64 << 20
 
 // anyTargetConfigured reports whether a declared target has a URL.
 func (a *App) anyTargetConfigured(cfg config.Config) bool {
-	for _, name := range a.Targets() {
+	for _, name := range handling.Of(&a.Registry).Targets() {
 		if cfg.Targets[name].URL != "" {
 			return true
 		}
@@ -276,8 +277,7 @@ func (a *App) anyTargetConfigured(cfg config.Config) bool {
 func (a *App) env(cfg config.Config) handlers.Env {
 	// Prefetchers read from a target with its credentials and TLS settings,
 	// as the outbox calls it.
-	env := a.Registry.Env(endpoints(cfg), outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired}, nil)
-	env.Prefetches = handlers.NewPrefetchFailures(cfg.Prefetch.MaxAttempts)
+	env := handling.Of(&a.Registry).Env(endpoints(cfg), outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired}, nil, cfg.Prefetch.MaxAttempts)
 	return env
 }
 
@@ -381,8 +381,8 @@ func (a *App) newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.P
 	reg, env := &a.Registry, a.env(cfg)
 	if tr.Enabled() {
 		// A span per event's handling and per prefetch call.
-		reg = a.Registry.Wrapped(tr.WrapHandler)
-		env = env.WrapTransport(tr.WrapTransport)
+		reg = handling.Of(&a.Registry).Wrapped(tr.WrapHandler)
+		env = handling.WrapTransport(env, tr.WrapTransport)
 	}
 	return pipeline.NewApplier(pool, pipeline.Options{
 		Decoders:             decoders,

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/sink"
 	"github.com/effectively-io/effectively/schema"
 )
@@ -74,7 +75,7 @@ func (a *App) checkTables(ctx context.Context, cfg config.Config, pool *pgxpool.
 	if sinks != nil {
 		err = sinks.Check(ctx, pool, &a.Registry)
 	} else {
-		err = a.CheckTables(ctx, pool)
+		err = handling.Of(&a.Registry).CheckTables(ctx, pool)
 	}
 	if err != nil {
 		return fmt.Errorf("the tables this build writes do not fit the database:\n%w\n(run `%s migrate` if the tables are missing)", err, a.name())

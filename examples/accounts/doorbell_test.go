@@ -17,6 +17,7 @@ import (
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/internal/consumer"
 	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/internal/pipeline"
@@ -64,7 +65,7 @@ func setupDoorbell(t *testing.T) (*bundle, *sourceAPI) {
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{
 		Decoders: map[string]*event.Decoder{topic: dec},
 		Handlers: reg,
-		Env:      reg.Env(map[string]outbox.Endpoint{accounts.TargetSource: {URL: srv.URL + "/accounts"}}, outbox.Expiry{}, nil),
+		Env:      handling.Of(reg).Env(map[string]outbox.Endpoint{accounts.TargetSource: {URL: srv.URL + "/accounts"}}, outbox.Expiry{}, nil, 0),
 		Logger:   zaptest.NewLogger(t),
 	})
 	return &bundle{db: db, applier: a, offsets: map[int32]int64{}}, api

@@ -11,6 +11,7 @@ import (
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/cetest"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/outbox"
 )
 
@@ -45,8 +46,8 @@ func BenchmarkHandle(b *testing.B) {
 			}
 			var reg handlers.Registry
 			accounts.Register(&reg)
-			env := reg.Env(nil, outbox.Expiry{}, nil)
-			h, _ := reg.Handler(c.typ)
+			env := handling.Of(&reg).Env(nil, outbox.Expiry{}, nil, 0)
+			h, _ := handling.Of(&reg).Handler(c.typ)
 			r := event.Record{Topic: "accounts", Key: rec.Key, Value: rec.Value,
 				Headers: []event.Header{{Key: "content-type", Value: []byte("application/cloudevents+json")}}}
 			ctx := context.Background()
@@ -57,9 +58,9 @@ func BenchmarkHandle(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				e := handlers.NewEffects(env)
+				e := handling.NewEffects(env)
 				e.Begin(handlers.Origin{Topic: "accounts"}, ev)
-				if err := h.Handle(ctx, e, ev); err != nil {
+				if err := h.Handle(ctx, e.Effects(), ev); err != nil {
 					b.Fatal(fmt.Errorf("%s: %w", c.name, err))
 				}
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/internal/pipeline"
@@ -34,7 +35,7 @@ func setupOutboxWith(t *testing.T, expiry outbox.Expiry) *bundle {
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{
 		Decoders: map[string]*event.Decoder{topic: dec},
 		Handlers: reg,
-		Env:      reg.Env(targets, expiry, nil),
+		Env:      handling.Of(reg).Env(targets, expiry, nil, 0),
 		Logger:   zaptest.NewLogger(t),
 	})
 	return &bundle{db: db, applier: a, offsets: map[int32]int64{}}

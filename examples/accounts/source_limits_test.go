@@ -18,6 +18,7 @@ import (
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/consumer"
 	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/internal/pipeline"
@@ -33,8 +34,7 @@ func setupSource(t *testing.T, h http.Handler, maxAttempts int) *bundle {
 	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
 	require.NoError(t, err)
 	reg := registry()
-	env := reg.Env(map[string]outbox.Endpoint{accounts.TargetSource: {URL: srv.URL + "/accounts"}}, outbox.Expiry{}, nil)
-	env.Prefetches = handlers.NewPrefetchFailures(maxAttempts)
+	env := handling.Of(reg).Env(map[string]outbox.Endpoint{accounts.TargetSource: {URL: srv.URL + "/accounts"}}, outbox.Expiry{}, nil, maxAttempts)
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{
 		Decoders: map[string]*event.Decoder{topic: dec}, Handlers: reg, Env: env, Logger: zaptest.NewLogger(t),
 	})

@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/deadletter"
 	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/internal/pipeline"
@@ -18,7 +18,7 @@ import (
 // seedExpired fills every pruned table with rows on both sides of the
 // retention (and rows that must stay whatever their age).
 // prunedTables are the engine's, as the worker prunes them.
-var prunedTables = []dedupe.PrunedTable{dedupe.Claims, deadletter.Pruned, outbox.Pruned, pipeline.ParkedPruned, handlers.TombstonesPruned}
+var prunedTables = []dedupe.PrunedTable{dedupe.Claims, deadletter.Pruned, outbox.Pruned, pipeline.ParkedPruned, handling.TombstonesPruned}
 
 func seedExpired(t *testing.T, db pgtest.DB) {
 	t.Helper()

@@ -18,6 +18,8 @@ import (
 	"github.com/effectively-io/effectively/internal/crashpoint"
 	"github.com/effectively-io/effectively/internal/deadletter"
 	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/handling"
+	"github.com/effectively-io/effectively/internal/outbox"
 )
 
 // Options configure an Applier.
@@ -53,6 +55,7 @@ type Applier struct {
 	opts Options
 	log  *zap.Logger
 	gens *dedupe.Generations
+	reg  handling.Registry // opts.Handlers, as the engine reads it
 }
 
 // NewApplier returns an Applier on pool.
@@ -64,12 +67,12 @@ func NewApplier(pool *pgxpool.Pool, opts Options) *Applier {
 		opts.Handlers = &handlers.Registry{}
 	}
 	if opts.Env.Targets == nil {
-		opts.Env = opts.Handlers.Env(nil, opts.Env.Expiry, opts.Env.HTTPClient)
+		opts.Env = handling.Of(opts.Handlers).Env(nil, outbox.Expiry{}, opts.Env.HTTPClient, 0)
 	}
 	if opts.MaxParkedPerResource <= 0 {
 		opts.MaxParkedPerResource = 1000
 	}
-	return &Applier{pool: pool, opts: opts, log: opts.Logger, gens: dedupe.NewGenerations(pool)}
+	return &Applier{pool: pool, opts: opts, log: opts.Logger, gens: dedupe.NewGenerations(pool), reg: handling.Of(opts.Handlers)}
 }
 
 var _ consumer.Applier = (*Applier)(nil)
@@ -189,7 +192,7 @@ func (a *Applier) prefetch(ctx context.Context, items []*item) error {
 		if it.disposition != "" {
 			continue
 		}
-		h, _ := a.opts.Handlers.Handler(it.ev.Type)
+		h, _ := a.reg.Handler(it.ev.Type)
 		pf, ok := h.(handlers.Prefetcher)
 		if !ok {
 			continue
@@ -450,28 +453,28 @@ func (a *Applier) itemJobs(b consumer.Batch, items []*item) []job {
 // yet (or for a resource with parked events) is parked instead; without
 // one (parked events being released) every event runs its handler.
 func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated bool, gate *gate) error {
-	effects := handlers.NewEffects(a.opts.Env)
+	effects := handling.NewEffects(a.opts.Env)
 	type pending struct {
 		j   *job
-		out *handlers.Outcome
+		out *handling.Outcome
 	}
 	queued := make([]pending, 0, len(jobs))
 	for i := range jobs {
 		j := &jobs[i]
-		h, ok := a.opts.Handlers.Handler(j.ev.Type)
+		h, ok := a.reg.Handler(j.ev.Type)
 		if !ok {
 			j.settle("", handlers.UnknownType(j.ev.Type))
 			continue
 		}
 		if isolated {
-			effects = handlers.NewEffects(a.opts.Env)
+			effects = handling.NewEffects(a.opts.Env)
 		}
 		out := effects.Begin(j.origin, j.ev)
 		park := false
 		if gate != nil {
 			// Validate before the gate: an event that can never apply is
 			// dead-lettered now, not parked until parking.max_age.
-			if err := a.opts.Handlers.Validate(j.ev); err != nil {
+			if err := a.reg.Validate(j.ev); err != nil {
 				j.settle("", err)
 				continue
 			}
@@ -483,9 +486,9 @@ func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated b
 		}
 		var err error
 		if park {
-			err = queuePark(effects, *j)
+			err = queuePark(effects.Effects(), *j)
 		} else {
-			err = h.Handle(ctx, effects, j.ev)
+			err = h.Handle(ctx, effects.Effects(), j.ev)
 		}
 		if err != nil {
 			if _, fault := eventsFault(err); !fault {
@@ -526,7 +529,7 @@ func (a *Applier) runJobs(ctx context.Context, tx pgx.Tx, jobs []job, isolated b
 
 // sendIsolated sends one event's statements inside a savepoint, rolling back
 // to it when a statement fails.
-func sendIsolated(ctx context.Context, tx pgx.Tx, effects *handlers.Effects) error {
+func sendIsolated(ctx context.Context, tx pgx.Tx, effects handling.Effects) error {
 	if effects.Len() == 0 {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/deadletter"
 	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/handling"
 )
 
 // arrivals are the resources that exist after this batch: the subjects of
@@ -22,7 +23,7 @@ func (a *Applier) arrivals(items []*item) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, it := range items {
-		if !it.claimed || !a.opts.Handlers.Creates(it.ev.Type) {
+		if !it.claimed || !a.reg.Creates(it.ev.Type) {
 			continue
 		}
 		if it.disposition != dedupe.Applied && it.disposition != dedupe.Stale {
@@ -43,7 +44,7 @@ func (a *Applier) arrivals(items []*item) []string {
 // the later ones of that resource through; a parked one makes them queue
 // behind it).
 type gate struct {
-	reg    *handlers.Registry
+	reg    handling.Registry
 	limit  int
 	exists map[prereqKey]bool
 	parked map[string]int // by resource
@@ -90,7 +91,7 @@ func (a *Applier) parkingGate(ctx context.Context, tx pgx.Tx, jobs []job) (*gate
 	byPrereq := map[*handlers.Prerequisite][]string{}
 	var all []string
 	for _, j := range jobs {
-		if p := a.opts.Handlers.WaitsFor(j.ev); p != nil {
+		if p := a.reg.WaitsFor(j.ev); p != nil {
 			byPrereq[p] = append(byPrereq[p], j.ev.Subject)
 			all = append(all, j.ev.Subject)
 		}
@@ -98,7 +99,7 @@ func (a *Applier) parkingGate(ctx context.Context, tx pgx.Tx, jobs []job) (*gate
 	if len(all) == 0 {
 		return nil, nil
 	}
-	g := &gate{reg: a.opts.Handlers, limit: a.opts.MaxParkedPerResource, exists: map[prereqKey]bool{}, parked: map[string]int{}}
+	g := &gate{reg: a.reg, limit: a.opts.MaxParkedPerResource, exists: map[prereqKey]bool{}, parked: map[string]int{}}
 	b := &pgx.Batch{}
 	for p, ids := range byPrereq {
 		b.Queue(p.ExistsSQL, ids).Query(func(rows pgx.Rows) error {

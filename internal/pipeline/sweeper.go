@@ -220,7 +220,7 @@ FROM unnest($1::text[], $2::timestamptz[]) AS r(event_key, at) WHERE p.event_key
 // exists now (arrived by another path: a doorbell, a redrive, by hand), or
 // its type no longer waits for one.
 func (s *Sweeper) checkPrerequisites(ctx context.Context, tx pgx.Tx, due []*dueRow) error {
-	reg := s.applier.opts.Handlers
+	reg := s.applier.reg
 	byPrereq := map[*handlers.Prerequisite][]*dueRow{}
 	for _, d := range due {
 		p := reg.WaitsFor(d.ev)

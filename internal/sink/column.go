@@ -12,7 +12,7 @@ import (
 
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/event"
-	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/handling"
 )
 
 // column reads one value of a row from an event.
@@ -321,7 +321,7 @@ func fitsNumeric(lit string, precision, scale int) bool {
 
 // fit checks that the live column takes the sink's values and records its
 // limits; the error completes "column x of table t is <type>, which …".
-func (c *column) fit(col handlers.Column) error {
+func (c *column) fit(col handling.Column) error {
 	ok := false
 	for _, b := range compatible[c.typ] {
 		ok = ok || b == col.Base

@@ -11,6 +11,7 @@ import (
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/handling"
 )
 
 // ReasonInvalidPayload: a value a sink reads does not fit its column: it
@@ -78,7 +79,7 @@ func Register(r *handlers.Registry, sinks []config.Sink) (*Set, error) {
 		r.Table(set.tables[name])
 	}
 	for _, typ := range slices.Sorted(maps.Keys(byType)) {
-		if _, taken := r.Handler(typ); taken {
+		if _, taken := handling.Of(r).Handler(typ); taken {
 			return nil, fmt.Errorf("event type %s has a handler of this build and sink %s: give it one or the other", typ, byType[typ][0].cfg.Name)
 		}
 		r.Handle(typ, handler(byType[typ]))
@@ -218,10 +219,10 @@ func (s *sink) invalid(c *column, err error) error {
 // every column exists with a type its values fit, a primary key or unique
 // constraint covers its key. The errors name the sink, the column and the
 // fix. r is the registry Register filled.
-func (set *Set) Check(ctx context.Context, q handlers.Querier, r *handlers.Registry) error {
+func (set *Set) Check(ctx context.Context, q handling.Querier, r *handlers.Registry) error {
 	var errs []error
 	for _, s := range set.sinks {
-		cols, err := handlers.TableColumns(ctx, q, s.cfg.Table)
+		cols, err := handling.TableColumns(ctx, q, s.cfg.Table)
 		if err != nil {
 			return err
 		}
@@ -252,9 +253,9 @@ func (set *Set) Check(ctx context.Context, q handlers.Querier, r *handlers.Regis
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	if err := r.CheckTables(ctx, q); err != nil {
+	if err := handling.Of(r).CheckTables(ctx, q); err != nil {
 		// Name the sinks of the table that does not fit.
-		var te *handlers.TableError
+		var te *handling.TableError
 		if errors.As(err, &te) {
 			var names []string
 			for _, s := range set.sinks {

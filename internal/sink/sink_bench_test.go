@@ -8,6 +8,7 @@ import (
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/sink"
 )
@@ -41,8 +42,8 @@ func BenchmarkSinkHandle(b *testing.B) {
 			if _, err := sink.Register(&reg, webhookSinks()); err != nil {
 				b.Fatal(err)
 			}
-			env := reg.Env(nil, outbox.Expiry{}, nil)
-			h, _ := reg.Handler("order.created")
+			env := handling.Of(&reg).Env(nil, outbox.Expiry{}, nil, 0)
+			h, _ := handling.Of(&reg).Handler("order.created")
 			rec := event.Record{Topic: "shop", Key: []byte("ord_0007"), Value: value}
 			ctx := context.Background()
 			b.SetBytes(int64(len(value)))
@@ -52,9 +53,9 @@ func BenchmarkSinkHandle(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				e := handlers.NewEffects(env)
+				e := handling.NewEffects(env)
 				e.Begin(handlers.Origin{Topic: "shop"}, ev)
-				if err := h.Handle(ctx, e, ev); err != nil {
+				if err := h.Handle(ctx, e.Effects(), ev); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/internal/sink"
@@ -60,18 +61,18 @@ func setup(t *testing.T, schemaSQL string, sinks []config.Sink) (pgtest.DB, *han
 
 // apply runs one event through its type's sink handler in a transaction of
 // its own and returns its outcome.
-func apply(t *testing.T, db pgtest.DB, reg *handlers.Registry, topic string, ev event.Event) handlers.Outcome {
+func apply(t *testing.T, db pgtest.DB, reg *handlers.Registry, topic string, ev event.Event) handling.Outcome {
 	ctx := context.Background()
-	h, ok := reg.Handler(ev.Type)
+	h, ok := handling.Of(reg).Handler(ev.Type)
 	require.True(t, ok, ev.Type)
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit: a no-op
-	e := handlers.NewEffects(reg.Env(nil, outbox.Expiry{}, nil))
+	e := handling.NewEffects(handling.Of(reg).Env(nil, outbox.Expiry{}, nil, 0))
 	out := e.Begin(handlers.Origin{Topic: topic}, ev)
-	if err := h.Handle(ctx, e, ev); err != nil {
+	if err := h.Handle(ctx, e.Effects(), ev); err != nil {
 		require.True(t, event.IsPermanent(err), err)
-		return handlers.Outcome{Disposition: dedupe.DeadLettered, Err: err}
+		return handling.Outcome{Disposition: dedupe.DeadLettered, Err: err}
 	}
 	require.NoError(t, e.Flush(ctx, tx))
 	require.NoError(t, tx.Commit(ctx))

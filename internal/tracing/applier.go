@@ -16,6 +16,7 @@ import (
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/consumer"
 	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/handling"
 )
 
 // Applier wraps next so that each batch runs in a span, "apply <topic>": a
@@ -197,7 +198,7 @@ func (h tracedHandler) Handle(ctx context.Context, e *handlers.Effects, ev event
 			span.SetStatus(codes.Error, err.Error())
 		}
 	}
-	span.AddEvent("handler returned", trace.WithAttributes(attribute.Int("effectively.statements", e.Queued())))
+	span.AddEvent("handler returned", trace.WithAttributes(attribute.Int("effectively.statements", handling.EffectsOf(e).Queued())))
 	if bt == nil {
 		span.End() // not under a traced batch (the parking sweeper)
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/cetest"
 	"github.com/effectively-io/effectively/internal/consumer"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/internal/pipeline"
 	"github.com/effectively-io/effectively/internal/tracing"
@@ -59,7 +60,7 @@ func newApplier(tb testing.TB, tr *tracing.Tracing, extra func(*handlers.Registr
 	}
 	opts := pipeline.Options{Decoders: map[string]*event.Decoder{topic: dec}, Handlers: reg, SettledFunc: tr.Settled()}
 	if tr.Enabled() {
-		opts.Handlers = reg.Wrapped(tr.WrapHandler)
+		opts.Handlers = handling.Of(reg).Wrapped(tr.WrapHandler)
 	}
 	return tr.Applier(pipeline.NewApplier(db.Pool, opts))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/outbox"
 )
 
@@ -192,7 +193,7 @@ func workerPool(ctx context.Context, d *db, app string) (*pgxpool.Pool, error) {
 func (b *bench) runB0(ctx context.Context, data *b0Data) (baselineRun, error) {
 	// A registry of its own per run: the tables resolve against this
 	// schema on the first Flush, as the worker's do on its first batch.
-	env := referenceHandlers().Env(nil, outbox.Expiry{}, nil)
+	env := handling.Of(referenceHandlers()).Env(nil, outbox.Expiry{}, nil, 0)
 	group := b.name("b0")
 	return b.fromMemory(ctx, "b0", group, len(data.parts), func(pool *pgxpool.Pool) partitionFunc {
 		gens := dedupe.NewGenerations(pool)
@@ -231,14 +232,14 @@ func b0Send(ctx context.Context, pool *pgxpool.Pool, env handlers.Env, gen int32
 	if _, err := dedupe.Lookup(ctx, tx, bt.taken); err != nil {
 		return err
 	}
-	eff := handlers.NewEffects(env)
-	outs := make([]*handlers.Outcome, len(bt.rows))
+	eff := handling.NewEffects(env)
+	outs := make([]*handling.Outcome, len(bt.rows))
 	for i, row := range bt.rows {
 		outs[i] = eff.Begin(handlers.Origin{Group: group, Topic: topic, Partition: partition, Offset: row.offset}, event.Event{Key: row.key})
 		if row.upsert {
-			err = eff.Upsert(accounts.Accounts, row.version, row.values...)
+			err = eff.Effects().Upsert(accounts.Accounts, row.version, row.values...)
 		} else {
-			err = eff.InsertOnce(accounts.LedgerEntries, row.values...)
+			err = eff.Effects().InsertOnce(accounts.LedgerEntries, row.values...)
 		}
 		if err != nil {
 			return err

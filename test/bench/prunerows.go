@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
-	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/deadletter"
 	"github.com/effectively-io/effectively/internal/dedupe"
+	"github.com/effectively-io/effectively/internal/handling"
 	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pipeline"
 )
@@ -57,7 +57,7 @@ FROM generate_series(1, $1::bigint) i`,
 // runRowPruning measures each row-pruned table on a schema of its own.
 func (b *bench) runRowPruning(ctx context.Context, n int) ([]rowPruneResult, error) {
 	var out []rowPruneResult
-	for _, t := range []dedupe.PrunedTable{deadletter.Pruned, outbox.Pruned, pipeline.ParkedPruned, handlers.TombstonesPruned} {
+	for _, t := range []dedupe.PrunedTable{deadletter.Pruned, outbox.Pruned, pipeline.ParkedPruned, handling.TombstonesPruned} {
 		d, err := b.newDB(ctx, "prunerows", migrateWorker)
 		if err != nil {
 			return nil, err
