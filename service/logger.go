@@ -36,3 +36,66 @@ func newLogger(cfg config.Log, w io.Writer) (*zap.Logger, error) {
 	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(redact.Writer(w))), level)
 	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.ErrorLevel)), nil
 }
+
+// redactingLogger is a program's own logger for an embedded worker, with
+// what the worker logs redacted before it reaches the program's core (its
+// writer is the program's, so redact.Writer cannot be put in front of it):
+// the message, and string, byte-string, stringer and error fields.
+func redactingLogger(log *zap.Logger) *zap.Logger {
+	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return redactingCore{c} }))
+}
+
+type redactingCore struct{ zapcore.Core }
+
+func (c redactingCore) With(fields []zapcore.Field) zapcore.Core {
+	return redactingCore{c.Core.With(redactFields(fields))}
+}
+
+func (c redactingCore) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(ent.Level) {
+		return ce.AddCore(ent, c)
+	}
+	return ce
+}
+
+func (c redactingCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {
+	ent.Message = redact.Text(ent.Message)
+	return c.Core.Write(ent, redactFields(fields))
+}
+
+func redactFields(fields []zapcore.Field) []zapcore.Field {
+	out := make([]zapcore.Field, len(fields))
+	for i, f := range fields {
+		switch f.Type {
+		case zapcore.StringType:
+			f.String = redact.Text(f.String)
+		case zapcore.ByteStringType:
+			if b, ok := f.Interface.([]byte); ok {
+				f.Interface = []byte(redact.Text(string(b)))
+			}
+		case zapcore.StringerType:
+			if s, ok := f.Interface.(fmt.Stringer); ok {
+				if text, ok := stringOf(s); ok {
+					f = zap.String(f.Key, redact.Text(text))
+				}
+			}
+		case zapcore.ErrorType:
+			if err, ok := f.Interface.(error); ok {
+				f.Interface = redact.Error(err)
+			}
+		}
+		out[i] = f
+	}
+	return out
+}
+
+// stringOf is s.String(), or false when it panics (a nil pointer): the
+// field is then left for zap, which reports such a panic in the field.
+func stringOf(s fmt.Stringer) (text string, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return s.String(), true
+}

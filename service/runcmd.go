@@ -41,7 +41,11 @@ func newRunCmd(c *CLI) *cobra.Command {
 		Short: "Run the worker: join the consumer group and apply events until SIGINT/SIGTERM",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.app.runWorker(cmd.Context(), c.cfg, c.log, migrate)
+			w, err := newWorker(c.app, c.cfg, WorkerOptions{Logger: c.log, Migrate: migrate}, true)
+			if err != nil {
+				return err
+			}
+			return w.Run(cmd.Context())
 		},
 	}
 	cmd.Flags().BoolVar(&migrate, "migrate", false, "apply pending schema migrations before starting")
@@ -50,7 +54,8 @@ func newRunCmd(c *CLI) *cobra.Command {
 
 // runWorker wires the worker: database pool, consumer group member, HTTP
 // endpoints. It returns when ctx is cancelled and everything has drained.
-func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger, migrate bool) error {
+func (a *App) runWorker(ctx context.Context, w *Worker) error {
+	cfg, log, migrate := w.cfg, w.log, w.opts.Migrate
 	// Every line of a worker says whose it is: which group, which member,
 	// which build.
 	log = log.With(zap.String("group", cfg.Kafka.Group), zap.String("instance_id", cfg.Kafka.InstanceID), zap.String("version", buildVersion(a.Version)))
@@ -64,9 +69,14 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 		}
 	}
 
-	tr, err := newTracing(ctx, a, cfg, log)
-	if err != nil {
-		return err
+	var tr *tracing.Tracing
+	if tp := w.opts.TracerProvider; tp != nil {
+		tr = tracing.WithProvider(tp) // the program's: it exports and shuts it down
+	} else {
+		var err error
+		if tr, err = newTracing(ctx, a, cfg, log); err != nil {
+			return err
+		}
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -76,9 +86,13 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 		}
 	}()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	kmetrics := kprom.NewMetrics("effectively_kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
+	reg, gatherer := w.opts.Registerer, w.opts.Gatherer
+	if reg == nil {
+		own := prometheus.NewRegistry()
+		own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg, gatherer = own, own
+	}
+	kmetrics := kprom.NewMetrics("effectively_kafka", kprom.Registerer(reg), kprom.Gatherer(gatherer))
 	metrics := engineMetrics(reg)
 	metrics.build.WithLabelValues(buildVersion(a.Version), runtime.Version(), a.name()).Set(1)
 	reasons := a.AllReasons()
@@ -147,20 +161,25 @@ func (a *App) runWorker(ctx context.Context, cfg config.Config, log *zap.Logger,
 	cons.Topics(counts, checkedTopics(cfg))
 
 	// Off by default: then nil, nil, and nothing is mounted or sampled.
-	consoleHandler, history, err := a.newConsole(cfg, log, pool, reg)
+	consoleHandler, history, err := a.newConsole(cfg, log, pool, gatherer)
 	if err != nil {
 		cons.Close()
 		return err
 	}
+	hopts := httpserver.Options{
+		Pprof:   cfg.HTTP.Pprof,
+		Console: consoleHandler,
+		Status: func(ctx context.Context) any {
+			return a.workerStatus(ctx, cfg, pool, cons)
+		},
+	}
 	var srv *httpserver.Server
-	if cfg.HTTP.Addr != "" {
-		srv, err = httpserver.New(cfg.HTTP.Addr, reg, readinessChecks(pool, cons), log.Named("http"), httpserver.Options{
-			Pprof:   cfg.HTTP.Pprof,
-			Console: consoleHandler,
-			Status: func(ctx context.Context) any {
-				return a.workerStatus(ctx, cfg, pool, cons)
-			},
-		})
+	switch {
+	case w.opts.Mux != nil:
+		// The program serves the routes on its own server.
+		httpserver.Mount(w.opts.Mux, gatherer, readinessChecks(pool, cons), hopts)
+	case cfg.HTTP.Addr != "":
+		srv, err = httpserver.New(cfg.HTTP.Addr, gatherer, readinessChecks(pool, cons), log.Named("http"), hopts)
 		if err != nil {
 			cons.Close()
 			return fmt.Errorf("http.addr %s: %w; fix: free the port or set http.addr / %s", cfg.HTTP.Addr, err, config.EnvName("http.addr"))

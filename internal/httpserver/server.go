@@ -52,6 +52,30 @@ func New(addr string, gatherer prometheus.Gatherer, checks []Check, log *zap.Log
 		return nil, err
 	}
 	mux := http.NewServeMux()
+	Mount(mux, gatherer, checks, opts)
+	return &Server{
+		srv: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: opts.ReadHeaderTimeout,
+			ReadTimeout:       opts.ReadTimeout,
+			// WriteTimeout stays 0: net/http/pprof refuses a profile at least
+			// as long as the server's WriteTimeout (the default 30 s one
+			// included). Every route sets its own write deadline instead
+			// (writeDeadline), the profiles a longer one.
+			IdleTimeout:    opts.IdleTimeout,
+			MaxHeaderBytes: opts.MaxHeaderBytes,
+		},
+		ln:  ln,
+		log: log,
+	}, nil
+}
+
+// Mount registers the routes on mux (a program's own, when it embeds the
+// worker): GET /metrics, /healthz, /readyz, and as opts say /status,
+// /debug/pprof/ and /console/. A route mux already has panics, as
+// http.ServeMux does.
+func Mount(mux *http.ServeMux, gatherer prometheus.Gatherer, checks []Check, opts Options) {
+	opts = opts.withDefaults()
 	route := func(pattern string, h http.Handler) {
 		mux.Handle(pattern, writeDeadline(opts.WriteTimeout, 0, h))
 	}
@@ -90,21 +114,6 @@ func New(addr string, gatherer prometheus.Gatherer, checks []Check, log *zap.Log
 	if opts.Console != nil {
 		route("/console/", opts.Console)
 	}
-	return &Server{
-		srv: &http.Server{
-			Handler:           mux,
-			ReadHeaderTimeout: opts.ReadHeaderTimeout,
-			ReadTimeout:       opts.ReadTimeout,
-			// WriteTimeout stays 0: net/http/pprof refuses a profile at least
-			// as long as the server's WriteTimeout (the default 30 s one
-			// included). Every route sets its own write deadline instead
-			// (writeDeadline), the profiles a longer one.
-			IdleTimeout:    opts.IdleTimeout,
-			MaxHeaderBytes: opts.MaxHeaderBytes,
-		},
-		ln:  ln,
-		log: log,
-	}, nil
 }
 
 // writeDeadline serves h with the connection's write deadline d from now;

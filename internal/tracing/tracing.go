@@ -59,7 +59,8 @@ type Options struct {
 // Tracing is the process's tracer provider and the instrumentation that
 // uses it. The zero value is off; it is safe for concurrent use.
 type Tracing struct {
-	sdk    *sdktrace.TracerProvider // nil when off
+	on     bool
+	sdk    *sdktrace.TracerProvider // the process's own; nil when off or a program's
 	tp     trace.TracerProvider
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
@@ -125,7 +126,7 @@ func New(ctx context.Context, opts Options) (*Tracing, error) {
 	// otel.Tracer.
 	otel.SetTracerProvider(sdk)
 	otel.SetTextMapPropagator(prop)
-	return &Tracing{sdk: sdk, tp: sdk, tracer: sdk.Tracer(instrumentation), prop: prop}, nil
+	return &Tracing{on: true, sdk: sdk, tp: sdk, tracer: sdk.Tracer(instrumentation), prop: prop}, nil
 }
 
 // enabled decides from the variables whether tracing is on.
@@ -170,7 +171,7 @@ func enabled(lookup func(string) (string, bool)) (bool, error) {
 }
 
 // Enabled reports whether spans are recorded and exported.
-func (t *Tracing) Enabled() bool { return t != nil && t.sdk != nil }
+func (t *Tracing) Enabled() bool { return t != nil && t.on }
 
 // TracerProvider is the provider spans come from (a no-op one when off).
 func (t *Tracing) TracerProvider() trace.TracerProvider {
@@ -182,7 +183,7 @@ func (t *Tracing) TracerProvider() trace.TracerProvider {
 
 // Shutdown exports the spans still buffered and stops the exporter.
 func (t *Tracing) Shutdown(ctx context.Context) error {
-	if !t.Enabled() {
+	if t == nil || t.sdk == nil {
 		return nil
 	}
 	return t.sdk.Shutdown(ctx)
