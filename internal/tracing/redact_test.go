@@ -10,7 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/effectively-io/effectively/internal/tracing"
 )
@@ -20,11 +23,31 @@ import (
 // collector with a credential in it, while the rest of the span does.
 func TestExportedSpansHoldNoSecret(t *testing.T) {
 	t.Parallel()
-	const secret = "Tr4ceSecretValue"
 	exp := tracetest.NewInMemoryExporter()
 	tr, err := tracing.New(context.Background(), tracing.Options{ServiceName: "test", Exporter: exp, Syncer: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, tr.Shutdown(context.Background())) })
+	checkNoSecret(t, tr, exp)
+}
+
+// The same with a program's own tracer provider (an embedded worker): the
+// exporter is the program's, and the texts are redacted as they are set.
+func TestAProgramsProviderGetsNoSecret(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+	tr := tracing.WithProvider(tp)
+	require.True(t, tr.Enabled())
+	checkNoSecret(t, tr, exp)
+	require.NoError(t, tr.Shutdown(context.Background()))
+	_, span := tp.Tracer("after").Start(context.Background(), "the program's provider still runs")
+	span.End()
+	require.Len(t, exp.GetSpans(), 4, "Shutdown left the program's provider running")
+}
+
+func checkNoSecret(t *testing.T, tr *tracing.Tracing, exp *tracetest.InMemoryExporter) {
+	const secret = "Tr4ceSecretValue"
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(srv.Close)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -40,7 +63,9 @@ func TestExportedSpansHoldNoSecret(t *testing.T) {
 	require.ErrorContains(t, callErr, secret, "the client's error holds it: the case is real")
 
 	// A span recording that error, as the prefetch and batch spans do.
-	_, span := tr.TracerProvider().Tracer("test").Start(context.Background(), "prefetch test")
+	_, span := tr.TracerProvider().Tracer("test").Start(context.Background(), "prefetch test",
+		trace.WithAttributes(attribute.String("url", "http://u:"+secret+"@example.com/")))
+	span.AddEvent("called", trace.WithAttributes(attribute.String("url.full", "http://example.com/?token="+secret)))
 	span.RecordError(callErr)
 	span.SetStatus(codes.Error, callErr.Error())
 	span.End()
