@@ -6,7 +6,11 @@ import (
 	"github.com/effectively-io/effectively/service"
 )
 
-func main() {
+func main() { newApp().Main() }
+
+// newApp is the build: its handlers, tables, prerequisite, target and
+// migrations (the tests use it as the binary does).
+func newApp() *service.App {
 	app := service.New("orders")
 	app.HandleFunc(TypePlaced, handleOrder)
 	app.HandleFunc(TypeUpdated, handleOrder)
@@ -24,5 +28,5 @@ func main() {
 	})
 	app.Workload(&generator{})
 	app.Command(verifyCmd)
-	app.Main()
+	return app
 }

@@ -33,13 +33,13 @@ type DB struct {
 
 // New creates a uniquely named schema, applies the engine's migrations and
 // then sets' to it, and drops it when the test ends.
-func New(t testing.TB, sets ...schema.Set) DB {
+func New(t stacktest.TB, sets ...schema.Set) DB {
 	t.Helper()
 	return NewOn(t, stacktest.PostgresURL(t), sets...)
 }
 
 // NewOn is New on the server at base (a test's own instance).
-func NewOn(t testing.TB, base string, sets ...schema.Set) DB {
+func NewOn(t stacktest.TB, base string, sets ...schema.Set) DB {
 	t.Helper()
 	db := newEmptyOn(t, base)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -52,12 +52,12 @@ func NewOn(t testing.TB, base string, sets ...schema.Set) DB {
 
 // NewEmpty creates a uniquely named, empty schema (for tests of the
 // migrations themselves) and drops it when the test ends.
-func NewEmpty(t testing.TB) DB {
+func NewEmpty(t stacktest.TB) DB {
 	t.Helper()
 	return newEmptyOn(t, stacktest.PostgresURL(t))
 }
 
-func newEmptyOn(t testing.TB, base string) DB {
+func newEmptyOn(t stacktest.TB, base string) DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -101,7 +101,7 @@ func newEmptyOn(t testing.TB, base string) DB {
 
 // WithSearchPath returns base with its search_path set to schemaName; every
 // connection the worker opens from it then works inside that schema.
-func WithSearchPath(t testing.TB, base, schemaName string) string {
+func WithSearchPath(t stacktest.TB, base, schemaName string) string {
 	t.Helper()
 	u, err := url.Parse(base)
 	if err != nil {

@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -41,6 +40,16 @@ type ContainerStarter interface {
 	Kafka() (string, error)
 }
 
+// TB is the part of testing.TB the stack's helpers use (a test kit's
+// callers may have their own).
+type TB interface {
+	Helper()
+	Name() string
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+}
+
 // Containers, when set (in a test binary's TestMain or init, before the
 // first test), starts the services in Docker when the environment names
 // none and a Docker engine answers.
@@ -59,7 +68,7 @@ var (
 )
 
 // PostgresURL returns the URL of a PostgreSQL server for tests.
-func PostgresURL(t testing.TB) string {
+func PostgresURL(t TB) string {
 	t.Helper()
 	pgOnce.Do(func() {
 		if u := os.Getenv(PostgresURLEnv); u != "" {
@@ -73,13 +82,13 @@ func PostgresURL(t testing.TB) string {
 		pgURL, pgErr = Containers.Postgres()
 	})
 	if pgErr != nil {
-		t.Fatal(pgErr)
+		t.Fatalf("%v", pgErr)
 	}
 	return pgURL
 }
 
 // KafkaBrokers returns the seed brokers of a Kafka cluster for tests.
-func KafkaBrokers(t testing.TB) []string {
+func KafkaBrokers(t TB) []string {
 	t.Helper()
 	kafkaOnce.Do(func() {
 		if b := os.Getenv(KafkaBrokersEnv); b != "" {
@@ -95,7 +104,7 @@ func KafkaBrokers(t testing.TB) []string {
 		kafkaBrokers = []string{b}
 	})
 	if kafkaErr != nil {
-		t.Fatal(kafkaErr)
+		t.Fatalf("%v", kafkaErr)
 	}
 	return kafkaBrokers
 }
