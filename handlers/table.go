@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/effectively-io/effectively/internal/handlerbridge"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/effectively-io/effectively/internal/handlerbridge"
 )
 
 // Table is a table that typed effects write (Effects.Upsert, InsertOnce,

@@ -3,10 +3,11 @@ package handlers
 import (
 	"context"
 	"fmt"
-	"github.com/effectively-io/effectively/internal/handlerbridge"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/effectively-io/effectively/internal/handlerbridge"
 )
 
 // statements are a resolved table's set-based statements. Each takes one

@@ -3,12 +3,13 @@ package handlers
 import (
 	"context"
 	"fmt"
-	"github.com/effectively-io/effectively/internal/handlerbridge"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/effectively-io/effectively/internal/handlerbridge"
 )
 
 // The shapes of typed effects.

@@ -33,7 +33,7 @@ func TestSinksWithTheKit(t *testing.T) {
 	res := kit.Apply(
 		order("w1", "order.created", 1, "placed"),
 		order("w3", "order.updated", 3, "shipped"),
-		order("w2", "order.updated", 2, "packed"), // older than 3: stale for the row, still a fact for the history
+		order("w2", "order.updated", 2, "packed"),  // older than 3: stale for the row, still a fact for the history
 		order("w3", "order.updated", 3, "shipped"), // a redelivery
 		kit.JSON("ord-1", map[string]any{"id": "w4", "type": "order.updated", "created_at": "2026-12-01T10:00:00Z", "data": map[string]any{"order": map[string]any{"id": "ord-1", "version": 4}}}),
 	)
