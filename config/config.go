@@ -511,7 +511,7 @@ func Default() Config {
 			RevokeTimeout:    10 * time.Second,
 			CheckPartitioner: true,
 		},
-		Retry:    Retry{Initial: 100 * time.Millisecond, Max: 30 * time.Second},
+		Retry:    Retry{Initial: consumer.RetryInitialDefault, Max: consumer.RetryMaxDefault},
 		Parking:  Parking{MaxAge: 24 * time.Hour, MaxAttempts: 20, MaxPerResource: 1000},
 		Dedupe:   Dedupe{Retention: 14 * 24 * time.Hour, ReconciliationWindow: 24 * time.Hour, PruneInterval: time.Minute},
 		Upstream: Upstream{MaxRetryHorizon: 72 * time.Hour},

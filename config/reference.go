@@ -125,6 +125,7 @@ func Reference(exts ...Extension) []KeyDoc {
 	}{
 		{"sinks[].", reflect.TypeFor[Sink](), sinkFields},
 		{"sinks[].columns[].", reflect.TypeFor[SinkColumn](), columnFields},
+		{"sinks[].totals[].", reflect.TypeFor[SinkTotal](), totalFields},
 	} {
 		for _, f := range list.fields {
 			out = append(out, KeyDoc{

@@ -38,6 +38,31 @@ type Sink struct {
 	Touch []string `mapstructure:"touch"`
 	// Columns say where each column's value comes from.
 	Columns []SinkColumn `mapstructure:"columns"`
+	// Totals are running totals an insert sink keeps: each row it inserts
+	// adds a column's value to a keyed row of another table, exactly once
+	// (a row that existed adds nothing).
+	Totals []SinkTotal `mapstructure:"totals"`
+}
+
+// SinkTotal is a running total kept from an insert sink's rows: a row of
+// Table, keyed by Key, whose Column is the sum of the sink's Delta column
+// over its rows with that key.
+type SinkTotal struct {
+	// Table is the totals table, optionally schema-qualified.
+	Table string `mapstructure:"table"`
+	// Key are the totals table's key columns (a primary key or unique
+	// constraint must cover exactly them); each takes the sink's column of
+	// the same name, or of KeyFrom.
+	Key []string `mapstructure:"key"`
+	// KeyFrom are the sink's columns the key takes, in Key's order, when
+	// the names differ.
+	KeyFrom []string `mapstructure:"key_from"`
+	// Column is the totals table's numeric column that holds the total.
+	Column string `mapstructure:"column"`
+	// Delta is the sink's numeric column each row adds.
+	Delta string `mapstructure:"delta"`
+	// Touch are columns of the totals table set to now() when it changes.
+	Touch []string `mapstructure:"touch"`
 }
 
 // SinkColumn is one column of a sink's rows and where its value comes from.
@@ -77,6 +102,7 @@ var SinkSources = []string{"subject", "resourceversion", "id", "type", "source",
 var (
 	sinkFields   = collectLeaves(reflect.TypeFor[Sink](), "", nil)
 	columnFields = collectLeaves(reflect.TypeFor[SinkColumn](), "", nil)
+	totalFields  = collectLeaves(reflect.TypeFor[SinkTotal](), "", nil)
 )
 
 // parseSinks decodes the sinks: list of the file.
@@ -92,6 +118,14 @@ func parseSinks(raw any) ([]Sink, []error) {
 					example: "{name: status, from: /status, type: text}", fieldExample: sinkExample,
 				})
 				rv.FieldByName("Columns").Set(reflect.ValueOf(cols))
+				return errs
+			},
+			"totals": func(key string, raw any, rv reflect.Value) []error {
+				totals, errs := parseList[SinkTotal](raw, recordList{
+					key: key, noun: "total", fields: totalFields, what: "totals", one: "one total",
+					example: "{table: balances, key: [account_id], column: balance_cents, delta: amount_cents}", fieldExample: sinkExample,
+				})
+				rv.FieldByName("Totals").Set(reflect.ValueOf(totals))
 				return errs
 			},
 		},
@@ -215,6 +249,39 @@ func (c Config) validateSinks(v *validator) {
 				add("version", s.Version, "is not one of the sink's columns", "version, with a column {name: version, from: resourceversion}")
 			} else if slices.Contains(s.Key, s.Version) {
 				add("version", s.Version, "is also a key column", "a column of its own")
+			}
+		}
+		for j, tt := range s.Totals {
+			tk := func(f string) string { return fmt.Sprintf("sinks[%d].totals[%d].%s", i, j, f) }
+			tadd := func(f, value, problem, ex string) {
+				v.add(tk(f), value, fmt.Sprintf("(sink %s) %s", s.Name, problem), fileFix(tk(f), ex))
+			}
+			if s.Mode != SinkInsert {
+				tadd("table", tt.Table, "a total is kept from the rows of an insert sink, not mode "+s.Mode, "move the total to an insert sink (a history of the events)")
+			}
+			if tt.Table == "" {
+				tadd("table", "", "must name the totals table", "balances")
+			}
+			if tt.Column == "" {
+				tadd("column", "", "must name the totals table's column that holds the total", "balance_cents")
+			}
+			if _, ok := cols[tt.Delta]; !ok {
+				tadd("delta", tt.Delta, "must be one of the sink's columns: the value each row adds", "amount_cents, with a column {name: amount_cents, from: /amount_cents, type: bigint}")
+			}
+			if len(tt.Key) == 0 {
+				tadd("key", "", "must name the totals table's key columns", "[account_id]")
+			}
+			if len(tt.KeyFrom) > 0 && len(tt.KeyFrom) != len(tt.Key) {
+				tadd("key_from", strings.Join(tt.KeyFrom, ","), fmt.Sprintf("names %d columns for a key of %d", len(tt.KeyFrom), len(tt.Key)), "one sink column per key column")
+			}
+			from := tt.KeyFrom
+			if len(from) == 0 {
+				from = tt.Key
+			}
+			for _, k := range from {
+				if _, ok := cols[k]; !ok {
+					tadd("key", k, "is not one of the sink's columns (name them in key_from when the names differ)", "[account_id] with a sink column named account_id")
+				}
 			}
 		}
 		if s.Table != "" {

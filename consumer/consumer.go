@@ -48,4 +48,11 @@ const (
 	// partition); 1 MiB records on 16 partitions would hold twice it
 	// without it.
 	MaxInflightBytesDefault = 64 << 20
+	// RetryInitialDefault and RetryMaxDefault bound the jittered
+	// exponential backoff of every transient failure (retry.initial,
+	// retry.max): a partition's batch, the outbox's redelivery to a target
+	// (bounded in all by outbox.max_attempts and outbox.max_age), the
+	// dead-letter relay's publish.
+	RetryInitialDefault = 100 * time.Millisecond
+	RetryMaxDefault     = 30 * time.Second
 )

@@ -40,6 +40,48 @@ type Table struct {
 	// delete is stale instead of bringing the row back; Upsert checks the
 	// tombstones of such a table.
 	Deletes bool
+	// Totals are running totals kept from this table's rows: each row
+	// InsertOnce writes adds its delta to its total's row in the same
+	// statement, and a row that already existed (a replay, a redelivery
+	// whose claim is gone) adds nothing. The facts stay in this table, so
+	// a total can always be recomputed from them.
+	Totals []*Total
+}
+
+// Total is a running total — a balance, a count, a stock level — kept from
+// the rows of an insert-once table: its row, keyed by Key, holds in Column
+// the sum of the Delta column of the table's rows with the same key. Each
+// fact adds its delta exactly once, however often its event is delivered
+// or replayed; a total's row is created by its first fact.
+//
+//	moves := &handlers.Table{Name: "stock_moves", Key: []string{"event_key"},
+//		Columns: []string{"sku", "site", "qty"},
+//		Totals: []*handlers.Total{{Name: "stock", Key: []string{"sku", "site"},
+//			Column: "on_hand", Delta: "qty"}}}
+type Total struct {
+	// Name is the totals table, optionally schema-qualified.
+	Name string
+	// Key are the totals table's columns that identify a row; a primary
+	// key or unique constraint must cover exactly them. They take the
+	// values of the fact table's columns of the same names, or of KeyFrom.
+	Key []string
+	// KeyFrom, when set, are the fact table's columns Key takes its values
+	// from, in Key's order.
+	KeyFrom []string
+	// Column is the numeric column that holds the total.
+	Column string
+	// Delta is the fact table's numeric column each fact adds.
+	Delta string
+	// Touch are columns set to now() whenever the total changes.
+	Touch []string
+}
+
+// from is the fact table's column the total's key column i takes.
+func (tt *Total) from(i int) string {
+	if len(tt.KeyFrom) > 0 {
+		return tt.KeyFrom[i]
+	}
+	return tt.Key[i]
 }
 
 // Table registers t for typed effects (it panics on a malformed
@@ -88,6 +130,24 @@ func (t *Table) validate() error {
 		}
 		seen[c] = true
 	}
+	facts := append(slices.Clone(t.Key), t.Columns...)
+	for _, tt := range t.Totals {
+		switch {
+		case tt == nil || tt.Name == "" || len(tt.Key) == 0 || tt.Column == "" || tt.Delta == "":
+			return fmt.Errorf("table %s: a Total needs a Name, Key columns, a Column and a Delta", t.Name)
+		case t.Version != "" || t.Deletes:
+			return fmt.Errorf("table %s: Totals are kept from an insert-once table, which has no Version and takes no deletes", t.Name)
+		case len(tt.KeyFrom) > 0 && len(tt.KeyFrom) != len(tt.Key):
+			return fmt.Errorf("total %s: KeyFrom names %d columns for a Key of %d", tt.Name, len(tt.KeyFrom), len(tt.Key))
+		case !slices.Contains(facts, tt.Delta):
+			return fmt.Errorf("total %s: Delta %q is not a column of table %s", tt.Name, tt.Delta, t.Name)
+		}
+		for i := range tt.Key {
+			if !slices.Contains(facts, tt.from(i)) {
+				return fmt.Errorf("total %s: key column %q is not a column of table %s (set KeyFrom)", tt.Name, tt.from(i), t.Name)
+			}
+		}
+	}
 	return nil
 }
 
@@ -112,6 +172,8 @@ type resolvedTable struct {
 	vtype string   // SQL type of Version
 	rank  int      // tables with a lower rank are written first
 	sql   statements
+	// totals are the idents of t.Totals' tables, in order.
+	totals []string
 }
 
 // CheckTables checks every registered table against the live database —
@@ -243,14 +305,81 @@ func resolveTable(ctx context.Context, q handlerbridge.Querier, t *Table) (*reso
 	if len(errs) > 0 {
 		return nil, 0, errors.Join(errs...)
 	}
-	var unique bool
-	if err := q.QueryRow(ctx, uniqueKeySQL, int64(oid), t.Key).Scan(&unique); err != nil {
-		return nil, 0, fmt.Errorf("reading the unique keys of table %s: %w", t.Name, err)
+	if err := checkUnique(ctx, q, oid, t.Name, t.Key); err != nil {
+		return nil, 0, err
 	}
-	if !unique {
-		return nil, 0, &handlerbridge.TableError{Table: t.Name, Column: strings.Join(t.Key, ", "),
-			Reason: "no primary key or unique constraint covers exactly the key",
-			Fix:    fmt.Sprintf("add one in a migration: ALTER TABLE %s ADD UNIQUE (%s)", t.Name, strings.Join(t.Key, ", "))}
+	for _, tt := range t.Totals {
+		ident, err := resolveTotal(ctx, q, tt, cols)
+		if err != nil {
+			return nil, 0, err
+		}
+		rt.totals = append(rt.totals, ident)
 	}
 	return rt, oid, nil
+}
+
+// checkUnique refuses a table whose key no primary key or unique
+// constraint covers exactly: ON CONFLICT needs one.
+func checkUnique(ctx context.Context, q handlerbridge.Querier, oid uint32, table string, key []string) error {
+	var unique bool
+	if err := q.QueryRow(ctx, uniqueKeySQL, int64(oid), key).Scan(&unique); err != nil {
+		return fmt.Errorf("reading the unique keys of table %s: %w", table, err)
+	}
+	if !unique {
+		return &handlerbridge.TableError{Table: table, Column: strings.Join(key, ", "),
+			Reason: "no primary key or unique constraint covers exactly the key",
+			Fix:    fmt.Sprintf("add one in a migration: ALTER TABLE %s ADD UNIQUE (%s)", table, strings.Join(key, ", "))}
+	}
+	return nil
+}
+
+// numeric are the base types a total and its delta may have.
+var numeric = []string{"bigint", "integer", "smallint", "numeric", "double precision", "real"}
+
+// resolveTotal checks tt's table against the catalog and against its fact
+// table's columns, facts: the key's columns exist with the fact columns'
+// types, a unique constraint covers them, Column and Delta are numeric.
+func resolveTotal(ctx context.Context, q handlerbridge.Querier, tt *Total, facts map[string]handlerbridge.Column) (string, error) {
+	cols, ident, oid, err := tableColumns(ctx, q, tt.Name)
+	if err != nil {
+		return "", err
+	}
+	if len(cols) == 0 {
+		return "", &handlerbridge.TableError{Table: tt.Name, Reason: "does not exist (or the worker's role cannot see it)",
+			Fix: "create the totals table in a migration, or correct the Total's name"}
+	}
+	var errs []error
+	for i, k := range tt.Key {
+		col, ok := cols[k]
+		switch {
+		case !ok:
+			errs = append(errs, &handlerbridge.TableError{Table: tt.Name, Column: k, Reason: "does not exist",
+				Fix: "add the column in a migration, or correct the Total's Key"})
+		case col.Type != facts[tt.from(i)].Type:
+			errs = append(errs, &handlerbridge.TableError{Table: tt.Name, Column: k,
+				Reason: fmt.Sprintf("is %s where the fact's %s is %s", col.Type, tt.from(i), facts[tt.from(i)].Type),
+				Fix:    "give both columns the same type"})
+		}
+	}
+	if col, ok := cols[tt.Column]; !ok || col.Generated || !slices.Contains(numeric, col.Base) {
+		errs = append(errs, &handlerbridge.TableError{Table: tt.Name, Column: tt.Column, Reason: "is not a writable numeric column",
+			Fix: "add it as bigint or numeric, NOT NULL DEFAULT 0"})
+	}
+	if !slices.Contains(numeric, facts[tt.Delta].Base) {
+		errs = append(errs, &handlerbridge.TableError{Table: tt.Name, Column: tt.Delta, Reason: "(the delta) is " + facts[tt.Delta].Type + ", not a number",
+			Fix: "make the fact table's delta column bigint or numeric"})
+	}
+	for _, c := range tt.Touch {
+		if _, ok := cols[c]; !ok {
+			errs = append(errs, &handlerbridge.TableError{Table: tt.Name, Column: c, Reason: "does not exist",
+				Fix: "add the column in a migration, or remove it from Touch"})
+		}
+	}
+	if len(errs) > 0 {
+		return "", errors.Join(errs...)
+	}
+	if err := checkUnique(ctx, q, oid, tt.Name, tt.Key); err != nil {
+		return "", err
+	}
+	return ident, nil
 }

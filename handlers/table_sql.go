@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -169,7 +170,56 @@ SELECT %s FROM %s
 ORDER BY x.ord
 ON CONFLICT (%s) DO NOTHING`,
 		rt.ident, strings.Join(insCols2, ", "), strings.Join(insVals2, ", "), unnest(false, true, false), conflict)
+	if len(t.Totals) > 0 {
+		s.insert = withTotals(rt, s.insert)
+	}
 	return s
+}
+
+// withTotals makes insert (an insert-once) also add each inserted row's
+// delta to its totals, in the same statement: the rows the insert returns
+// are the facts that did not exist, so a fact adds once however often its
+// event comes. A batch's deltas are summed per total row, whose rows are
+// written in key order (the order concurrent batches lock them in).
+func withTotals(rt *resolvedTable, insert string) string {
+	var returning []string
+	seen := map[string]bool{}
+	ret := func(c string) {
+		if !seen[c] {
+			seen[c] = true
+			returning = append(returning, quote(c))
+		}
+	}
+	for _, tt := range rt.t.Totals {
+		for i := range tt.Key {
+			ret(tt.from(i))
+		}
+		ret(tt.Delta)
+	}
+	ctes := []string{fmt.Sprintf("f AS (%s\nRETURNING %s)", insert, strings.Join(returning, ", "))}
+	for n, tt := range rt.t.Totals {
+		var cols, from, set []string
+		for i, k := range tt.Key {
+			cols = append(cols, quote(k))
+			from = append(from, "f."+quote(tt.from(i)))
+		}
+		group := strings.Join(from, ", ")
+		vals := append(slices.Clone(from), "sum(f."+quote(tt.Delta)+")")
+		cols = append(cols, quote(tt.Column))
+		set = append(set, fmt.Sprintf("%s = t.%s + excluded.%s", quote(tt.Column), quote(tt.Column), quote(tt.Column)))
+		for _, c := range tt.Touch {
+			cols = append(cols, quote(c))
+			vals = append(vals, "now()")
+			set = append(set, fmt.Sprintf("%s = excluded.%s", quote(c), quote(c)))
+		}
+		ctes = append(ctes, fmt.Sprintf(`t%d AS (
+    INSERT INTO %s AS t (%s)
+    SELECT %s FROM f GROUP BY %s ORDER BY %s
+    ON CONFLICT (%s) DO UPDATE SET %s)`,
+			n, rt.totals[n], strings.Join(cols, ", "), strings.Join(vals, ", "), group, group,
+			strings.Join(cols[:len(tt.Key)], ", "), strings.Join(set, ", ")))
+	}
+	return "WITH " + strings.Join(ctes, ",\n") + "\nSELECT count(*) FROM f"
 }
 
 const foreignKeysSQL = `

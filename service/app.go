@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,6 +51,11 @@ type App struct {
 	workload Workload
 	reasons  []event.ReasonDoc // the build's own dead-letter reasons, for gen-docs
 
+	topics []string // the topics the build's handlers are for (Topics)
+	// sinksOnly is the registry of a configuration that consumes none of
+	// topics: the configured sinks alone.
+	sinksOnly handlers.Registry
+
 	sinksOnce sync.Once // the configured sinks are registered once
 	sinks     *sink.Set
 	sinksErr  error
@@ -64,6 +70,48 @@ func New(name string) *App {
 // `run --migrate`) after the engine's, each set with its own version table.
 func (a *App) Migrations(sets ...schema.Set) {
 	a.sets = append(a.sets, sets...)
+}
+
+// Topics names the topics the build's handlers are for; they are
+// kafka.topics' default. A configuration that consumes none of them, and
+// whose sinks take every topic it consumes, runs the build as a config-only
+// sink: its handlers, tables, targets and migrations are left out, so the
+// reference build pointed at a team's sinks creates only the engine's
+// tables and the team's. Any other configuration runs the build's handlers
+// (on whatever topics it names), and a build that names no topics always
+// does.
+func (a *App) Topics(topics ...string) {
+	a.topics = append(a.topics, topics...)
+}
+
+// handlersServe reports whether a worker of cfg runs the build's handlers:
+// unless the build names its topics, cfg consumes none of them, and sinks
+// take every topic cfg consumes.
+func (a *App) handlersServe(cfg config.Config) bool {
+	if len(a.topics) == 0 || len(cfg.Sinks) == 0 {
+		return true
+	}
+	for _, t := range cfg.Kafka.Topics {
+		if slices.Contains(a.topics, t) || !sinkTakes(cfg.Sinks, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// sinkTakes reports whether a sink takes the events of topic (a sink
+// without a topic takes every topic's).
+func sinkTakes(sinks []config.Sink, topic string) bool {
+	return slices.ContainsFunc(sinks, func(s config.Sink) bool { return s.Topic == "" || s.Topic == topic })
+}
+
+// registry is the registry a worker of cfg runs: the build's, or, when cfg
+// consumes none of the build's topics, one for the configured sinks alone.
+func (a *App) registry(cfg config.Config) *handlers.Registry {
+	if a.handlersServe(cfg) {
+		return &a.Registry
+	}
+	return &a.sinksOnly
 }
 
 // Alias keeps accepting an older configuration key (in the file and as an
@@ -98,6 +146,9 @@ func (a *App) extension() config.Extension {
 			// builds on one cluster never share a group by accident.
 			if a.Name != "" {
 				c.Kafka.Group, c.Kafka.ClientID = a.Name, a.Name
+			}
+			if len(a.topics) > 0 {
+				c.Kafka.Topics = slices.Clone(a.topics)
 			}
 			for _, f := range a.defaults {
 				f(c)

@@ -69,7 +69,7 @@ func (a *App) redriveApplier(cfg config.Config, pool *pgxpool.Pool, log *zap.Log
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.NewApplier(pool, pipeline.Options{Decoders: decoders, Handlers: &a.Registry, Env: a.env(cfg), Logger: log.Named("redrive"),
+	return pipeline.NewApplier(pool, pipeline.Options{Decoders: decoders, Handlers: a.registry(cfg), Env: a.env(cfg), Logger: log.Named("redrive"),
 		MaxParkedPerResource: cfg.Parking.MaxPerResource}), nil
 }
 

@@ -127,7 +127,7 @@ func (a *App) runWorker(ctx context.Context, w *Worker) error {
 	if err != nil {
 		return err
 	}
-	for _, name := range handling.Of(&a.Registry).Targets() {
+	for _, name := range handling.Of(a.registry(cfg)).Targets() {
 		if t := cfg.Targets[name]; t.URL == "" {
 			log.Info("a target of this build has no URL: side effects to it are off (a handler that requires it dead-letters its events as target_unconfigured)",
 				zap.String("target", name), zap.String("fix", "set targets."+name+".url / "+config.EnvName("targets."+name+".url")))
@@ -284,7 +284,7 @@ const sweepBytes = 64 << 20
 
 // anyTargetConfigured reports whether a declared target has a URL.
 func (a *App) anyTargetConfigured(cfg config.Config) bool {
-	for _, name := range handling.Of(&a.Registry).Targets() {
+	for _, name := range handling.Of(a.registry(cfg)).Targets() {
 		if cfg.Targets[name].URL != "" {
 			return true
 		}
@@ -296,7 +296,7 @@ func (a *App) anyTargetConfigured(cfg config.Config) bool {
 func (a *App) env(cfg config.Config) handlers.Env {
 	// Prefetchers read from a target with its credentials and TLS settings,
 	// as the outbox calls it.
-	env := handling.Of(&a.Registry).Env(endpoints(cfg), outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired}, nil, cfg.Prefetch.MaxAttempts)
+	env := handling.Of(a.registry(cfg)).Env(endpoints(cfg), outbox.Expiry{Retention: cfg.Outbox.Retention, ResendExpired: cfg.Outbox.ResendExpired}, nil, cfg.Prefetch.MaxAttempts)
 	return env
 }
 
@@ -397,10 +397,10 @@ func (a *App) newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.P
 	if err := a.checkTables(ctx, cfg, pool); err != nil {
 		return nil, err
 	}
-	reg, env := &a.Registry, a.env(cfg)
+	reg, env := a.registry(cfg), a.env(cfg)
 	if tr.Enabled() {
 		// A span per event's handling and per prefetch call.
-		reg = handling.Of(&a.Registry).Wrapped(tr.WrapHandler)
+		reg = handling.Of(a.registry(cfg)).Wrapped(tr.WrapHandler)
 		env = handling.WrapTransport(env, tr.WrapTransport)
 	}
 	return pipeline.NewApplier(pool, pipeline.Options{

@@ -18,10 +18,14 @@ import (
 	"github.com/effectively-io/effectively/schema"
 )
 
-// schemaSets are the build's migration sets, then one per directory of
-// postgres.migrations (a config-only sink's tables).
+// schemaSets are the build's migration sets (when cfg consumes one of the
+// build's topics), then one per directory of postgres.migrations (a
+// config-only sink's tables).
 func (a *App) schemaSets(cfg config.Config) []schema.Set {
-	sets := append([]schema.Set(nil), a.sets...)
+	var sets []schema.Set
+	if a.handlersServe(cfg) {
+		sets = append(sets, a.sets...)
+	}
 	for _, dir := range cfg.Postgres.Migrations {
 		sets = append(sets, schema.Set{Name: setName(dir), FS: os.DirFS(dir)})
 	}
@@ -58,7 +62,7 @@ func setName(dir string) string {
 func (a *App) registerSinks(cfg config.Config) (*sink.Set, error) {
 	a.sinksOnce.Do(func() {
 		if len(cfg.Sinks) > 0 {
-			a.sinks, a.sinksErr = sink.Register(&a.Registry, cfg.Sinks)
+			a.sinks, a.sinksErr = sink.Register(a.registry(cfg), cfg.Sinks)
 		}
 	})
 	return a.sinks, a.sinksErr
@@ -73,9 +77,9 @@ func (a *App) checkTables(ctx context.Context, cfg config.Config, pool *pgxpool.
 		return fmt.Errorf("sinks: %w", err)
 	}
 	if sinks != nil {
-		err = sinks.Check(ctx, pool, &a.Registry)
+		err = sinks.Check(ctx, pool, a.registry(cfg))
 	} else {
-		err = handling.Of(&a.Registry).CheckTables(ctx, pool)
+		err = handling.Of(a.registry(cfg)).CheckTables(ctx, pool)
 	}
 	if err != nil {
 		return fmt.Errorf("the tables this build writes do not fit the database:\n%w\n(run `%s migrate` if the tables are missing)", err, a.name())

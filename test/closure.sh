@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # make closure: what a team's `go mod tidy` downloads when its module
 # requires the engine. In an empty module cache, two modules are tidied:
-#   team  — a build of its own: a worker with one Go handler, through the
-#           public API (service.New, HandleFunc, Main), the engine taken from
-#           this checkout by a replace directive;
+#   team  — a build of its own: a worker with one Go handler embedded in its
+#           own main (service.New, HandleFunc, NewWorker with its own zap
+#           logger and Prometheus registry) and a handler test written with
+#           effectivelytest; the engine taken from this checkout by a
+#           replace directive;
 #   floor — only franz-go's kgo and pgx's pool: what any Kafka-to-PostgreSQL
 #           worker in Go downloads before a line of its own.
 # It prints, for each, the bytes downloaded (module zips and go.mod files,
@@ -33,16 +35,53 @@ package main
 
 import (
 	"context"
+	"os"
+	"os/signal"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/service"
 )
 
-func main() {
+func newApp() *service.App {
 	app := service.New("billing")
 	app.HandleFunc("invoice.issued", func(context.Context, *handlers.Effects, event.Event) error { return nil })
-	app.Main()
+	return app
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	app := newApp()
+	cfg, err := app.LoadConfig("")
+	if err != nil {
+		panic(err)
+	}
+	w, err := service.NewWorker(app, cfg, service.WorkerOptions{Logger: zap.NewExample(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		panic(err)
+	}
+	_ = w.Run(ctx)
+}
+GO
+cat >"$work/team/main_test.go" <<'GO'
+package main
+
+import (
+	"testing"
+
+	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/effectivelytest"
+)
+
+func TestInvoice(t *testing.T) {
+	kit := effectivelytest.New(t, newApp(), effectivelytest.Options{Topic: "billing"})
+	if res := kit.Apply(kit.CloudEvent("e1", "invoice.issued", "inv-1", 1, nil)); res.Counts[dedupe.Applied] != 1 {
+		t.Fatal(res.Counts)
+	}
 }
 GO
 cat >"$work/floor/go.mod" <<MOD

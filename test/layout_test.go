@@ -6,9 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-io/effectively/internal/pgtest"
@@ -66,20 +68,37 @@ func TestTheEngineNamesNoDomain(t *testing.T) {
 // The engine's migrations alone create only the engine's tables.
 func TestTheEngineMigrationsCreateNoDomainTables(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
+	require.Equal(t, engineTables, tablesOf(t, pgtest.New(t)))
+}
+
+// engineTables are the tables the engine's migrations create: the claims
+// (the partitioned table, the open generation 1 and the next, 2; generation
+// 0, the empty processed_events, is dropped) and the rest, sorted.
+var engineTables = []string{"claim_generation_offsets", "claim_generations", "consumer_offsets", "dead_letter_relay_cursors", "dead_letters", "effectively_claims", "effectively_claims_g1", "effectively_claims_g2",
+	"effectively_schema_version", "effectively_tombstones", "operator_actions",
+	"outbox", "parked_events", "prune_watermarks", "pruned_offsets", "topic_partitions", "topic_strategies"}
+
+// tablesOf lists the tables (and views) of a schema, sorted.
+func tablesOf(t *testing.T, db pgtest.DB) []string {
+	t.Helper()
 	rows, err := db.Pool.Query(context.Background(),
-		`SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`, db.Schema)
+		`SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`, db.Schema)
 	require.NoError(t, err)
-	var names []string
-	for rows.Next() {
-		var n string
-		require.NoError(t, rows.Scan(&n))
-		names = append(names, n)
-	}
-	require.NoError(t, rows.Err())
-	// The claims: the partitioned table, the open generation 1 and the
-	// next, 2 (generation 0, the empty processed_events, is dropped).
-	require.Equal(t, []string{"claim_generation_offsets", "claim_generations", "consumer_offsets", "dead_letter_relay_cursors", "dead_letters", "effectively_claims", "effectively_claims_g1", "effectively_claims_g2",
-		"effectively_schema_version", "effectively_tombstones", "operator_actions",
-		"outbox", "parked_events", "prune_watermarks", "pruned_offsets", "topic_partitions", "topic_strategies"}, names)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return names
+}
+
+// The reference build (the stock binary) migrating a configuration that
+// consumes none of its topics — the orders example's config-only sinks —
+// creates the engine's tables and the sinks' alone: no table of the
+// reference domain.
+func TestSinksOnlyMigrateCreatesNoReferenceTables(t *testing.T) {
+	t.Parallel()
+	migrations, err := filepath.Abs(filepath.Join(exampleDir, "migrations"))
+	require.NoError(t, err)
+	r := newExampleRig(t, 1, migrations) // runs migrate with the example's configuration
+	want := append(slices.Clone(engineTables), "order_events", "orders", "orders_migrations_schema_version")
+	slices.Sort(want)
+	require.Equal(t, want, tablesOf(t, r.db))
 }

@@ -49,7 +49,7 @@ func TestPublicSurfaceIsListed(t *testing.T) {
 			continue
 		}
 		packages++
-		require.Contains(t, publicPackages, rel, "%s is importable from other modules but not one of the public packages: move it under internal/, or add it to publicPackages and the stability note of docs/reference/api.md", path)
+		require.Contains(t, publicPackages, rel, "%s is importable from other modules but not one of the public packages: move it under internal/, or add it to publicPackages and docs/explanation/stability.md", path)
 		lines = append(lines, exported(t, path, dir)...)
 	}
 	require.Equal(t, len(publicPackages), packages, "every public package exists")

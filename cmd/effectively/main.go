@@ -4,7 +4,6 @@
 package main
 
 import (
-	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/examples/accounts/cli"
 	"github.com/effectively-io/effectively/service"
@@ -22,7 +21,10 @@ func newApp() *service.App {
 	app.Version = version
 	accounts.Register(&app.Registry)
 	app.Migrations(accounts.Migrations())
-	app.Defaults(func(c *config.Config) { c.Kafka.Topics = []string{"accounts"} })
+	// The reference domain's topic: the default, and the topic its
+	// handlers are for. Configured to consume only other topics (a team's
+	// config-only sinks), the build leaves the reference domain out.
+	app.Topics("accounts")
 	// The keys of releases before named targets keep working.
 	app.Alias("effects.crm.url", "targets.crm.url")
 	app.Alias("effects.mail.url", "targets.mail.url")

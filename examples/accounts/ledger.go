@@ -72,10 +72,23 @@ func invalidAmount(format string, args ...any) error {
 // ever written twice (a replay after the claim expired inserts nothing).
 // The account exists: the engine parks ledger events until it does, and
 // writes accounts before ledger entries (the foreign key orders them).
+// Each entry inserted adds its amount to its account's balance in the same
+// statement (a running total); an entry that exists adds nothing.
 var LedgerEntries = &handlers.Table{
 	Name:    "ledger_entries",
 	Key:     []string{"event_key"},
 	Columns: []string{"account_id", "currency", "amount_cents", "event_type"},
+	Totals:  []*handlers.Total{Balances},
+}
+
+// Balances is account_balances: per account and currency, the sum of the
+// ledger's entries.
+var Balances = &handlers.Total{
+	Name:   "account_balances",
+	Key:    []string{"account_id", "currency"},
+	Column: "balance_cents",
+	Delta:  "amount_cents",
+	Touch:  []string{"updated_at"},
 }
 
 // validateLedger is the ledger handlers' Validate: an entry with a

@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kzap"
 	"go.uber.org/zap"
+
+	settings "github.com/effectively-io/effectively/consumer"
 )
 
 // DLQSuffix names a source topic's dead-letter topic when no other is
@@ -98,10 +100,10 @@ func (o *RelayOptions) setDefaults() {
 		o.Interval = time.Second
 	}
 	if o.RetryInitial <= 0 {
-		o.RetryInitial = 100 * time.Millisecond
+		o.RetryInitial = settings.RetryInitialDefault
 	}
 	if o.RetryMax <= 0 {
-		o.RetryMax = 30 * time.Second
+		o.RetryMax = settings.RetryMaxDefault
 	}
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 30 * time.Second

@@ -128,7 +128,7 @@ func TableColumns(ctx context.Context, q Querier, table string) (map[string]Colu
 // later than that is past the window in which the producer contract
 // allows redeliveries (upstream.max_retry_horizon).
 var TombstonesPruned = dedupe.PrunedTable{
-	Name:  "effectively_tombstones",
+	Name:  tombstones,
 	Count: `SELECT count(*) FROM effectively_tombstones WHERE deleted_at < $1`,
 	Prune: dedupe.PruneStatement(`
     SELECT table_name, key FROM effectively_tombstones
@@ -140,3 +140,6 @@ var TombstonesPruned = dedupe.PrunedTable{
     WHERE t.table_name = d.table_name AND t.key = d.key
     RETURNING t.key`, false),
 }
+
+// tombstones is the table gated deletes leave their tombstones in.
+const tombstones = "effectively_tombstones"

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	settings "github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/internal/crashpoint"
 	"github.com/effectively-io/effectively/internal/pgtext"
 	"github.com/effectively-io/effectively/internal/redact"
@@ -120,10 +121,10 @@ func NewDispatcher(pool *pgxpool.Pool, opts Options) *Dispatcher {
 		opts.Interval = 500 * time.Millisecond
 	}
 	if opts.RetryInitial <= 0 {
-		opts.RetryInitial = time.Second
+		opts.RetryInitial = settings.RetryInitialDefault
 	}
 	if opts.RetryMax <= 0 {
-		opts.RetryMax = 5 * time.Minute
+		opts.RetryMax = settings.RetryMaxDefault
 	}
 	if opts.MaxRetryAfter <= 0 {
 		opts.MaxRetryAfter = time.Hour

@@ -145,6 +145,10 @@ func (s *sink) declaration() *handlers.Table {
 	if s.cfg.Mode == config.SinkDelete {
 		t.Deletes = true
 	}
+	for _, tt := range s.cfg.Totals {
+		t.Totals = append(t.Totals, &handlers.Total{Name: tt.Table, Key: slices.Clone(tt.Key), KeyFrom: slices.Clone(tt.KeyFrom),
+			Column: tt.Column, Delta: tt.Delta, Touch: slices.Clone(tt.Touch)})
+	}
 	return t
 }
 

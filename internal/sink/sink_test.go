@@ -2,6 +2,7 @@ package sink_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,39 @@ func TestSinkWritesTypedRowsThroughTheVersionGate(t *testing.T) {
 	require.Equal(t, int64(5), db.Count(t, `SELECT count(*) FROM order_events`))
 }
 
+// An insert sink's running total: each distinct event's amount is added
+// once, a redelivery (its row exists) adds nothing, and the start-up check
+// refuses a totals table whose key no unique constraint covers.
+func TestSinkTotals(t *testing.T) {
+	sinks := []config.Sink{{
+		Name: "payments", Types: []string{"payment.received"}, Table: "payments", Mode: config.SinkInsert,
+		Key: []string{"event_key"},
+		Columns: []config.SinkColumn{{Name: "event_key", From: "key"}, {Name: "customer", From: "subject"},
+			{Name: "amount_cents", From: "/amount_cents", Type: "bigint"}},
+		Totals: []config.SinkTotal{{Table: "balances", Key: []string{"customer_id"}, KeyFrom: []string{"customer"},
+			Column: "balance_cents", Delta: "amount_cents", Touch: []string{"updated_at"}}},
+	}}
+	schemaSQL := `
+CREATE TABLE payments (event_key text PRIMARY KEY, customer text NOT NULL, amount_cents bigint NOT NULL);
+CREATE TABLE balances (customer_id text PRIMARY KEY, balance_cents bigint NOT NULL DEFAULT 0, updated_at timestamptz);`
+	db, reg, err := setup(t, schemaSQL, sinks)
+	require.NoError(t, err)
+	pay := func(key, customer string, cents int) event.Event {
+		return event.Event{Type: "payment.received", Key: key, Subject: customer, Data: []byte(fmt.Sprintf(`{"amount_cents": %d}`, cents))}
+	}
+	for _, ev := range []event.Event{pay("p1", "c1", 500), pay("p2", "c1", -120), pay("p1", "c1", 500), pay("p3", "c2", 70)} {
+		require.Equal(t, dedupe.Applied, apply(t, db, reg, "shop", ev).Disposition)
+	}
+	require.Equal(t, int64(380), db.Count(t, `SELECT balance_cents FROM balances WHERE customer_id = 'c1'`))
+	require.Equal(t, int64(70), db.Count(t, `SELECT balance_cents FROM balances WHERE customer_id = 'c2'`))
+	require.Equal(t, int64(3), db.Count(t, `SELECT count(*) FROM payments`))
+
+	_, _, err = setup(t, `
+CREATE TABLE payments (event_key text PRIMARY KEY, customer text NOT NULL, amount_cents bigint NOT NULL);
+CREATE TABLE balances (customer_id text, balance_cents bigint NOT NULL DEFAULT 0, updated_at timestamptz);`, sinks)
+	require.ErrorContains(t, err, "table balances column customer_id: no primary key or unique constraint covers exactly the key")
+}
+
 // A value that does not fit its column dead-letters the event with
 // invalid_payload, naming the sink and the column; nothing of it applies.
 func TestSinkDeadLettersABadValueNamingItsColumn(t *testing.T) {
@@ -195,6 +229,15 @@ func TestSinkConfigValidation(t *testing.T) {
 		{"bad pointer", func(s []config.Sink) { s[0].Columns[2].From = "status" }, "must be a JSON pointer"},
 		{"two writers", func(s []config.Sink) { s[2].Table = "orders"; s[2].Mode = config.SinkUpsert; s[2].Version = "x" }, "another sink writes this table"},
 		{"unknown type", func(s []config.Sink) { s[0].Columns[3].Type = "money" }, "must be one of text, bigint"},
+		{"total of an upsert sink", func(s []config.Sink) {
+			s[0].Totals = []config.SinkTotal{{Table: "t", Key: []string{"id"}, Column: "n", Delta: "qty"}}
+		}, "a total is kept from the rows of an insert sink"},
+		{"total's delta not a column", func(s []config.Sink) {
+			s[2].Totals = []config.SinkTotal{{Table: "t", Key: []string{"order_id"}, Column: "n", Delta: "amount"}}
+		}, "sinks[2].totals[0].delta"},
+		{"total's key not a column", func(s []config.Sink) {
+			s[2].Totals = []config.SinkTotal{{Table: "t", Key: []string{"customer"}, Column: "n", Delta: "kind"}}
+		}, "sinks[2].totals[0].key"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := base
