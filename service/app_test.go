@@ -18,6 +18,7 @@ import (
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
+	"github.com/effectively-io/effectively/internal/status"
 )
 
 // testApp is a small build: one handler, two targets, an older key kept,
@@ -168,7 +169,7 @@ func TestStatusWithNothingReachable(t *testing.T) {
 		"--postgres-url", "postgres://u:p@127.0.0.1:1/db?connect_timeout=2")
 	require.Error(t, err)
 	require.Equal(t, ExitFailure, ExitCode(err))
-	var st GroupStatus
+	var st status.Group
 	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
 	require.Contains(t, st.Kafka, "127.0.0.1:1 (kafka.brokers)")
 	require.Contains(t, st.Kafka, "fix:")

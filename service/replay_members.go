@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/effectively-io/effectively/internal/replay"
+	"github.com/effectively-io/effectively/internal/status"
 )
 
 // memberProbeTimeout bounds the look at a member's admin server.
@@ -69,7 +70,7 @@ func probeMember(ctx context.Context, group string, m replay.Member, adminAddr s
 		return memberProbe{seen: url + " did not answer"}
 	}
 	defer resp.Body.Close()
-	var st WorkerStatus
+	var st status.Worker
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st) != nil {
 		return memberProbe{unidentified: true, seen: fmt.Sprintf("%s answered %s, not as a worker", url, resp.Status)}
 	}

@@ -11,16 +11,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effectively-io/effectively/internal/replay"
+	"github.com/effectively-io/effectively/internal/status"
 )
 
 // The admin probe proves a member runs when a worker at its address
 // answers as that member; nothing it sees proves a member stopped.
 func TestProbeMember(t *testing.T) {
 	t.Parallel()
-	answering := func(body any, status int) string {
+	answering := func(body any, code int) string {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			require.Equal(t, "/status", r.URL.Path)
-			w.WriteHeader(status)
+			w.WriteHeader(code)
 			_ = json.NewEncoder(w).Encode(body)
 		}))
 		t.Cleanup(srv.Close)
@@ -40,9 +41,9 @@ func TestProbeMember(t *testing.T) {
 		unidentified bool
 		seen         string
 	}{
-		{"answers as itself", w0, answering(WorkerStatus{Group: "g", InstanceID: "w0"}, http.StatusOK), true, false, "/status answers as it"},
-		{"another instance of the group", w0, answering(WorkerStatus{Group: "g", InstanceID: "w1"}, http.StatusOK), false, false, `answers as another worker (group g, instance "w1")`},
-		{"the same instance ID in another group", w0, answering(WorkerStatus{Group: "other", InstanceID: "w0"}, http.StatusOK), false, false, "answers as another worker (group other"},
+		{"answers as itself", w0, answering(status.Worker{Group: "g", InstanceID: "w0"}, http.StatusOK), true, false, "/status answers as it"},
+		{"another instance of the group", w0, answering(status.Worker{Group: "g", InstanceID: "w1"}, http.StatusOK), false, false, `answers as another worker (group g, instance "w1")`},
+		{"the same instance ID in another group", w0, answering(status.Worker{Group: "other", InstanceID: "w0"}, http.StatusOK), false, false, "answers as another worker (group other"},
 		{"not a worker (an older build?)", w0, answering("hello", http.StatusNotFound), false, true, "answered 404 Not Found, not as a worker"},
 		{"not JSON of a worker", w0, answering([]int{1}, http.StatusOK), false, true, "not as a worker"},
 		{"refused", w0, refused, false, false, "refused the connection"},

@@ -13,34 +13,11 @@ import (
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/internal/consumer"
 	"github.com/effectively-io/effectively/internal/httpserver"
-	"github.com/effectively-io/effectively/internal/redact"
+	"github.com/effectively-io/effectively/internal/status"
 )
 
-// WorkerStatus is what a worker serves at /status on its admin server: its
-// own view of its membership and partitions, which `effectively status`
-// shows even while PostgreSQL is unreachable.
-type WorkerStatus struct {
-	// Build and Version name the binary.
-	Build   string `json:"build"`
-	Version string `json:"version"`
-	// Group, InstanceID and ClientID identify the member.
-	Group      string `json:"group"`
-	InstanceID string `json:"instance_id,omitempty"`
-	ClientID   string `json:"client_id"`
-	// Joined: the group has assigned the member at least once; Closing: it
-	// is draining after SIGTERM.
-	Joined  bool `json:"joined"`
-	Closing bool `json:"closing"`
-	// Postgres is "ok" or why the worker cannot reach PostgreSQL.
-	Postgres string `json:"postgres"`
-	// Partitions are the member's partitions as it sees them.
-	Partitions []consumer.PartitionStatus `json:"partitions"`
-	// At is when the answer was made.
-	At time.Time `json:"at"`
-}
-
-func (a *App) workerStatus(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, cons *consumer.Consumer) WorkerStatus {
-	st := WorkerStatus{
+func (a *App) workerStatus(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, cons *consumer.Consumer) status.Worker {
+	st := status.Worker{
 		Build: a.name(), Version: buildVersion(a.Version),
 		Group: cfg.Kafka.Group, InstanceID: cfg.Kafka.InstanceID, ClientID: cfg.Kafka.ClientID,
 		Joined: cons.Joined(), Closing: cons.Closing(), Postgres: "ok",
@@ -51,19 +28,8 @@ func (a *App) workerStatus(ctx context.Context, cfg config.Config, pool *pgxpool
 	if err := pool.Ping(pctx); err != nil {
 		st.Postgres = fmt.Sprintf("unreachable at %s: %v", pgAddr(cfg.Postgres.URL), err)
 	}
-	st.redact()
+	st.Redact()
 	return st
-}
-
-// redact hides the credentials of any URL in st's texts. They are redacted
-// where they are made; this is the defence at /status, for an error no one
-// thought could hold a URL, and for an answer `status` reads from a worker
-// of an older version.
-func (st *WorkerStatus) redact() {
-	st.Postgres = redact.Text(st.Postgres)
-	for i := range st.Partitions {
-		st.Partitions[i].Error = redact.Text(st.Partitions[i].Error)
-	}
 }
 
 // readinessChecks decide /readyz. A worker is unready only while it cannot

@@ -27,7 +27,7 @@ import (
 	"github.com/effectively-io/effectively/internal/kafkatest"
 	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/internal/proctest"
-	"github.com/effectively-io/effectively/service"
+	"github.com/effectively-io/effectively/internal/status"
 )
 
 // stackInstance runs the stack script for an instance of the test's own
@@ -148,7 +148,7 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 		lagDuring = gaugeSum(t, httpAddr, "effectively_consumer_lag")
 		return lagDuring >= float64(exp2.Records)
 	})
-	var st service.GroupStatus
+	var st status.Group
 	waitUntil(t, "status shows the partitions retrying", 25*time.Second, func(context.Context) bool {
 		st = r.status(t)
 		return countStates(st, consumer.StateRetrying) > 0
@@ -203,16 +203,16 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 }
 
 // status runs `effectively status --json` with the rig's environment.
-func (r *rig) status(t *testing.T, args ...string) service.GroupStatus {
+func (r *rig) status(t *testing.T, args ...string) status.Group {
 	t.Helper()
 	code, out, stderr := runCmd(t, r.env, append([]string{"status", "--json"}, args...)...)
 	require.Equal(t, 0, code, stderr)
-	var st service.GroupStatus
+	var st status.Group
 	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
 	return st
 }
 
-func countStates(st service.GroupStatus, state string) int {
+func countStates(st status.Group, state string) int {
 	n := 0
 	for _, p := range st.Partitions {
 		if p.State == state {

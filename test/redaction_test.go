@@ -32,7 +32,7 @@ import (
 	"github.com/effectively-io/effectively/examples/accounts"
 	"github.com/effectively-io/effectively/internal/cetest"
 	"github.com/effectively-io/effectively/internal/kafkatest"
-	"github.com/effectively-io/effectively/service"
+	"github.com/effectively-io/effectively/internal/status"
 )
 
 // secret is set, with a suffix per place, in every secret-bearing key: a
@@ -201,7 +201,7 @@ func TestSecretsNeverAppearInFailures(t *testing.T) {
 	// partitionError is the error the worker's /status shows for its
 	// retrying partition.
 	partitionError := func() string {
-		var st service.WorkerStatus
+		var st status.Worker
 		if json.Unmarshal([]byte(get("/status")), &st) != nil || len(st.Partitions) == 0 {
 			return ""
 		}

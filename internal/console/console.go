@@ -23,6 +23,7 @@ import (
 	"github.com/effectively-io/effectively/internal/pipeline"
 	"github.com/effectively-io/effectively/internal/redact"
 	"github.com/effectively-io/effectively/internal/replay"
+	"github.com/effectively-io/effectively/internal/status"
 )
 
 // Prefix is where the console is mounted on the admin server.
@@ -60,8 +61,9 @@ type Options struct {
 	// History is the worker's throughput history; nil when the console runs
 	// outside a worker.
 	History *History
-	// Status is the data of `effectively status`.
-	Status func(ctx context.Context) any
+	// Status are where the overview reads the group's status from (what
+	// `effectively status` prints).
+	Status status.Sources
 	// Redrive is `dlq redrive ID`: re-applies one dead letter.
 	Redrive func(ctx context.Context, id int64) (pipeline.RedriveResult, error)
 	// ReplayPlan is the dry run of `replay`, shown even while the group has

@@ -16,6 +16,7 @@ import (
 	"github.com/effectively-io/effectively/internal/outbox"
 	"github.com/effectively-io/effectively/internal/pipeline"
 	"github.com/effectively-io/effectively/internal/replay"
+	"github.com/effectively-io/effectively/internal/status"
 )
 
 // maxSelected bounds the dead letters one redrive takes.
@@ -27,12 +28,12 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, se *session, stat
 }
 
 type overviewData struct {
-	Status any
+	Status status.Group
 	Chart  Chart
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, se *session) {
-	c.render(w, r, http.StatusOK, "overview", se, "Overview", overviewData{Status: c.opts.Status(r.Context()), Chart: c.opts.History.Chart()})
+	c.render(w, r, http.StatusOK, "overview", se, "Overview", overviewData{Status: status.Read(r.Context(), c.opts.Status, nil), Chart: c.opts.History.Chart()})
 }
 
 type deadLettersData struct {
