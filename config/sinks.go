@@ -265,8 +265,10 @@ func (c Config) validateSinks(v *validator) {
 			if tt.Column == "" {
 				tadd("column", "", "must name the totals table's column that holds the total", "balance_cents")
 			}
-			if _, ok := cols[tt.Delta]; !ok {
+			if dc, ok := cols[tt.Delta]; !ok {
 				tadd("delta", tt.Delta, "must be one of the sink's columns: the value each row adds", "amount_cents, with a column {name: amount_cents, from: /amount_cents, type: bigint}")
+			} else if dc.Optional {
+				tadd("delta", tt.Delta, "is an optional column: a row without it would add nothing, or make the total NULL", "remove optional from column "+tt.Delta)
 			}
 			if len(tt.Key) == 0 {
 				tadd("key", "", "must name the totals table's key columns", "[account_id]")
@@ -279,8 +281,10 @@ func (c Config) validateSinks(v *validator) {
 				from = tt.Key
 			}
 			for _, k := range from {
-				if _, ok := cols[k]; !ok {
+				if kc, ok := cols[k]; !ok {
 					tadd("key", k, "is not one of the sink's columns (name them in key_from when the names differ)", "[account_id] with a sink column named account_id")
+				} else if kc.Optional {
+					tadd("key", k, "is an optional column: a row without it would have no total", "remove optional from column "+k)
 				}
 			}
 		}

@@ -94,6 +94,10 @@ type topicPartition struct {
 // App's configured sinks are registered once.
 func New(t TB, app *service.App, opts Options) *Kit {
 	t.Helper()
+	if app == nil {
+		t.Fatalf("effectivelytest: New needs the build's App (service.New with its handlers)")
+		return nil
+	}
 	if opts.Topic == "" {
 		opts.Topic = "events"
 	}
@@ -106,6 +110,10 @@ func New(t TB, app *service.App, opts Options) *Kit {
 	} else {
 		cfg = config.Default()
 		cfg.Kafka.Topics = []string{opts.Topic}
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("effectivelytest: the configuration would not start a worker: %v", err)
+		return nil
 	}
 	db := pgtest.New(t, servicebridge.SchemaSets(app, cfg)...)
 	cfg.Postgres.URL = db.URL

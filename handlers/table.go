@@ -142,6 +142,18 @@ func (t *Table) validate() error {
 		case !slices.Contains(facts, tt.Delta):
 			return fmt.Errorf("total %s: Delta %q is not a column of table %s", tt.Name, tt.Delta, t.Name)
 		}
+		for _, o := range t.Totals {
+			if o != tt && o != nil && o.Name == tt.Name {
+				return fmt.Errorf("table %s: two Totals of table %s: one statement cannot write a row twice; keep one Total per totals table (a transfer's two sides are two facts)", t.Name, tt.Name)
+			}
+		}
+		named := map[string]bool{tt.Column: true}
+		for _, c := range append(slices.Clone(tt.Key), tt.Touch...) {
+			if c == "" || named[c] {
+				return fmt.Errorf("total %s: column %q is empty or named twice (Key, Column, Touch)", tt.Name, c)
+			}
+			named[c] = true
+		}
 		for i := range tt.Key {
 			if !slices.Contains(facts, tt.from(i)) {
 				return fmt.Errorf("total %s: key column %q is not a column of table %s (set KeyFrom)", tt.Name, tt.from(i), t.Name)
@@ -172,8 +184,10 @@ type resolvedTable struct {
 	vtype string   // SQL type of Version
 	rank  int      // tables with a lower rank are written first
 	sql   statements
-	// totals are the idents of t.Totals' tables, in order.
-	totals []string
+	// totals are the idents of t.Totals' tables, in order, and totalOIDs
+	// their oids.
+	totals    []string
+	totalOIDs []uint32
 }
 
 // CheckTables checks every registered table against the live database —
@@ -309,11 +323,11 @@ func resolveTable(ctx context.Context, q handlerbridge.Querier, t *Table) (*reso
 		return nil, 0, err
 	}
 	for _, tt := range t.Totals {
-		ident, err := resolveTotal(ctx, q, tt, cols)
+		ident, toid, err := resolveTotal(ctx, q, tt, cols)
 		if err != nil {
 			return nil, 0, err
 		}
-		rt.totals = append(rt.totals, ident)
+		rt.totals, rt.totalOIDs = append(rt.totals, ident), append(rt.totalOIDs, toid)
 	}
 	return rt, oid, nil
 }
@@ -333,53 +347,91 @@ func checkUnique(ctx context.Context, q handlerbridge.Querier, oid uint32, table
 	return nil
 }
 
-// numeric are the base types a total and its delta may have.
-var numeric = []string{"bigint", "integer", "smallint", "numeric", "double precision", "real"}
+// integers and exact are the base types a total and its delta may have:
+// sums that do not depend on how the facts were batched (floating point
+// would round differently per batch).
+var (
+	integers = []string{"bigint", "integer", "smallint"}
+	exact    = append(slices.Clone(integers), "numeric")
+)
+
+// timestamps are the types a Touch column may have (it is set to now()).
+var timestamps = []string{"timestamp with time zone", "timestamp without time zone"}
 
 // resolveTotal checks tt's table against the catalog and against its fact
-// table's columns, facts: the key's columns exist with the fact columns'
-// types, a unique constraint covers them, Column and Delta are numeric.
-func resolveTotal(ctx context.Context, q handlerbridge.Querier, tt *Total, facts map[string]handlerbridge.Column) (string, error) {
+// table's columns, facts: the key's columns exist, NOT NULL, with the fact
+// columns' types; a unique constraint covers them; Column and Delta are
+// NOT NULL and exact, and Column holds any sum of Delta without rounding;
+// Touch columns are timestamps. It returns the table's ident and oid.
+func resolveTotal(ctx context.Context, q handlerbridge.Querier, tt *Total, facts map[string]handlerbridge.Column) (string, uint32, error) {
 	cols, ident, oid, err := tableColumns(ctx, q, tt.Name)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if len(cols) == 0 {
-		return "", &handlerbridge.TableError{Table: tt.Name, Reason: "does not exist (or the worker's role cannot see it)",
+		return "", 0, &handlerbridge.TableError{Table: tt.Name, Reason: "does not exist (or the worker's role cannot see it)",
 			Fix: "create the totals table in a migration, or correct the Total's name"}
 	}
 	var errs []error
+	problem := func(table, column, reason, fix string) {
+		errs = append(errs, &handlerbridge.TableError{Table: table, Column: column, Reason: reason, Fix: fix})
+	}
 	for i, k := range tt.Key {
 		col, ok := cols[k]
+		fact := facts[tt.from(i)]
 		switch {
 		case !ok:
-			errs = append(errs, &handlerbridge.TableError{Table: tt.Name, Column: k, Reason: "does not exist",
-				Fix: "add the column in a migration, or correct the Total's Key"})
-		case col.Type != facts[tt.from(i)].Type:
-			errs = append(errs, &handlerbridge.TableError{Table: tt.Name, Column: k,
-				Reason: fmt.Sprintf("is %s where the fact's %s is %s", col.Type, tt.from(i), facts[tt.from(i)].Type),
-				Fix:    "give both columns the same type"})
+			problem(tt.Name, k, "does not exist", "add the column in a migration, or correct the Total's Key")
+		case col.Type != fact.Type:
+			problem(tt.Name, k, fmt.Sprintf("is %s where the fact's %s is %s", col.Type, tt.from(i), fact.Type), "give both columns the same type")
+		case !fact.NotNull:
+			problem("of the facts", tt.from(i), "may be NULL, so a fact would have no total row (the key of total "+tt.Name+")",
+				"make it NOT NULL in a migration")
 		}
 	}
-	if col, ok := cols[tt.Column]; !ok || col.Generated || !slices.Contains(numeric, col.Base) {
-		errs = append(errs, &handlerbridge.TableError{Table: tt.Name, Column: tt.Column, Reason: "is not a writable numeric column",
-			Fix: "add it as bigint or numeric, NOT NULL DEFAULT 0"})
+	delta := facts[tt.Delta]
+	col, ok := cols[tt.Column]
+	switch {
+	case !ok || col.Generated:
+		problem(tt.Name, tt.Column, "is not a writable column", "add it as bigint or numeric NOT NULL DEFAULT 0")
+	case !col.NotNull:
+		problem(tt.Name, tt.Column, "may be NULL (a NULL total never sums again)", "make it NOT NULL DEFAULT 0 in a migration")
+	case !slices.Contains(exact, col.Base):
+		problem(tt.Name, tt.Column, "is "+col.Type+", not an exact number (a sum would depend on how the facts were batched)", "make it bigint or numeric")
+	case slices.Contains(exact, delta.Base) && !holds(col, delta):
+		problem(tt.Name, tt.Column, fmt.Sprintf("is %s, which cannot hold a sum of %s (%s) without rounding", col.Type, tt.Delta, delta.Type),
+			"make it numeric (unconstrained), or of the delta's type")
 	}
-	if !slices.Contains(numeric, facts[tt.Delta].Base) {
-		errs = append(errs, &handlerbridge.TableError{Table: tt.Name, Column: tt.Delta, Reason: "(the delta) is " + facts[tt.Delta].Type + ", not a number",
-			Fix: "make the fact table's delta column bigint or numeric"})
+	switch {
+	case !slices.Contains(exact, delta.Base):
+		problem("of the facts", tt.Delta, "(the delta of total "+tt.Name+") is "+delta.Type+", not an exact number", "make it bigint or numeric")
+	case !delta.NotNull:
+		problem("of the facts", tt.Delta, "(the delta of total "+tt.Name+") may be NULL", "make it NOT NULL in a migration")
 	}
 	for _, c := range tt.Touch {
-		if _, ok := cols[c]; !ok {
-			errs = append(errs, &handlerbridge.TableError{Table: tt.Name, Column: c, Reason: "does not exist",
-				Fix: "add the column in a migration, or remove it from Touch"})
+		if col, ok := cols[c]; !ok || !slices.Contains(timestamps, col.Type) {
+			problem(tt.Name, c, "is not a timestamp column (Touch sets it to now())", "add it as timestamptz, or remove it from Touch")
 		}
 	}
 	if len(errs) > 0 {
-		return "", errors.Join(errs...)
+		return "", 0, errors.Join(errs...)
 	}
 	if err := checkUnique(ctx, q, oid, tt.Name, tt.Key); err != nil {
-		return "", err
+		return "", 0, err
 	}
-	return ident, nil
+	return ident, oid, nil
+}
+
+// holds reports whether a total column of type col holds any sum of deltas
+// of type delta exactly: an integer total sums integer deltas, an
+// unconstrained numeric sums anything exact, a numeric(p,s) total sums
+// deltas of its own type or integers.
+func holds(col, delta handlerbridge.Column) bool {
+	switch {
+	case slices.Contains(integers, col.Base):
+		return slices.Contains(integers, delta.Base)
+	case col.Type == "numeric":
+		return true
+	}
+	return slices.Contains(integers, delta.Base) || delta.Type == col.Type
 }

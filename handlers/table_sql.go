@@ -179,8 +179,10 @@ ON CONFLICT (%s) DO NOTHING`,
 // withTotals makes insert (an insert-once) also add each inserted row's
 // delta to its totals, in the same statement: the rows the insert returns
 // are the facts that did not exist, so a fact adds once however often its
-// event comes. A batch's deltas are summed per total row, whose rows are
-// written in key order (the order concurrent batches lock them in).
+// event comes. A batch's deltas are summed per total row, written in key
+// order. Batches of different partitions (or of two fact tables) that add
+// to the same rows can still deadlock; PostgreSQL detects it and the batch
+// is retried.
 func withTotals(rt *resolvedTable, insert string) string {
 	var returning []string
 	seen := map[string]bool{}
@@ -224,26 +226,40 @@ func withTotals(rt *resolvedTable, insert string) string {
 
 const foreignKeysSQL = `
 SELECT conrelid::int8, confrelid::int8 FROM pg_constraint
-WHERE contype = 'f' AND conrelid = ANY($1::int8[]) AND confrelid = ANY($1::int8[]) AND conrelid <> confrelid`
+WHERE contype = 'f' AND conrelid = ANY($1::int8[]) AND confrelid = ANY($2::int8[]) AND conrelid <> confrelid`
 
 // rankByForeignKeys ranks the tables so that a table is written after the
 // tables it references: an insert-once that references a row upserted in
-// the same batch finds it.
+// the same batch finds it. A table with totals is ranked as if it also
+// referenced what its totals tables reference: its statement writes them.
 func rankByForeignKeys(ctx context.Context, q handlerbridge.Querier, tables []*resolvedTable, oids []uint32) error {
 	ids := make([]int64, len(oids))
 	at := map[int64]int{}
+	stands := map[int64][]int{} // a table's oid, or a totals table's → the tables whose statements write it
 	for i, o := range oids {
 		ids[i] = int64(o)
 		at[int64(o)] = i
+		stands[int64(o)] = append(stands[int64(o)], i)
 	}
-	rows, err := q.Query(ctx, foreignKeysSQL, ids)
+	from := slices.Clone(ids)
+	for i, rt := range tables {
+		for _, o := range rt.totalOIDs {
+			if _, seen := stands[int64(o)]; !seen {
+				from = append(from, int64(o))
+			}
+			stands[int64(o)] = append(stands[int64(o)], i)
+		}
+	}
+	rows, err := q.Query(ctx, foreignKeysSQL, from, ids)
 	if err != nil {
 		return fmt.Errorf("reading the foreign keys between typed-effect tables: %w", err)
 	}
 	refs := make([][]int, len(tables)) // table → tables it references
-	var from, to int64
-	if _, err := pgx.ForEachRow(rows, []any{&from, &to}, func() error {
-		refs[at[from]] = append(refs[at[from]], at[to])
+	var src, dst int64
+	if _, err := pgx.ForEachRow(rows, []any{&src, &dst}, func() error {
+		for _, i := range stands[src] {
+			refs[i] = append(refs[i], at[dst])
+		}
 		return nil
 	}); err != nil {
 		return fmt.Errorf("reading the foreign keys between typed-effect tables: %w", err)

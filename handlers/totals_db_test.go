@@ -96,35 +96,90 @@ func TestTotalsEqualTheSumOfDistinctFacts(t *testing.T) {
 	require.Equal(t, int64(0), db.Count(t, `SELECT count(*) FROM stock WHERE updated_at IS NULL`))
 }
 
-// A Total that does not fit its table is refused at start-up, naming the
-// column and the fix.
+// A Total that does not fit its tables is refused at start-up, naming the
+// column and the fix: what would round, stay NULL, lose facts or stall the
+// partition on its first batch.
 func TestCheckTablesRefusesAMisfitTotal(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, totalsSchema+`
-CREATE TABLE loose (sku text, site int, on_hand text);`)
+CREATE TABLE cents (event_key text PRIMARY KEY, sku text NOT NULL, qty numeric(10,2) NOT NULL, note text);
+CREATE TABLE loose (sku text, site int, on_hand text);
+ALTER TABLE stock ADD COLUMN sku_note text;
+CREATE TABLE rounded (sku text PRIMARY KEY, n integer NOT NULL DEFAULT 0);
+CREATE TABLE keyed (note text PRIMARY KEY, n numeric NOT NULL DEFAULT 0);
+CREATE TABLE nullable (sku text PRIMARY KEY, n bigint);`)
 	require.NoError(t, err)
+	moves := func(tt *handlers.Total) *handlers.Table {
+		return &handlers.Table{Name: "moves", Key: []string{"event_key"}, Columns: []string{"sku", "site", "qty"}, Totals: []*handlers.Total{tt}}
+	}
+	cents := func(tt *handlers.Total) *handlers.Table {
+		return &handlers.Table{Name: "cents", Key: []string{"event_key"}, Columns: []string{"sku", "qty", "note"}, Totals: []*handlers.Total{tt}}
+	}
 	for _, c := range []struct {
-		total *handlers.Total
+		facts *handlers.Table
 		want  string
 	}{
-		{&handlers.Total{Name: "nowhere", Key: []string{"sku", "site"}, Column: "on_hand", Delta: "qty"}, "table nowhere: does not exist"},
-		{&handlers.Total{Name: "loose", Key: []string{"sku", "site"}, Column: "on_hand", Delta: "qty"}, "column site: is integer where the fact's site is text"},
-		{&handlers.Total{Name: "loose", Key: []string{"sku"}, Column: "on_hand", Delta: "qty"}, "column on_hand: is not a writable numeric column"},
-		{&handlers.Total{Name: "stock", Key: []string{"sku"}, Column: "on_hand", Delta: "qty"}, "no primary key or unique constraint covers exactly the key"},
+		{moves(&handlers.Total{Name: "nowhere", Key: []string{"sku", "site"}, Column: "on_hand", Delta: "qty"}), "table nowhere: does not exist"},
+		{moves(&handlers.Total{Name: "loose", Key: []string{"sku", "site"}, Column: "on_hand", Delta: "qty"}), "column site: is integer where the fact's site is text"},
+		{moves(&handlers.Total{Name: "loose", Key: []string{"sku"}, Column: "on_hand", Delta: "qty"}), "column on_hand: may be NULL"},
+		{moves(&handlers.Total{Name: "nullable", Key: []string{"sku"}, Column: "n", Delta: "qty"}), "column n: may be NULL (a NULL total never sums again)"},
+		{moves(&handlers.Total{Name: "stock", Key: []string{"sku"}, Column: "on_hand", Delta: "qty"}), "no primary key or unique constraint covers exactly the key"},
+		{moves(&handlers.Total{Name: "stock", Key: []string{"sku", "site"}, Column: "on_hand", Delta: "qty", Touch: []string{"sku_note"}}), "column sku_note: is not a timestamp column"},
+		{cents(&handlers.Total{Name: "rounded", Key: []string{"sku"}, Column: "n", Delta: "qty"}), "column n: is integer, which cannot hold a sum of qty (numeric(10,2)) without rounding"},
+		{cents(&handlers.Total{Name: "keyed", Key: []string{"note"}, Column: "n", Delta: "qty"}), "column note: may be NULL, so a fact would have no total row"},
 	} {
 		var reg handlers.Registry
-		reg.Table(&handlers.Table{Name: "moves", Key: []string{"event_key"}, Columns: []string{"sku", "site", "qty"}, Totals: []*handlers.Total{c.total}})
+		reg.Table(c.facts)
 		require.ErrorContains(t, handling.Of(&reg).CheckTables(ctx, db.Pool), c.want)
 	}
+	// A numeric(10,2) delta into an unconstrained numeric total is exact.
+	var reg handlers.Registry
+	reg.Table(cents(&handlers.Total{Name: "sku_totals", Key: []string{"product"}, KeyFrom: []string{"sku"}, Column: "qty", Delta: "qty"}))
+	require.NoError(t, handling.Of(&reg).CheckTables(ctx, db.Pool))
 	// Declarations that cannot work panic at registration.
 	for _, bad := range []*handlers.Table{
 		{Name: "moves", Key: []string{"event_key"}, Columns: []string{"sku", "qty"}, Totals: []*handlers.Total{{Name: "stock", Key: []string{"sku", "site"}, Column: "on_hand", Delta: "qty"}}},
 		{Name: "moves", Key: []string{"event_key"}, Columns: []string{"sku", "qty"}, Totals: []*handlers.Total{{Name: "stock", Key: []string{"sku"}, Column: "on_hand", Delta: "amount"}}},
 		{Name: "moves", Key: []string{"event_key"}, Version: "v", Columns: []string{"sku", "qty"}, Totals: []*handlers.Total{{Name: "stock", Key: []string{"sku"}, Column: "on_hand", Delta: "qty"}}},
+		{Name: "moves", Key: []string{"event_key"}, Columns: []string{"sku", "site", "qty"}, Totals: []*handlers.Total{ // one table, two totals
+			{Name: "stock", Key: []string{"sku"}, Column: "on_hand", Delta: "qty"}, {Name: "stock", Key: []string{"site"}, Column: "on_hand", Delta: "qty"}}},
+		{Name: "moves", Key: []string{"event_key"}, Columns: []string{"sku", "qty"}, Totals: []*handlers.Total{ // Touch names the total's column
+			{Name: "stock", Key: []string{"sku"}, Column: "on_hand", Delta: "qty", Touch: []string{"on_hand"}}}},
 	} {
 		var reg handlers.Registry
 		require.Panics(t, func() { reg.Table(bad) })
 	}
+}
+
+// A totals table's foreign keys order the writes too: a fact whose total
+// references a row upserted in the same batch finds it, whatever order the
+// tables were registered in.
+func TestTotalsFollowTheirForeignKeys(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `
+CREATE TABLE acct (id text PRIMARY KEY, version bigint NOT NULL);
+CREATE TABLE entries (event_key text PRIMARY KEY, acct_id text NOT NULL, amt bigint NOT NULL);
+CREATE TABLE tot (acct_id text PRIMARY KEY REFERENCES acct (id), n bigint NOT NULL DEFAULT 0);`)
+	require.NoError(t, err)
+	entries := &handlers.Table{Name: "entries", Key: []string{"event_key"}, Columns: []string{"acct_id", "amt"},
+		Totals: []*handlers.Total{{Name: "tot", Key: []string{"acct_id"}, Column: "n", Delta: "amt"}}}
+	acct := &handlers.Table{Name: "acct", Key: []string{"id"}, Version: "version"}
+	var reg handlers.Registry
+	reg.Table(entries) // before the table its total references
+	reg.Table(acct)
+	require.NoError(t, handling.Of(&reg).CheckTables(ctx, db.Pool))
+	e := handling.NewEffects(handling.Of(&reg).Env(nil, outbox.Expiry{}, nil, 0))
+	e.Begin(handlers.Origin{}, event.Event{Key: "e1"})
+	require.NoError(t, e.Effects().InsertOnce(entries, "e1", "a1", int64(7)))
+	e.Begin(handlers.Origin{}, event.Event{Key: "e0"})
+	require.NoError(t, e.Effects().Upsert(acct, 1, "a1"))
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, e.Flush(ctx, tx))
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, int64(7), db.Count(t, `SELECT n FROM tot WHERE acct_id = 'a1'`))
 }

@@ -74,8 +74,9 @@ func (a *App) Migrations(sets ...schema.Set) {
 
 // Topics names the topics the build's handlers are for; they are
 // kafka.topics' default. A configuration that consumes none of them, and
-// whose sinks take every topic it consumes, runs the build as a config-only
-// sink: its handlers, tables, targets and migrations are left out, so the
+// whose sinks each name their topic and together take every topic it
+// consumes, runs the build as a config-only sink (the worker says so at
+// start-up): its handlers, tables, targets and migrations are left out, so the
 // reference build pointed at a team's sinks creates only the engine's
 // tables and the team's. Any other configuration runs the build's handlers
 // (on whatever topics it names), and a build that names no topics always
@@ -86,9 +87,11 @@ func (a *App) Topics(topics ...string) {
 
 // handlersServe reports whether a worker of cfg runs the build's handlers:
 // unless the build names its topics, cfg consumes none of them, and sinks
-// take every topic cfg consumes.
+// that each name their topic take every topic cfg consumes. A sink without
+// a topic takes every topic's events beside the handlers: it never turns
+// them off.
 func (a *App) handlersServe(cfg config.Config) bool {
-	if len(a.topics) == 0 || len(cfg.Sinks) == 0 {
+	if len(a.topics) == 0 || len(cfg.Sinks) == 0 || slices.ContainsFunc(cfg.Sinks, func(s config.Sink) bool { return s.Topic == "" }) {
 		return true
 	}
 	for _, t := range cfg.Kafka.Topics {
@@ -99,10 +102,9 @@ func (a *App) handlersServe(cfg config.Config) bool {
 	return false
 }
 
-// sinkTakes reports whether a sink takes the events of topic (a sink
-// without a topic takes every topic's).
+// sinkTakes reports whether a sink names topic.
 func sinkTakes(sinks []config.Sink, topic string) bool {
-	return slices.ContainsFunc(sinks, func(s config.Sink) bool { return s.Topic == "" || s.Topic == topic })
+	return slices.ContainsFunc(sinks, func(s config.Sink) bool { return s.Topic == topic })
 }
 
 // registry is the registry a worker of cfg runs: the build's, or, when cfg

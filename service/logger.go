@@ -51,11 +51,31 @@ func (c redactingCore) With(fields []zapcore.Field) zapcore.Core {
 	return redactingCore{c.Core.With(redactFields(fields))}
 }
 
+// Check lets the program's core decide (its level, sampling, hooks, tee
+// branches) on the entry with its message redacted, and writes what it
+// accepted with the fields redacted.
 func (c redactingCore) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if c.Enabled(ent.Level) {
-		return ce.AddCore(ent, c)
+	ent.Message = redact.Text(ent.Message)
+	inner := c.Core.Check(ent, nil)
+	if inner == nil {
+		return ce
 	}
-	return ce
+	return ce.AddCore(ent, checkedWriter{inner})
+}
+
+// checkedWriter writes an entry the program's core has checked, with the
+// fields redacted.
+type checkedWriter struct{ ce *zapcore.CheckedEntry }
+
+func (w checkedWriter) Enabled(zapcore.Level) bool        { return true }
+func (w checkedWriter) With([]zapcore.Field) zapcore.Core { return w }
+func (w checkedWriter) Sync() error                       { return nil }
+func (w checkedWriter) Write(_ zapcore.Entry, fields []zapcore.Field) error {
+	w.ce.Write(redactFields(fields)...)
+	return nil
+}
+func (w checkedWriter) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	return ce.AddCore(ent, w)
 }
 
 func (c redactingCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {

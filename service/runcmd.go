@@ -91,6 +91,13 @@ func (a *App) runWorker(ctx context.Context, w *Worker) error {
 		own := prometheus.NewRegistry()
 		own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		reg, gatherer = own, own
+	} else {
+		// The program's registry outlives the worker: what the worker
+		// registered goes when Run returns, so a new Worker (a retry after
+		// a failed start) registers again.
+		rec := &registered{Registerer: reg}
+		defer rec.unregister()
+		reg = rec
 	}
 	kmetrics := kprom.NewMetrics("effectively_kafka", kprom.Registerer(reg), kprom.Gatherer(gatherer))
 	metrics := engineMetrics(reg)
@@ -126,6 +133,10 @@ func (a *App) runWorker(ctx context.Context, w *Worker) error {
 	applier, err := a.newApplier(ctx, cfg, pool, log, metrics.pipeline, tr)
 	if err != nil {
 		return err
+	}
+	if !a.handlersServe(cfg) {
+		log.Info("this configuration consumes none of the build's topics, and its sinks take every topic it consumes: running as a config-only sink (the build's handlers, tables, targets and migrations are left out)",
+			zap.Strings("build_topics", a.topics), zap.Strings("topics", cfg.Kafka.Topics))
 	}
 	for _, name := range handling.Of(a.registry(cfg)).Targets() {
 		if t := cfg.Targets[name]; t.URL == "" {
@@ -177,7 +188,10 @@ func (a *App) runWorker(ctx context.Context, w *Worker) error {
 	switch {
 	case w.opts.Mux != nil:
 		// The program serves the routes on its own server.
-		httpserver.Mount(w.opts.Mux, gatherer, readinessChecks(pool, cons), hopts)
+		if err := mount(w.opts.Mux, gatherer, readinessChecks(pool, cons), hopts); err != nil {
+			cons.Close()
+			return err
+		}
 	case cfg.HTTP.Addr != "":
 		srv, err = httpserver.New(cfg.HTTP.Addr, gatherer, readinessChecks(pool, cons), log.Named("http"), hopts)
 		if err != nil {
@@ -439,4 +453,51 @@ func wrapTransport(tr *tracing.Tracing) func(http.RoundTripper) http.RoundTrippe
 		return nil
 	}
 	return tr.WrapTransport
+}
+
+// mount registers the worker's routes on a program's mux; a route the mux
+// has already (another worker's) is an error, not a panic.
+func mount(mux *http.ServeMux, gatherer prometheus.Gatherer, checks []httpserver.Check, opts httpserver.Options) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = UsageError(fmt.Errorf("WorkerOptions.Mux: %v; fix: give each Worker a mux of its own (a mux keeps the routes of a Worker that has returned)", r))
+		}
+	}()
+	httpserver.Mount(mux, gatherer, checks, opts)
+	return nil
+}
+
+// registered is a program's Registerer that remembers what the worker
+// registered on it, to unregister it when the worker returns.
+type registered struct {
+	prometheus.Registerer
+	mu         sync.Mutex
+	collectors []prometheus.Collector
+}
+
+func (r *registered) Register(c prometheus.Collector) error {
+	if err := r.Registerer.Register(c); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.collectors = append(r.collectors, c)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *registered) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (r *registered) unregister() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.collectors {
+		r.Registerer.Unregister(c)
+	}
+	r.collectors = nil
 }

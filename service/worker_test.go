@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -33,6 +34,22 @@ func TestWorkerLoggerRedacts(t *testing.T) {
 	}
 	require.NotContains(t, text, "hunter2")
 	require.Contains(t, text, "db:5432", "only the credentials go: %s", text)
+}
+
+// The program's core decides what is written — its level, its sampling,
+// its hooks — as it would for its own lines.
+func TestWorkerLoggerKeepsTheProgramsCore(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	hooked := 0
+	sampled := zapcore.NewSamplerWithOptions(core, time.Hour, 2, 0) // the first 2 of each message, then none
+	log := redactingLogger(zap.New(sampled, zap.Hooks(func(zapcore.Entry) error { hooked++; return nil })))
+	for range 5 {
+		log.Warn("postgres://u:hunter2@db/x is slow")
+		log.Info("below the program's level")
+	}
+	require.Equal(t, 2, logs.Len(), "the sampler's decision")
+	require.Equal(t, "postgres://u:xxxxx@db/x is slow", logs.All()[0].Message)
+	require.Equal(t, 2, hooked, "the program's hooks ran for what was written")
 }
 
 type stringer string
@@ -71,4 +88,54 @@ func TestNewWorkerRefusesWhatWouldFailLater(t *testing.T) {
 	w.started.Store(true) // as if Run had been called
 	err = w.Run(context.Background())
 	require.True(t, strings.Contains(err.Error(), "has run already"), err)
+}
+
+// The reference build leaves its handlers out only for a configuration
+// that consumes none of its topics and whose sinks, each naming its topic,
+// take every topic consumed; anything else keeps them.
+func TestHandlersServeUnlessSinksTakeEveryTopic(t *testing.T) {
+	app := New("ref")
+	app.Topics("accounts")
+	sink := func(topic string) config.Sink { return config.Sink{Name: "s-" + topic, Topic: topic} }
+	for _, c := range []struct {
+		topics []string
+		sinks  []config.Sink
+		serve  bool
+	}{
+		{[]string{"accounts"}, nil, true},
+		{[]string{"prod.accounts"}, nil, true},                                            // a renamed topic, no sinks
+		{[]string{"shop"}, []config.Sink{sink("shop")}, false},                            // the stock binary as a sink
+		{[]string{"shop", "accounts"}, []config.Sink{sink("shop")}, true},                 // one of the build's topics
+		{[]string{"shop", "prod.accounts"}, []config.Sink{sink("shop")}, true},            // a topic no sink takes
+		{[]string{"prod.accounts"}, []config.Sink{sink("prod.accounts"), sink("")}, true}, // a topic-less sink never turns handlers off
+	} {
+		cfg := config.Default()
+		cfg.Kafka.Topics, cfg.Sinks = c.topics, c.sinks
+		require.Equal(t, c.serve, app.handlersServe(cfg), "%v %v", c.topics, c.sinks)
+		require.Equal(t, c.serve, app.registry(cfg) == &app.Registry)
+	}
+	require.True(t, New("team").handlersServe(config.Config{Sinks: []config.Sink{sink("x")}}), "a build that names no topics always runs its handlers")
+}
+
+// A Worker that fails to start (PostgreSQL unreachable) leaves the
+// program's registry as it found it: a retry with a new Worker on the same
+// registry fails the same way instead of panicking on a duplicate metric.
+func TestWorkerRetryAfterAFailedStart(t *testing.T) {
+	app := New("w")
+	cfg := config.Default()
+	cfg.Kafka.Topics = []string{"orders"}
+	cfg.HTTP.Addr = ""
+	cfg.Postgres.URL = "postgres://u:p@127.0.0.1:1/db?connect_timeout=2"
+	reg := prometheus.NewRegistry()
+	before, err := reg.Gather()
+	require.NoError(t, err)
+	for range 2 {
+		w, err := NewWorker(app, cfg, WorkerOptions{Logger: zap.NewNop(), Registerer: reg})
+		require.NoError(t, err)
+		err = w.Run(context.Background())
+		require.ErrorContains(t, err, "127.0.0.1:1")
+		after, err := reg.Gather()
+		require.NoError(t, err)
+		require.Len(t, after, len(before), "the worker's metrics are gone with it")
+	}
 }

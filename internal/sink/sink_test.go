@@ -235,6 +235,10 @@ func TestSinkConfigValidation(t *testing.T) {
 		{"total's delta not a column", func(s []config.Sink) {
 			s[2].Totals = []config.SinkTotal{{Table: "t", Key: []string{"order_id"}, Column: "n", Delta: "amount"}}
 		}, "sinks[2].totals[0].delta"},
+		{"total's delta optional", func(s []config.Sink) {
+			s[2].Columns = append(s[2].Columns, config.SinkColumn{Name: "amount", From: "/amount", Type: "bigint", Optional: true})
+			s[2].Totals = []config.SinkTotal{{Table: "t", Key: []string{"order_id"}, Column: "n", Delta: "amount"}}
+		}, "is an optional column: a row without it would add nothing"},
 		{"total's key not a column", func(s []config.Sink) {
 			s[2].Totals = []config.SinkTotal{{Table: "t", Key: []string{"customer"}, Column: "n", Delta: "kind"}}
 		}, "sinks[2].totals[0].key"},
