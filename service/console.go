@@ -91,8 +91,8 @@ func (c *CLI) consoleReplayPlan(ctx context.Context, group, topic string, from r
 }
 
 // consoleReplayExecute is `replay --execute` (rewind) through the same
-// code: planRewind's checks (no members, no target ahead), then
-// executeRewind (no members again, then replay.Execute). A check that says
+// code: replay.Planner's PlanRewind (no members, no target ahead), then
+// ExecuteRewind (no members again, then replay.Execute). A check that says
 // no is a console.RefusedError.
 func (c *CLI) consoleReplayExecute(ctx context.Context, group, topic string, from replay.From) (replay.Plan, replay.Executed, error) {
 	r, err := newReplayer(ctx, c, topic)
@@ -107,14 +107,14 @@ func (c *CLI) consoleReplayExecute(ctx context.Context, group, topic string, fro
 		}
 		return err
 	}
-	plan, ahead, err := r.planRewind(ctx, group, topic, from)
+	plan, ahead, err := r.planner.PlanRewind(ctx, group, topic, from)
 	switch {
 	case err != nil:
 		return plan, replay.Executed{}, refused(err)
 	case ahead != nil:
 		return plan, replay.Executed{}, &console.RefusedError{Err: ahead}
 	}
-	done, err := r.executeRewind(ctx, plan)
+	done, err := r.planner.ExecuteRewind(ctx, plan)
 	return plan, done, refused(err)
 }
 

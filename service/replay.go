@@ -210,7 +210,7 @@ func (r *replayer) rewind(ctx context.Context, f *replayFlags, from replay.From)
 			return err
 		}
 	}
-	plan, ahead, err := r.planRewind(ctx, f.group, f.topic, from)
+	plan, ahead, err := r.planner.PlanRewind(ctx, f.group, f.topic, from)
 	if err != nil {
 		return err
 	}
@@ -236,7 +236,7 @@ func (r *replayer) rewind(ctx context.Context, f *replayFlags, from replay.From)
 		return refused
 	}
 
-	done, err := r.executeRewind(ctx, plan)
+	done, err := r.planner.ExecuteRewind(ctx, plan)
 	if f.asJSON {
 		out := struct {
 			replay.Plan
@@ -261,38 +261,6 @@ func (r *replayer) rewind(ctx context.Context, f *replayFlags, from replay.From)
 	fmt.Fprintf(r.c.stdout, "Kafka: %d partition(s) committed for group %s\n", len(done.KafkaCommitted), plan.Group)
 	fmt.Fprintf(r.c.stdout, "done: start the workers; they reprocess %d records (re-read events are duplicates and fire nothing again).\n", plan.Records)
 	return nil
-}
-
-// planRewind is a rewind's checks and plan, shared by `replay` and the
-// console: it refuses while the group has members, then plans. ahead is
-// non-nil when explicit offsets ask to move a partition forward (replay only
-// rewinds): the plan is still returned, to be shown, not executed.
-func (r *replayer) planRewind(ctx context.Context, group, topic string, from replay.From) (plan replay.Plan, ahead, err error) {
-	if err := replay.RequireNoMembers(ctx, r.adm, group); err != nil {
-		return replay.Plan{}, nil, err
-	}
-	plan, err = r.planner.Plan(ctx, group, topic, from)
-	if err != nil {
-		return plan, nil, err
-	}
-	if pps := plan.WithAction(replay.ActionAhead); len(pps) > 0 && from.Offsets != nil {
-		parts := make([]string, len(pps))
-		for i, pp := range pps {
-			parts[i] = fmt.Sprintf("partition %d: target %d > current %d", pp.Partition, pp.TargetOffset, pp.CurrentOffset)
-		}
-		ahead = fmt.Errorf("--to-offsets asks to move forward (%s): replay only rewinds; fix: give offsets at or below the current positions", strings.Join(parts, "; "))
-	}
-	return plan, ahead, nil
-}
-
-// executeRewind carries out a planned rewind, shared by `replay --execute`
-// and the console: members may have joined since the plan's check, so it
-// checks again, then moves the positions.
-func (r *replayer) executeRewind(ctx context.Context, plan replay.Plan) (replay.Executed, error) {
-	if err := replay.RequireNoMembers(ctx, r.adm, plan.Group); err != nil {
-		return replay.Executed{}, err
-	}
-	return replay.Execute(ctx, r.pool, r.adm, plan, replay.ExecuteOptions{})
 }
 
 func epochList(m map[int32]int64) string {
