@@ -63,8 +63,12 @@ func (a *App) newConsole(cfg config.Config, log *zap.Logger, pool *pgxpool.Pool,
 	return h, history, nil
 }
 
-// redriveApplier is the pipeline `dlq redrive` re-applies dead letters with.
+// redriveApplier is the pipeline `dlq redrive` re-applies dead letters with:
+// the build's handlers and the configured sinks, as the worker's.
 func (a *App) redriveApplier(cfg config.Config, pool *pgxpool.Pool, log *zap.Logger) (*pipeline.Applier, error) {
+	if _, err := a.registerSinks(cfg); err != nil {
+		return nil, fmt.Errorf("sinks: %w", err)
+	}
 	decoders, err := newDecoders(cfg, log)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/effectively-io/effectively/config"
+	"github.com/effectively-io/effectively/internal/handling"
 )
 
 // A program's own logger hears the worker's lines with the credentials of
@@ -138,4 +139,21 @@ func TestWorkerRetryAfterAFailedStart(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, after, len(before), "the worker's metrics are gone with it")
 	}
+}
+
+// `dlq redrive` (and the console's redrive) re-applies a config-only
+// sink's dead letters with the sink's handler: the pipeline it builds has
+// the configured sinks, not only the build's handlers.
+func TestRedriveHasTheSinks(t *testing.T) {
+	app := New("ref")
+	app.Topics("accounts")
+	cfg := config.Default()
+	cfg.Kafka.Topics = []string{"shop"}
+	cfg.Sinks = []config.Sink{{Name: "orders", Topic: "shop", Types: []string{"order.updated"}, Table: "orders", Mode: config.SinkInsert,
+		Key: []string{"id"}, Columns: []config.SinkColumn{{Name: "id", From: "subject"}}}}
+	require.NoError(t, cfg.Validate())
+	_, err := app.redriveApplier(cfg, nil, zap.NewNop())
+	require.NoError(t, err)
+	_, ok := handling.Of(app.registry(cfg)).Handler("order.updated")
+	require.True(t, ok, "the sink's handler is registered for the redrive")
 }
