@@ -96,19 +96,19 @@ func TestNewWorkerRefusesWhatWouldFailLater(t *testing.T) {
 // take every topic consumed; anything else keeps them.
 func TestHandlersServeUnlessSinksTakeEveryTopic(t *testing.T) {
 	app := New("ref")
-	app.Topics("accounts")
+	app.Topics("billing")
 	sink := func(topic string) config.Sink { return config.Sink{Name: "s-" + topic, Topic: topic} }
 	for _, c := range []struct {
 		topics []string
 		sinks  []config.Sink
 		serve  bool
 	}{
-		{[]string{"accounts"}, nil, true},
-		{[]string{"prod.accounts"}, nil, true},                                            // a renamed topic, no sinks
-		{[]string{"shop"}, []config.Sink{sink("shop")}, false},                            // the stock binary as a sink
-		{[]string{"shop", "accounts"}, []config.Sink{sink("shop")}, true},                 // one of the build's topics
-		{[]string{"shop", "prod.accounts"}, []config.Sink{sink("shop")}, true},            // a topic no sink takes
-		{[]string{"prod.accounts"}, []config.Sink{sink("prod.accounts"), sink("")}, true}, // a topic-less sink never turns handlers off
+		{[]string{"billing"}, nil, true},
+		{[]string{"prod.billing"}, nil, true},                                           // a renamed topic, no sinks
+		{[]string{"shop"}, []config.Sink{sink("shop")}, false},                          // the stock binary as a sink
+		{[]string{"shop", "billing"}, []config.Sink{sink("shop")}, true},                // one of the build's topics
+		{[]string{"shop", "prod.billing"}, []config.Sink{sink("shop")}, true},           // a topic no sink takes
+		{[]string{"prod.billing"}, []config.Sink{sink("prod.billing"), sink("")}, true}, // a topic-less sink never turns handlers off
 	} {
 		cfg := config.Default()
 		cfg.Kafka.Topics, cfg.Sinks = c.topics, c.sinks
@@ -146,7 +146,7 @@ func TestWorkerRetryAfterAFailedStart(t *testing.T) {
 // the configured sinks, not only the build's handlers.
 func TestRedriveHasTheSinks(t *testing.T) {
 	app := New("ref")
-	app.Topics("accounts")
+	app.Topics("billing")
 	cfg := config.Default()
 	cfg.Kafka.Topics = []string{"shop"}
 	cfg.Sinks = []config.Sink{{Name: "orders", Topic: "shop", Types: []string{"order.updated"}, Table: "orders", Mode: config.SinkInsert,
