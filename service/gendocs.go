@@ -45,15 +45,15 @@ func newGenDocsCmd(c *CLI) *cobra.Command {
 		Hidden:      true,
 		Annotations: map[string]string{"config": "none"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return c.app.GenDocs(cmd.Root(), args[0])
+			return c.app.genDocs(cmd.Root(), args[0])
 		},
 	}
 }
 
-// GenDocs writes the reference of the build whose command line is root
+// genDocs writes the reference of the build whose command line is root
 // into dir: cli/ (one page per command), config.md, metrics.md and
 // dead-letter-reasons.md. It replaces what a previous run wrote there.
-func (a *App) GenDocs(root *cobra.Command, dir string) error {
+func (a *App) genDocs(root *cobra.Command, dir string) error {
 	cliDir := filepath.Join(dir, "cli")
 	if err := os.RemoveAll(cliDir); err != nil {
 		return fmt.Errorf("gen-docs: %w", err)
@@ -367,9 +367,9 @@ func (a *App) reasonsPage() []byte {
 	return b.Bytes()
 }
 
-// AllReasons returns every dead-letter reason this build documents: the
+// allReasons returns every dead-letter reason this build documents: the
 // engine's and its own.
-func (a *App) AllReasons() []event.ReasonDoc {
+func (a *App) allReasons() []event.ReasonDoc {
 	out := append(event.ReasonDocs(), handling.Reasons()...)
 	out = append(out, pipeline.Reasons()...)
 	out = append(out, sink.Reasons()...)

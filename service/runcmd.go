@@ -102,7 +102,7 @@ func (a *App) runWorker(ctx context.Context, w *Worker) error {
 	kmetrics := kprom.NewMetrics("effectively_kafka", kprom.Registerer(reg), kprom.Gatherer(gatherer))
 	metrics := engineMetrics(reg)
 	metrics.build.WithLabelValues(buildVersion(a.Version), runtime.Version(), a.name()).Set(1)
-	reasons := a.AllReasons()
+	reasons := a.allReasons()
 	codes := make([]event.Reason, len(reasons))
 	for i, r := range reasons {
 		codes[i] = r.Reason
