@@ -33,6 +33,3 @@ func init() {
 
 // Effects is the handler's view of the batch.
 func (v *engineEffects) Effects() *Effects { return (*Effects)(v) }
-
-// Registry is the registry itself.
-func (v *engineRegistry) Registry() *Registry { return (*Registry)(v) }

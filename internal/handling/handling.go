@@ -95,8 +95,6 @@ type Registry interface {
 	// Wrapped returns a registry with the same registrations whose Handler
 	// wraps every handler it returns (tracing's span per handler call).
 	Wrapped(wrap func(typ string, h handlers.Handler) handlers.Handler) *handlers.Registry
-	// Registry is the registry itself.
-	Registry() *handlers.Registry
 }
 
 // Of is the engine's view of r.

@@ -152,8 +152,7 @@ func (st *Worker) Redact() {
 // port of http.addr) — each within Timeout; a failure is reported in the
 // result, never returned.
 func Read(ctx context.Context, s Sources, workerURLs []string) Group {
-	c := s
-	st := Group{Group: c.Config.Kafka.Group, At: time.Now().UTC(), Kafka: "ok", Postgres: "ok"}
+	st := Group{Group: s.Config.Kafka.Group, At: time.Now().UTC(), Kafka: "ok", Postgres: "ok"}
 	var (
 		wg        sync.WaitGroup
 		stored    = map[string]map[int32]dedupe.Position{}
@@ -163,13 +162,13 @@ func Read(ctx context.Context, s Sources, workerURLs []string) Group {
 	)
 	wg.Go(func() {
 		var err error
-		members, committed, ends, err = kafkaStatus(ctx, c)
+		members, committed, ends, err = kafkaStatus(ctx, s)
 		if err != nil {
 			st.Kafka = err.Error()
 		}
 	})
 	wg.Go(func() {
-		if err := postgresStatus(ctx, c, &st, stored); err != nil {
+		if err := postgresStatus(ctx, s, &st, stored); err != nil {
 			st.Postgres = err.Error()
 		}
 	})
@@ -179,7 +178,7 @@ func Read(ctx context.Context, s Sources, workerURLs []string) Group {
 	for i, m := range members {
 		st.Members[i] = Member{Member: m}
 	}
-	views := workerViews(ctx, c, &st, workerURLs)
+	views := workerViews(ctx, s, &st, workerURLs)
 
 	owners := map[string]string{}
 	for _, m := range members {
@@ -193,7 +192,7 @@ func Read(ctx context.Context, s Sources, workerURLs []string) Group {
 			}
 		}
 	}
-	for _, topic := range c.Config.Kafka.Topics {
+	for _, topic := range s.Config.Kafka.Topics {
 		parts := map[int32]bool{}
 		ends.Each(func(o kadm.ListedOffset) {
 			if o.Topic == topic && o.Partition >= 0 {
@@ -269,14 +268,14 @@ func PartitionKey(topic string, p int32) string { return topic + "/" + strconv.I
 func ptr[T any](v T) *T { return &v }
 
 // kafkaStatus describes the group and lists its committed and end offsets.
-func kafkaStatus(ctx context.Context, c Sources) ([]replay.Member, kadm.OffsetResponses, kadm.ListedOffsets, error) {
+func kafkaStatus(ctx context.Context, s Sources) ([]replay.Member, kadm.OffsetResponses, kadm.ListedOffsets, error) {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	kopts, err := broker.ClientOpts(c.Config.Kafka, c.Logger.Named("kafka"))
+	kopts, err := broker.ClientOpts(s.Config.Kafka, s.Logger.Named("kafka"))
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	cl, err := kgo.NewClient(append(kopts, kgo.WithLogger(kzap.New(c.Logger.Named("kafka"), kzap.Level(kgo.LogLevelError))))...)
+	cl, err := kgo.NewClient(append(kopts, kgo.WithLogger(kzap.New(s.Logger.Named("kafka"), kzap.Level(kgo.LogLevelError))))...)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -284,17 +283,17 @@ func kafkaStatus(ctx context.Context, c Sources) ([]replay.Member, kadm.OffsetRe
 	adm := kadm.NewClient(cl)
 	unreachable := func(what string, err error) error {
 		return fmt.Errorf("cannot read %s from Kafka at %s (kafka.brokers): %w; fix: check the brokers are up, or set kafka.brokers / %s",
-			what, strings.Join(c.Config.Kafka.Brokers, ","), err, config.EnvName("kafka.brokers"))
+			what, strings.Join(s.Config.Kafka.Brokers, ","), err, config.EnvName("kafka.brokers"))
 	}
-	members, err := replay.ActiveMembers(ctx, adm, c.Config.Kafka.Group)
+	members, err := replay.ActiveMembers(ctx, adm, s.Config.Kafka.Group)
 	if err != nil {
 		return nil, nil, nil, unreachable("the group", err)
 	}
-	committed, err := adm.FetchOffsets(ctx, c.Config.Kafka.Group)
+	committed, err := adm.FetchOffsets(ctx, s.Config.Kafka.Group)
 	if err != nil {
 		return members, nil, nil, unreachable("the committed offsets", err)
 	}
-	ends, err := adm.ListCommittedOffsets(ctx, c.Config.Kafka.Topics...)
+	ends, err := adm.ListCommittedOffsets(ctx, s.Config.Kafka.Topics...)
 	if err != nil && len(ends) == 0 {
 		return members, committed, nil, unreachable("the end offsets", err)
 	}
@@ -302,18 +301,18 @@ func kafkaStatus(ctx context.Context, c Sources) ([]replay.Member, kadm.OffsetRe
 }
 
 // postgresStatus reads the stored positions and the counts of what waits.
-func postgresStatus(ctx context.Context, c Sources, st *Group, stored map[string]map[int32]dedupe.Position) error {
+func postgresStatus(ctx context.Context, s Sources, st *Group, stored map[string]map[int32]dedupe.Position) error {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	pool, err := c.Connect(ctx)
+	pool, err := s.Connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	for _, t := range c.Config.Kafka.Topics {
-		pos, err := dedupe.Positions(ctx, pool, c.Config.Kafka.Group, t, nil)
+	for _, t := range s.Config.Kafka.Topics {
+		pos, err := dedupe.Positions(ctx, pool, s.Config.Kafka.Group, t, nil)
 		if err != nil {
-			return c.Unreachable(err)
+			return s.Unreachable(err)
 		}
 		stored[t] = pos
 	}
@@ -340,7 +339,7 @@ func postgresStatus(ctx context.Context, c Sources, st *Group, stored map[string
 // workerViews asks each worker's admin server for its view and returns the
 // partitions they report, by "topic/partition". Without --worker URLs, a
 // member's admin server is its host at the port of http.addr.
-func workerViews(ctx context.Context, c Sources, st *Group, urls []string) map[string]consumer.PartitionStatus {
+func workerViews(ctx context.Context, s Sources, st *Group, urls []string) map[string]consumer.PartitionStatus {
 	type target struct {
 		member int // index in st.Members, or -1
 		url    string
@@ -350,7 +349,7 @@ func workerViews(ctx context.Context, c Sources, st *Group, urls []string) map[s
 		for _, u := range urls {
 			targets = append(targets, target{-1, strings.TrimSuffix(u, "/") + "/status"})
 		}
-	} else if _, port, err := net.SplitHostPort(c.Config.HTTP.Addr); err == nil && port != "0" {
+	} else if _, port, err := net.SplitHostPort(s.Config.HTTP.Addr); err == nil && port != "0" {
 		for i, m := range st.Members {
 			host := strings.TrimPrefix(m.Host, "/")
 			if host == "" {
