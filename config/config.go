@@ -124,6 +124,18 @@ type Postgres struct {
 	// MaxConns is the pool size; 0 sizes it from the owned partitions plus the
 	// dispatcher, relay and pruner.
 	MaxConns int32 `mapstructure:"max_conns"`
+	// AnswerTimeout is how long a worker's connection waits for PostgreSQL
+	// to answer a request before it gives the connection up and makes a
+	// new one (the batch retries). It is what turns a link that takes bytes
+	// and never answers — half-open, a hung server, a silent firewall —
+	// into a reconnect; neither TCP keep-alives nor statement_timeout see
+	// those. 0 (the default) derives it from the session's statement_timeout
+	// (60s unless postgres.url sets one) plus 15s, so that a statement the
+	// server may still legitimately be running is never cut; a value set
+	// here must exceed statement_timeout. Connecting (TCP, TLS and the
+	// start-up) is bounded by connect_timeout in postgres.url, 10s when it
+	// sets none.
+	AnswerTimeout time.Duration `mapstructure:"answer_timeout"`
 	// PasswordFile is a file holding the password (a mounted secret), read
 	// at start-up, so that postgres.url carries none; set one or the other.
 	PasswordFile string `mapstructure:"password_file"`

@@ -773,6 +773,7 @@ var examples = map[string]string{
 	"kafka.topics":               "orders",
 	"kafka.instance_id":          "effectively-0",
 	"postgres.max_conns":         "20",
+	"postgres.answer_timeout":    "75s",
 	"dedupe.generation_interval": "24h",
 }
 

@@ -398,6 +398,9 @@ func (c Config) validatePostgres(v *validator) {
 			v.add("postgres.password_file", f, "is set, and postgres.url carries a password too", "remove the password from postgres.url, or unset postgres.password_file")
 		}
 	}
+	if d := c.Postgres.AnswerTimeout; d != 0 {
+		v.durationBetween("postgres.answer_timeout", d, time.Second, time.Hour, " (0 derives it from statement_timeout)")
+	}
 	if n := c.Postgres.MaxConns; n != 0 && (n < 1 || n > 1000) {
 		v.add("postgres.max_conns", strconv.Itoa(int(n)), "must be 0 (sized from the owned partitions) or between 1 and 1000",
 			setFix("postgres.max_conns", example("postgres.max_conns")))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/internal/broker"
+	"github.com/effectively-io/effectively/internal/deadline"
 	"github.com/effectively-io/effectively/schema"
 )
 
@@ -90,6 +92,14 @@ func openPool(ctx context.Context, pc config.Postgres, partitions int, tracer pg
 	setDefault(rp, "statement_timeout", "60s")
 	setDefault(rp, "idle_in_transaction_session_timeout", "30s")
 	setDefault(rp, "application_name", "effectively")
+	answer, err := answerTimeout(pc.AnswerTimeout, rp["statement_timeout"])
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.AfterNetConnect = deadline.AfterNetConnect(answer, "PostgreSQL (postgres.answer_timeout)", cfg.ConnConfig.AfterNetConnect)
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = connectTimeoutDefault
+	}
 	if pc.MaxConns > 0 {
 		cfg.MaxConns = pc.MaxConns
 	} else {
@@ -108,6 +118,54 @@ func openPool(ctx context.Context, pc config.Postgres, partitions int, tracer pg
 		return nil, postgresUnreachable(pc.URL, err)
 	}
 	return pool, nil
+}
+
+// connectTimeoutDefault bounds a connection's TCP connect, TLS and start-up
+// when postgres.url sets no connect_timeout.
+const connectTimeoutDefault = 10 * time.Second
+
+// answerTimeout is postgres.answer_timeout, or when 0 the session's
+// statement_timeout plus 15 s. A set value must exceed statement_timeout:
+// the server may legitimately take that long to answer.
+func answerTimeout(set time.Duration, statementTimeout string) (time.Duration, error) {
+	st, err := pgDuration(statementTimeout)
+	if err != nil {
+		return 0, fmt.Errorf("postgres.url: statement_timeout %q: %w", statementTimeout, err)
+	}
+	if set == 0 {
+		if st == 0 { // no statement timeout: bound the wait all the same
+			return time.Hour, nil
+		}
+		return st + 15*time.Second, nil
+	}
+	if st != 0 && set <= st {
+		return 0, fmt.Errorf("postgres.answer_timeout (%s) must exceed the session's statement_timeout (%s), or the worker gives up on statements the server is still running; fix: raise %s or unset it (0 derives it)",
+			set, st, config.EnvName("postgres.answer_timeout"))
+	}
+	return set, nil
+}
+
+// pgDuration parses a PostgreSQL time setting: a number of milliseconds,
+// or a number with a unit (ms, s, min, h, d).
+func pgDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := s, "ms"
+	if i >= 0 {
+		num, unit = s[:i], strings.TrimSpace(s[i:])
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, errors.New("want a number of milliseconds or a number with a unit (ms, s, min, h, d)")
+	}
+	per := map[string]time.Duration{"us": time.Microsecond, "ms": time.Millisecond, "s": time.Second, "min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}[unit]
+	if per == 0 {
+		return 0, fmt.Errorf("unknown unit %q (ms, s, min, h, d)", unit)
+	}
+	return time.Duration(f * float64(per)), nil
 }
 
 func setDefault(m map[string]string, k, v string) {

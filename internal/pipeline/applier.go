@@ -124,6 +124,14 @@ type Result struct {
 	Released map[dedupe.Disposition]int
 	// Letters are the batch's own records that were dead-lettered.
 	Letters []LetterRef
+	// Fenced counts the batch's records that another member of the group
+	// had already applied (the partition's stored position was past them):
+	// this member held them after losing the partition (a zombie cut from
+	// the broker, a paused process), or the previous owner's last batch
+	// committed just before the revoke. They were not applied again.
+	Fenced int
+	// Position is the partition's stored position the batch found.
+	Position int64
 }
 
 // Apply implements consumer.Applier.
@@ -174,6 +182,11 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 	}
 	a.opts.Metrics.record(b.Topic, res)
 	a.logLetters(res.Letters)
+	if res.Fenced > 0 {
+		a.log.Info("records already applied by another member were not applied again (fenced by the partition's stored position)",
+			zap.String("topic", b.Topic), zap.Int32("partition", b.Partition), zap.Int64("first_offset", b.Records[0].Offset),
+			zap.Int64("stored_position", res.Position), zap.Int("fenced", res.Fenced))
+	}
 	return res, nil
 }
 
@@ -272,11 +285,13 @@ func (a *Applier) apply(ctx context.Context, tx pgx.Tx, b consumer.Batch, items 
 	// Records below the stored position were applied by another member:
 	// the partition's new owner if this member is a zombie, or the previous
 	// owner whose last batch committed just before the revoke.
+	fenced := 0
 	for len(items) > 0 && items[0].rec.Offset < stored {
 		items = items[1:]
+		fenced++
 	}
 	if len(items) == 0 {
-		return Result{}, nil
+		return Result{Fenced: fenced, Position: stored}, nil
 	}
 
 	if err := a.claim(ctx, tx, b, items); err != nil {
@@ -299,7 +314,7 @@ func (a *Applier) apply(ctx context.Context, tx pgx.Tx, b consumer.Batch, items 
 	rec := &pgx.Batch{}
 	var keys []string
 	var disps []dedupe.Disposition
-	res := Result{Counts: map[dedupe.Disposition]int{}, DeadLetters: map[event.Reason]int{}, Released: map[dedupe.Disposition]int{}}
+	res := Result{Counts: map[dedupe.Disposition]int{}, DeadLetters: map[event.Reason]int{}, Released: map[dedupe.Disposition]int{}, Fenced: fenced, Position: stored}
 	inBatch := make(map[string]*item, len(items))
 	for _, it := range items {
 		if it.claimed {

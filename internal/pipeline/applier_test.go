@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap/zaptest"
@@ -192,4 +193,75 @@ func TestClaimsGenerationIsReadWithoutAnotherConnection(t *testing.T) {
 	apply(1)
 	require.Equal(t, int64(2*partitions*20), db.Count(t, `SELECT count(*) FROM effectively_claims`))
 	require.Equal(t, int64(partitions*20), db.Count(t, `SELECT count(*) FROM effectively_claims WHERE generation > $1`, closed), "the second round went into the open generation")
+}
+
+// A member that lost its partition but not its database link (a zombie
+// cut from the broker) applies its held records late: those the new owner
+// already applied are fenced by the partition's stored position — not
+// applied again, not even claimed as duplicates — and counted; the rest
+// apply once; the position never moves back.
+func TestZombieBatchIsFencedByThePosition(t *testing.T) {
+	t.Parallel()
+	db, owner := setup(t)
+	reg := prometheus.NewRegistry()
+	zombie := pipeline.NewApplier(db.Pool, zombieOptions(t, reg))
+	var recs []*kgo.Record
+	for i := range 10 {
+		r := thing(fmt.Sprintf("z%d", i), fmt.Sprintf("t%d", i), map[string]any{"color": "red"})
+		r.Offset = int64(i)
+		recs = append(recs, r)
+	}
+	batch := func(rs []*kgo.Record) consumer.Batch {
+		return consumer.Batch{Group: "g", Topic: topic, Partition: 0, Records: rs}
+	}
+	position := func() int64 {
+		return db.Count(t, `SELECT next_offset FROM consumer_offsets WHERE consumer_group = 'g' AND topic = $1`, topic)
+	}
+	res, err := owner.ApplyBatch(context.Background(), batch(recs[0:6]))
+	require.NoError(t, err)
+	require.Equal(t, 0, res.Fenced)
+	require.Equal(t, map[dedupe.Disposition]int{dedupe.Applied: 6}, res.Counts)
+
+	res, err = zombie.ApplyBatch(context.Background(), batch(recs[3:10]))
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Fenced, "offsets 3-5 were the owner's")
+	require.Equal(t, map[dedupe.Disposition]int{dedupe.Applied: 4}, res.Counts, "not even claimed again")
+	require.Equal(t, int64(10), position())
+
+	res, err = zombie.ApplyBatch(context.Background(), batch(recs[0:3]))
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Fenced)
+	require.Empty(t, res.Counts)
+	require.Equal(t, int64(10), position(), "a late batch never moves the position back")
+	require.Equal(t, int64(10), db.Count(t, `SELECT count(*) FROM things`))
+	require.Equal(t, int64(10), db.Count(t, `SELECT count(*) FROM effectively_claims`), "one claim per event")
+	require.Equal(t, 6.0, counterValue(t, reg, "effectively_fenced_records_total"))
+}
+
+func zombieOptions(t *testing.T, reg *prometheus.Registry) pipeline.Options {
+	t.Helper()
+	dec, err := event.NewDecoder(event.DecoderConfig{Topic: topic})
+	require.NoError(t, err)
+	var h handlers.Registry
+	h.HandleFunc("thing.set", func(_ context.Context, fx *handlers.Effects, ev event.Event) error {
+		fx.Exec(nil, `INSERT INTO things (id, color) VALUES ($1, 'red') ON CONFLICT (id) DO NOTHING`, ev.Subject)
+		return nil
+	})
+	return pipeline.Options{Decoders: map[string]*event.Decoder{topic: dec}, Handlers: &h, Logger: zaptest.NewLogger(t), Metrics: pipeline.NewMetrics(reg)}
+}
+
+// counterValue is the sum of the counter family name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }

@@ -14,6 +14,7 @@ type Metrics struct {
 	events       *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
 	isolated     *prometheus.CounterVec
+	fenced       *prometheus.CounterVec
 	parked       prometheus.Gauge
 	parkedOldest prometheus.Gauge
 }
@@ -33,6 +34,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "effectively_isolated_batches_total",
 			Help: "Batches redone one event at a time because a statement failed.",
 		}, []string{"topic"}),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "effectively_fenced_records_total",
+			Help: "Records a batch held that another member had already applied (the partition's stored position was past them), not applied again: a zombie's late work, refused.",
+		}, []string{"topic"}),
 	}
 	m.parked = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "effectively_parked_events",
@@ -42,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "effectively_parked_oldest_seconds",
 		Help: "Age of the oldest event waiting for a prerequisite, as of the last sweep (0 when none is parked).",
 	})
-	reg.MustRegister(m.events, m.deadLetters, m.isolated, m.parked, m.parkedOldest)
+	reg.MustRegister(m.events, m.deadLetters, m.isolated, m.fenced, m.parked, m.parkedOldest)
 	return m
 }
 
@@ -61,6 +66,7 @@ func (m *Metrics) InitTopic(topic string, reasons []event.Reason) {
 		m.deadLetters.WithLabelValues(topic, string(r))
 	}
 	m.isolated.WithLabelValues(topic)
+	m.fenced.WithLabelValues(topic)
 }
 
 func (m *Metrics) record(topic string, r Result) {
@@ -75,6 +81,9 @@ func (m *Metrics) record(topic string, r Result) {
 	}
 	if r.Isolated {
 		m.isolated.WithLabelValues(topic).Inc()
+	}
+	if r.Fenced > 0 {
+		m.fenced.WithLabelValues(topic).Add(float64(r.Fenced))
 	}
 }
 
