@@ -62,6 +62,15 @@ load 1m
 eval instant at 5m (EXPR) * 0 + 1
   {` + w + `, topic="t", partition="0"} 1
 `},
+		{"EffectivelyDependencyDown", `
+load 1m
+  effectively_dependency_up{` + w + `, instance="effectively-0", dependency="postgres"} 1 0x9
+  effectively_dependency_up{` + w + `, instance="effectively-0", dependency="kafka"} 1x10
+  effectively_dependency_up{` + w + `, instance="effectively-1", dependency="postgres"} 1x10
+
+eval instant at 5m (EXPR) * 0 + 1
+  {` + w + `, instance="effectively-0", dependency="postgres"} 1
+`},
 		{"EffectivelyPartitionStopped", `
 load 1m
   effectively_partition_state{` + w + `, instance="effectively-0", topic="t", partition="0", state="stopped"} 1x10

@@ -262,8 +262,9 @@ type workerMetrics struct {
 	consumer *consumer.Metrics
 	pipeline *pipeline.Metrics
 	outbox   *outbox.Metrics
-	pruner   prunerMetrics
-	build    *prometheus.GaugeVec
+	pruner       prunerMetrics
+	build        *prometheus.GaugeVec
+	dependencies *prometheus.GaugeVec
 }
 
 // engineMetrics registers every metric family of the engine on reg.
@@ -273,7 +274,8 @@ func engineMetrics(reg prometheus.Registerer) workerMetrics {
 		pipeline: pipeline.NewMetrics(reg),
 		outbox:   outbox.NewMetrics(reg),
 		pruner:   newPrunerMetrics(reg),
-		build:    buildInfoMetric(reg),
+		build:        buildInfoMetric(reg),
+		dependencies: dependencyMetric(reg),
 	}
 }
 

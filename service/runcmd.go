@@ -184,16 +184,18 @@ func (a *App) runWorker(ctx context.Context, w *Worker) error {
 			return a.workerStatus(ctx, cfg, pool, cons)
 		},
 	}
+	deps := newDependencies(metrics.dependencies, log,
+		dependency{"postgres", pool.Ping}, dependency{"kafka", cons.Ping})
 	var srv *httpserver.Server
 	switch {
 	case w.opts.Mux != nil:
 		// The program serves the routes on its own server.
-		if err := mount(w.opts.Mux, gatherer, readinessChecks(pool, cons), hopts); err != nil {
+		if err := mount(w.opts.Mux, gatherer, readinessChecks(deps, cons), hopts); err != nil {
 			cons.Close()
 			return err
 		}
 	case cfg.HTTP.Addr != "":
-		srv, err = httpserver.New(cfg.HTTP.Addr, gatherer, readinessChecks(pool, cons), log.Named("http"), hopts)
+		srv, err = httpserver.New(cfg.HTTP.Addr, gatherer, readinessChecks(deps, cons), log.Named("http"), hopts)
 		if err != nil {
 			cons.Close()
 			return fmt.Errorf("http.addr %s: %w; fix: free the port or set http.addr / %s", cfg.HTTP.Addr, err, config.EnvName("http.addr"))
@@ -235,7 +237,7 @@ func (a *App) runWorker(ctx context.Context, w *Worker) error {
 	}
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	background := []func(context.Context) error{sweeper.Run, relay.Run, pruner.Run}
+	background := []func(context.Context) error{deps.Run, sweeper.Run, relay.Run, pruner.Run}
 	if history != nil {
 		background = append(background, history.Run)
 	}

@@ -32,17 +32,18 @@ func (a *App) workerStatus(ctx context.Context, cfg config.Config, pool *pgxpool
 	return st
 }
 
-// readinessChecks decide /readyz. A worker is unready only while it cannot
-// be a working member at all: before it has joined the group (a rollout
-// waits for the new pod to hold partitions before stopping the next one)
-// and while it drains after SIGTERM. PostgreSQL's reachability and the
-// partitions' retries and stops are advisory: reported in the body, not
-// failing the probe. They hit every pod at once (one database), so failing
-// readiness for them would mark the whole StatefulSet unready during a
-// blip, block rollouts and PodDisruptionBudgets, and fix nothing: the
-// partitions retry by themselves, and a stopped one needs an operator.
-// Alerts on effectively_partition_state cover them.
-func readinessChecks(pool *pgxpool.Pool, cons *consumer.Consumer) []httpserver.Check {
+// readinessChecks decide /readyz. A worker is unready while it cannot be a
+// working member: before it has joined the group (a rollout waits for the
+// new pod to hold partitions before stopping the next one), while it
+// drains after SIGTERM, and while PostgreSQL or the broker has not answered
+// its probes for a few seconds (dependencies.go) — a member cut from either
+// applies nothing, whatever its partitions' state says, and says so until
+// the link heals. The partitions' retries and stops are advisory: reported
+// in the body, not failing the probe (a stopped partition needs an
+// operator, not a restart; alerts on effectively_partition_state cover
+// them). Kubernetes scrapes and Prometheus' endpoint discovery keep
+// reaching an unready pod, so its metrics still tell the story.
+func readinessChecks(deps *dependencies, cons *consumer.Consumer) []httpserver.Check {
 	return []httpserver.Check{
 		{Name: "group", Func: func(context.Context) error {
 			switch {
@@ -53,7 +54,8 @@ func readinessChecks(pool *pgxpool.Pool, cons *consumer.Consumer) []httpserver.C
 			}
 			return nil
 		}},
-		{Name: "postgres", Advisory: true, Func: func(ctx context.Context) error { return pool.Ping(ctx) }},
+		{Name: "postgres", Func: func(context.Context) error { return deps.check("postgres") }},
+		{Name: "kafka", Func: func(context.Context) error { return deps.check("kafka") }},
 		{Name: "partitions", Advisory: true, Func: func(context.Context) error {
 			var retrying, stopped []string
 			for _, p := range cons.Status() {

@@ -66,6 +66,20 @@ func freePort(t *testing.T) int {
 	return proctest.FreePort(t)
 }
 
+// dependencyUp is effectively_dependency_up{dependency=name} at addr.
+func dependencyUp(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	for _, m := range scrape(t, addr)["effectively_dependency_up"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "dependency" && l.GetValue() == name {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no effectively_dependency_up{dependency=%q} at %s", name, addr)
+	return 0
+}
+
 // counter sums a counter family from a worker's /metrics.
 func counter(t *testing.T, addr, name string) float64 {
 	t.Helper()
@@ -91,11 +105,11 @@ func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 // PostgreSQL stopped for 30 s while records keep arriving: the worker
 // retries with backoff while its partitions are paused, dead-letters
 // nothing, and afterwards every event has exactly one effect. Meanwhile
-// the operator's tools stay true: /readyz stays 200 (a database blip must
-// not take every pod out) and names the fault, `status` says PostgreSQL is
-// unreachable and shows the partitions retrying with cause
-// postgres_unavailable, and effectively_consumer_lag keeps rising though no
-// batch commits; after the outage both recover.
+// the operator's tools stay true: /readyz turns 503 and names PostgreSQL,
+// effectively_dependency_up{dependency="postgres"} falls to 0, `status`
+// says PostgreSQL is unreachable and shows the partitions retrying with
+// cause postgres_unavailable, and effectively_consumer_lag keeps rising
+// though no batch commits; after the outage all of them recover.
 func TestPostgresOutageLosesNothing(t *testing.T) {
 	t.Parallel()
 	port, stack := ownPostgres(t)
@@ -137,9 +151,10 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 	waitUntil(t, "/readyz reports the outage", 25*time.Second, func(context.Context) bool {
 		code, body := readyz(t, httpAddr)
 		during = body
-		require.Equal(t, http.StatusOK, code, "a database outage must not make the worker unready: %s", body)
-		return strings.Contains(body, "postgres_unavailable")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "postgres") && strings.Contains(body, "unreachable")
 	})
+	require.Zero(t, dependencyUp(t, httpAddr, "postgres"), "effectively_dependency_up says the database is down")
+	require.Equal(t, 1.0, dependencyUp(t, httpAddr, "kafka"), "and only the database")
 	// Nothing commits while the database is down, yet the lag rises to
 	// cover the second workload: it is recomputed from the broker's end
 	// offsets on a timer, not after a batch.
@@ -189,6 +204,11 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 		return gaugeSum(t, httpAddr, "effectively_consumer_lag") == 0
 	})
 	require.Zero(t, stateGauges(t, httpAddr, "retrying"))
+	waitUntil(t, "/readyz ready again", 30*time.Second, func(context.Context) bool {
+		code, _ := readyz(t, httpAddr)
+		return code == http.StatusOK
+	})
+	require.Equal(t, 1.0, dependencyUp(t, httpAddr, "postgres"))
 	retries := counter(t, httpAddr, "effectively_batch_retries_total")
 	w.signal(t, syscall.SIGTERM)
 	require.Equal(t, 0, w.wait(t, time.Minute))
@@ -254,6 +274,29 @@ func ownKafka(t *testing.T) (brokers []string, stackCmd func(args ...string)) {
 	stackCmd = stackInstance(t, "kafka", "kafka-"+port, "EFFECTIVELY_KAFKA_PORT="+port,
 		"EFFECTIVELY_KAFKA_CONTROLLER_PORT="+strconv.Itoa(freePort(t)), "EFFECTIVELY_KAFKA_HEAP=384m")
 	return []string{"127.0.0.1:" + port}, stackCmd
+}
+
+// ownKafkaProxied starts a broker of the test's own with one listener per client, each reached through its own link of lab.
+// Listener C<i> listens on a port of its own and advertises its link's
+// address, so the broker's metadata sends client i back through link i for
+// every connection it opens. admin is the plain listener, direct.
+func ownKafkaProxied(t *testing.T, lab *netLab, clients int) (admin []string, perClient [][]string, links []*link, stackCmd func(args ...string)) {
+	t.Helper()
+	port := strconv.Itoa(freePort(t))
+	extra := make([]string, 0, clients)
+	for i := range clients {
+		listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
+		k := lab.linkOn(t, fmt.Sprintf("kafka-%s-c%d", port, i), "127.0.0.1:"+strconv.Itoa(freePort(t)), listen)
+		_, advertised, _ := strings.Cut(k.Addr, ":")
+		_, listenPort, _ := strings.Cut(listen, ":")
+		extra = append(extra, fmt.Sprintf("C%d:%s:%s", i, listenPort, advertised))
+		perClient = append(perClient, []string{k.Addr})
+		links = append(links, k)
+	}
+	stackCmd = stackInstance(t, "kafka", "kafka-"+port, "EFFECTIVELY_KAFKA_PORT="+port,
+		"EFFECTIVELY_KAFKA_CONTROLLER_PORT="+strconv.Itoa(freePort(t)), "EFFECTIVELY_KAFKA_HEAP=384m",
+		"EFFECTIVELY_KAFKA_EXTRA_LISTENERS="+strings.Join(extra, " "))
+	return []string{"127.0.0.1:" + port}, perClient, links, stackCmd
 }
 
 // The broker restarted while the worker runs and records keep arriving:
