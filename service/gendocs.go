@@ -259,9 +259,9 @@ func collectedKind(c prometheus.Collector) string {
 // registers; the reference (gen-docs) registers the same through this one
 // function.
 type workerMetrics struct {
-	consumer *consumer.Metrics
-	pipeline *pipeline.Metrics
-	outbox   *outbox.Metrics
+	consumer     *consumer.Metrics
+	pipeline     *pipeline.Metrics
+	outbox       *outbox.Metrics
 	pruner       prunerMetrics
 	build        *prometheus.GaugeVec
 	dependencies *prometheus.GaugeVec
@@ -270,10 +270,10 @@ type workerMetrics struct {
 // engineMetrics registers every metric family of the engine on reg.
 func engineMetrics(reg prometheus.Registerer) workerMetrics {
 	return workerMetrics{
-		consumer: consumer.NewMetrics(reg),
-		pipeline: pipeline.NewMetrics(reg),
-		outbox:   outbox.NewMetrics(reg),
-		pruner:   newPrunerMetrics(reg),
+		consumer:     consumer.NewMetrics(reg),
+		pipeline:     pipeline.NewMetrics(reg),
+		outbox:       outbox.NewMetrics(reg),
+		pruner:       newPrunerMetrics(reg),
 		build:        buildInfoMetric(reg),
 		dependencies: dependencyMetric(reg),
 	}
