@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
@@ -124,4 +126,50 @@ func (d *dependencies) check(name string) error {
 		return nil
 	}
 	return fmt.Errorf("unreachable for %s: %w", time.Since(s.since).Round(time.Second), s.lastError)
+}
+
+// pgProbe pings PostgreSQL on a connection of its own, kept open between
+// probes, so that a probe costs one round trip and never waits behind the
+// pool's batches or for a new connection's handshake (seconds over a slow
+// link, which is not a cut). A failed probe drops the connection; the next
+// one connects again.
+type pgProbe struct {
+	cfg  *pgx.ConnConfig
+	mu   sync.Mutex
+	conn *pgx.Conn
+}
+
+func newPGProbe(pool *pgxpool.Pool) *pgProbe {
+	return &pgProbe{cfg: pool.Config().ConnConfig.Copy()}
+}
+
+// Ping is the probe.
+func (p *pgProbe) Ping(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil || p.conn.IsClosed() {
+		conn, err := pgx.ConnectConfig(ctx, p.cfg)
+		if err != nil {
+			return err
+		}
+		p.conn = conn
+	}
+	if err := p.conn.Ping(ctx); err != nil {
+		_ = p.conn.Close(context.WithoutCancel(ctx))
+		p.conn = nil
+		return err
+	}
+	return nil
+}
+
+// Close closes the probe's connection.
+func (p *pgProbe) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = p.conn.Close(ctx)
+		p.conn = nil
+	}
 }

@@ -184,8 +184,10 @@ func (a *App) runWorker(ctx context.Context, w *Worker) error {
 			return a.workerStatus(ctx, cfg, pool, cons)
 		},
 	}
+	probe := newPGProbe(pool)
+	defer probe.Close()
 	deps := newDependencies(metrics.dependencies, log,
-		dependency{"postgres", pool.Ping}, dependency{"kafka", cons.Ping})
+		dependency{"postgres", probe.Ping}, dependency{"kafka", cons.Ping})
 	var srv *httpserver.Server
 	switch {
 	case w.opts.Mux != nil:

@@ -54,6 +54,7 @@ type chaosProfile struct {
 	pauses                     int
 	rebalances                 int // at least this many observed
 	poisonEvery, bellEvery     int // one poison record, one doorbell per this many records
+	network                    int // injections of each network fault kind (netKinds)
 	guard                      time.Duration
 }
 
@@ -61,7 +62,28 @@ var chaosProfiles = map[string]chaosProfile{
 	"short": {name: "short", events: 20_000, accounts: 400, partitions: 6, workers: 3, rate: 700, interval: 2500 * time.Millisecond,
 		kills: 6, joins: 1, brokerRestarts: 1, pgRestarts: 0, pauses: 0, poisonEvery: 400, bellEvery: 100, guard: 5 * time.Minute},
 	"default": {name: "default", events: 200_000, accounts: 4000, partitions: 6, workers: 3, rate: 1000, interval: 2500 * time.Millisecond,
-		kills: 32, joins: 8, brokerRestarts: 2, pgRestarts: 2, pauses: 1, rebalances: 20, poisonEvery: 400, bellEvery: 100, guard: 20 * time.Minute},
+		kills: 32, joins: 8, brokerRestarts: 2, pgRestarts: 2, pauses: 1, rebalances: 20, poisonEvery: 400, bellEvery: 100, network: 1, guard: 25 * time.Minute},
+	// network: every kind of network fault (netKinds) five times, with
+	// SIGKILLs mixed in; the rate is low enough that the records last the
+	// whole schedule (a minute of latency is five minutes in all).
+	"network": {name: "network", events: 150_000, accounts: 3000, partitions: 6, workers: 3, rate: 190, interval: 2 * time.Second,
+		kills: 12, joins: 2, brokerRestarts: 0, pgRestarts: 0, pauses: 0, rebalances: 10, poisonEvery: 400, bellEvery: 100, network: 5, guard: 45 * time.Minute},
+}
+
+// The network faults, each on one link of one worker (its own listener of
+// the broker, its own PostgreSQL link) or on a target's link, through
+// toxiproxy (netlab_test.go).
+var netKinds = []string{
+	"zombie",          // the worker's broker link cut or half-open until its session expires; its database link kept, slowed
+	"commit-answer",   // PostgreSQL's answer to COMMIT dropped (connection closed, or held silent)
+	"outbox-answer",   // a target's answers dropped after it received the request
+	"kafka-answer",    // the broker's answers dropped (offset commits, fetches, the relay's transactions)
+	"halfopen-kafka",  // the worker's broker link takes bytes and answers nothing
+	"halfopen-pg",     // the worker's database link takes bytes and answers nothing
+	"halfopen-target", // a target's link takes bytes and answers nothing
+	"cut-pg",          // the worker cut from PostgreSQL, not from the broker
+	"cut-target",      // a target cut, nothing else
+	"latency",         // 500 ± 300 ms each way on every link, for a minute
 }
 
 // The kinds of kill the schedule deals out.
@@ -169,11 +191,13 @@ func chaosSource(t *testing.T, exp workload.Expected) string {
 // fleet runs worker processes in slots and restarts each one that ends,
 // counting how it ended.
 type fleet struct {
-	t    *testing.T
-	env  []string
-	mu   sync.Mutex
-	slot []*proc
-	arm  []string // the crash point the slot's next process gets
+	t   *testing.T
+	env []string
+	// slotEnv is added to env for slot i's processes: its own links.
+	slotEnv [][]string
+	mu      sync.Mutex
+	slot    []*proc
+	arm     []string // the crash point the slot's next process gets
 	// ended: every process that ended, for the figures.
 	kills       map[string]int
 	cleanStops  int
@@ -184,8 +208,9 @@ type fleet struct {
 	wg          sync.WaitGroup
 }
 
-func newFleet(t *testing.T, env []string, n int) *fleet {
-	f := &fleet{t: t, env: env, slot: make([]*proc, n), arm: make([]string, n), kills: map[string]int{}, settling: map[*proc]bool{}}
+func newFleet(t *testing.T, env []string, slotEnv [][]string) *fleet {
+	n := len(slotEnv)
+	f := &fleet{t: t, env: env, slotEnv: slotEnv, slot: make([]*proc, n), arm: make([]string, n), kills: map[string]int{}, settling: map[*proc]bool{}}
 	for i := range n {
 		f.slot[i] = f.start(i)
 	}
@@ -200,7 +225,7 @@ func (f *fleet) start(i int) *proc {
 		extra = append(extra, crashpoint.EnvVar+"="+f.arm[i])
 		f.arm[i] = ""
 	}
-	return start(f.t, append(append([]string{}, f.env...), extra...), "run")
+	return start(f.t, append(append(append([]string{}, f.env...), f.slotEnv[i]...), extra...), "run")
 }
 
 // classify counts how p ended.
@@ -415,7 +440,11 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos profile %s, seed %d (EFFECTIVELY_CHAOS_SEED=%d reproduces the schedule)", p.name, seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 11))
 
-	brokers, kafkaStack := ownKafka(t)
+	// Every worker slot reaches the broker and PostgreSQL through links of
+	// its own, and the targets through one link each; joiners and the
+	// harness go direct.
+	lab := newNetLab(t)
+	brokers, perSlot, kafkaLinks, kafkaStack := ownKafkaProxied(t, lab, p.workers)
 	pgPort, pgStack := ownPostgres(t)
 	db := pgtest.NewOn(t, fmt.Sprintf("postgres://effectively:effectively@127.0.0.1:%s/effectively?sslmode=disable", pgPort), accounts.Migrations())
 	topic, group := "chaos."+strconv.FormatUint(seed, 36), "chaos-group"
@@ -425,8 +454,19 @@ func TestChaos(t *testing.T) {
 	require.NoError(t, created.Err)
 
 	stream := buildChaosStream(t, p, topic, seed)
-	crm, crmURL := newEffectsServer(t, false, nil)
-	mail, mailURL := newEffectsServer(t, true, nil)
+	crm, crmDirect := newEffectsServer(t, false, nil)
+	mail, mailDirect := newEffectsServer(t, true, nil)
+	crmLink := lab.link(t, "crm", strings.TrimPrefix(crmDirect, "http://"))
+	mailLink := lab.link(t, "mail", strings.TrimPrefix(mailDirect, "http://"))
+	crmURL, mailURL := "http://"+crmLink.Addr, "http://"+mailLink.Addr
+	var pgLinks []*link
+	slotEnv := make([][]string, p.workers)
+	for i := range p.workers {
+		k := lab.link(t, fmt.Sprintf("pg-%d", i), "127.0.0.1:"+pgPort)
+		pgLinks = append(pgLinks, k)
+		slotEnv[i] = []string{"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(perSlot[i], ","), "EFFECTIVELY_POSTGRES_URL=" + via(t, db.URL, k, "8s")}
+	}
+	links := append(append(append([]*link{}, kafkaLinks...), pgLinks...), crmLink, mailLink)
 	env := []string{
 		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(brokers, ","),
 		"EFFECTIVELY_KAFKA_GROUP=" + group, "EFFECTIVELY_KAFKA_TOPICS=" + topic,
@@ -437,12 +477,15 @@ func TestChaos(t *testing.T) {
 		"EFFECTIVELY_SOURCES_ACCOUNTS_URL=" + chaosSource(t, stream.exp),
 		"EFFECTIVELY_EFFECTS_CRM_URL=" + crmURL, "EFFECTIVELY_EFFECTS_MAIL_URL=" + mailURL + "/welcome",
 		"EFFECTIVELY_OUTBOX_CALL_TIMEOUT=2s", "EFFECTIVELY_OUTBOX_LEASE_GRACE=1s", "EFFECTIVELY_OUTBOX_CONCURRENCY=4",
+		// A half-open database link is given up after 10 s (statement_timeout 8 s).
+		"EFFECTIVELY_POSTGRES_ANSWER_TIMEOUT=10s",
 		// Claims generations rotate every few seconds under the faults (the
 		// retention stays 14 days: nothing is dropped within the run).
 		"EFFECTIVELY_DEDUPE_GENERATION_INTERVAL=5s", "EFFECTIVELY_DEDUPE_PRUNE_INTERVAL=1s",
 	}
-	f := newFleet(t, env, p.workers)
+	f := newFleet(t, env, slotEnv)
 	stopWatch := versionWatch(db)
+	stall := watchStall(db, group, topic)
 
 	// The producer, paced, runs beside the faults.
 	produced := produceThroughRestarts(brokers, stream.records, p.rate, p.guard)
@@ -469,12 +512,18 @@ func TestChaos(t *testing.T) {
 	for range p.pauses {
 		plan = append(plan, "pause")
 	}
+	for range p.network {
+		for _, k := range netKinds {
+			plan = append(plan, "net:"+k)
+		}
+	}
 	plan = append(plan, "clean", "clean")
 	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
 	t.Logf("fault schedule (%d): %s", len(plan), strings.Join(plan, " "))
 
 	var joiners []*proc
 	brokerRestarts, pgRestarts, pauses := 0, 0, 0
+	net := &netFaults{injected: map[string]int{}}
 	began := time.Now()
 	for _, action := range plan {
 		time.Sleep(p.interval)
@@ -503,6 +552,10 @@ func TestChaos(t *testing.T) {
 			time.Sleep(3 * time.Second)
 			pgStack("up", "pg")
 			pgRestarts++
+		case strings.HasPrefix(action, "net:"):
+			kind := strings.TrimPrefix(action, "net:")
+			net.inject(t, kind, netTarget{i: i, kafka: kafkaLinks[i], pg: pgLinks[i], crm: crmLink, mail: mailLink,
+				crmServer: crm, mailServer: mail, links: links, f: f, rng: rng})
 		case action == "pause":
 			// Past its session: the group moves its partitions on; when it
 			// wakes it must do no harm.
@@ -526,6 +579,11 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("the producer did not finish within %s", p.guard)
 	}
 	faultsEnd := time.Now()
+	stall.stop()
+
+	for _, k := range links {
+		k.heal()
+	}
 
 	// Settle: no crash left armed, every record processed.
 	waitUntil(t, "no worker left armed", 2*time.Minute, func(context.Context) bool { return f.settle() == 0 })
@@ -604,6 +662,15 @@ func TestChaos(t *testing.T) {
 	all := append(slices.Clone(f.ended), joiners...)
 	rebal := rebalances(all)
 	rotations := db.Count(t, `SELECT count(*) FROM claim_generations WHERE opened_at IS NOT NULL`) - 1
+	commitsDropped := int64(0)
+	for _, k := range pgLinks {
+		commitsDropped += k.commitAnswersDropped()
+	}
+	fenced, retried := fencedIn(all...), retriedIn(all...)
+	netShort := 0
+	for _, k := range netKinds {
+		netShort += max(p.network-net.injected[k], 0)
+	}
 
 	type figure struct {
 		name  string
@@ -626,6 +693,13 @@ func TestChaos(t *testing.T) {
 		{"postgres restarts", pgRestarts, pgRestarts < p.pgRestarts},
 		{"paused members", pauses, pauses < p.pauses},
 		{"claims generations opened (rotations)", rotations, rotations < 2},
+		{"network faults injected", fmt.Sprintf("%d %v", net.total(), net.injected), netShort > 0},
+		{"zombies (broker link lost, database kept)", net.injected["zombie"], net.injected["zombie"] < p.network},
+		{"COMMIT answers dropped (batches in doubt)", commitsDropped, p.network > 0 && commitsDropped == 0},
+		{"target requests whose answer was dropped", net.outboxDropped, false},
+		{"redone batches (retries logged)", retried, false},
+		{"records fenced (late work refused by the position)", fenced, false},
+		{"longest stall of the group (no position moved)", stall.longest().Round(100 * time.Millisecond), false},
 		{"effects applied (claims applied/stale)", good, false},
 		{"ledger entries", fmt.Sprintf("%d (want %d)", ledger, wantLedger), false},
 		{"DUPLICATE EFFECTS (must be 0)", max(ledger-wantLedger, 0) + max(good-wantGood, 0), ledger > wantLedger || good > wantGood},
@@ -677,3 +751,161 @@ func readLog(t *testing.T, brokers []string, topic string, total int64) logCount
 	}
 	return c
 }
+
+// netTarget is what a network fault may hit: worker slot i's own links,
+// the targets' links and servers, every link (latency), the fleet (a kill
+// during a minute of latency).
+type netTarget struct {
+	i          int
+	kafka, pg  *link
+	crm, mail  *link
+	crmServer  *effectsServer
+	mailServer *effectsServer
+	links      []*link
+	f          *fleet
+	rng        *rand.Rand
+}
+
+// netFaults counts the network faults a run injected.
+type netFaults struct {
+	injected      map[string]int
+	outboxDropped int
+}
+
+func (n *netFaults) total() int {
+	sum := 0
+	for _, v := range n.injected {
+		sum += v
+	}
+	return sum
+}
+
+// inject runs one network fault of kind on x and heals it.
+func (n *netFaults) inject(t *testing.T, kind string, x netTarget) {
+	t.Helper()
+	nth := n.injected[kind]
+	n.injected[kind]++
+	target, server := x.crm, x.crmServer
+	if nth%2 == 1 {
+		target, server = x.mail, x.mailServer
+	}
+	switch kind {
+	case "zombie":
+		// Cut (even) or half-open (odd) from the broker past its session,
+		// its database link kept but slowed so batches are in flight when
+		// its partitions move on.
+		x.pg.latency(200, 100)
+		if nth%2 == 0 {
+			x.kafka.cut()
+		} else {
+			x.kafka.halfOpen()
+		}
+		time.Sleep(14 * time.Second)
+		x.kafka.heal()
+		x.pg.heal()
+	case "commit-answer":
+		before := x.pg.commitAnswersDropped()
+		x.pg.dropCommitAnswers(nth%2 == 1)
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && x.pg.commitAnswersDropped() == before; {
+			time.Sleep(100 * time.Millisecond)
+		}
+		x.pg.heal()
+	case "outbox-answer":
+		before := server.snapshot().requests()
+		target.dropAnswers()
+		time.Sleep(5 * time.Second)
+		target.heal()
+		n.outboxDropped += server.snapshot().requests() - before
+	case "kafka-answer":
+		x.kafka.dropAnswers()
+		time.Sleep(3 * time.Second)
+		x.kafka.heal()
+	case "halfopen-kafka":
+		x.kafka.halfOpen()
+		time.Sleep(10 * time.Second)
+		x.kafka.heal()
+	case "halfopen-pg":
+		x.pg.halfOpen()
+		time.Sleep(15 * time.Second)
+		x.pg.heal()
+	case "halfopen-target":
+		target.halfOpen()
+		time.Sleep(10 * time.Second)
+		target.heal()
+	case "cut-pg":
+		x.pg.cut()
+		time.Sleep(10 * time.Second)
+		x.pg.heal()
+	case "cut-target":
+		target.cut()
+		time.Sleep(10 * time.Second)
+		target.heal()
+	case "latency":
+		for _, k := range x.links {
+			k.latency(500, 300)
+		}
+		time.Sleep(30 * time.Second)
+		// A kill in the middle of the slow minute: the restarted worker
+		// connects through the slow links.
+		x.f.signal(x.f.unarmed(x.rng, x.i), syscall.SIGKILL)
+		time.Sleep(30 * time.Second)
+		for _, k := range x.links {
+			k.heal()
+		}
+	default:
+		t.Fatalf("unknown network fault %q", kind)
+	}
+}
+
+// retriedIn counts the batches the workers logged as failed and retried.
+func retriedIn(procs ...*proc) int {
+	n := 0
+	for _, p := range procs {
+		for _, l := range parseLogLines(p.stderr.String()) {
+			if strings.HasPrefix(l.Msg, "applying batch failed; retrying") {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// stallWatch samples the group's stored positions and keeps the longest
+// time none of them moved.
+type stallWatch struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	max    time.Duration
+}
+
+func watchStall(db pgtest.DB, group, topic string) *stallWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &stallWatch{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		var last int64 = -1
+		moved := time.Now()
+		for ctx.Err() == nil {
+			var sum int64
+			err := db.Pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets WHERE consumer_group = $1 AND topic = $2`, group, topic).Scan(&sum)
+			if err == nil {
+				if sum != last {
+					last, moved = sum, time.Now()
+				}
+				w.max = max(w.max, time.Since(moved))
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+func (w *stallWatch) stop() {
+	w.cancel()
+	<-w.done
+}
+
+func (w *stallWatch) longest() time.Duration { return w.max }

@@ -340,6 +340,7 @@ type workerLogLine struct {
 	Logger    string    `json:"logger"`
 	Msg       string    `json:"msg"`
 	Partition *int32    `json:"partition"`
+	Fenced    int       `json:"fenced"`
 }
 
 func parseLogLines(stderr string) []workerLogLine {

@@ -142,6 +142,15 @@ func (s *effectsServer) snapshot() effectsSnapshot {
 	return out
 }
 
+// requests is how many requests the server received.
+func (s effectsSnapshot) requests() int {
+	n := 0
+	for _, v := range s.Received {
+		n += v
+	}
+	return n
+}
+
 // openedAccounts are the accounts whose account.opened the workload emits.
 func openedAccounts(exp workload.Expected) []string {
 	out := make([]string, 0, len(exp.Accounts))

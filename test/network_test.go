@@ -1,0 +1,327 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
+)
+
+// The network lies: each test here puts a fault between a worker and one of
+// its services with toxiproxy (netlab_test.go) while records flow, then
+// counts effects against what the produced events alone say (workload).
+// The long mixed run is make chaos CHAOS_PROFILE=network.
+
+// netEnv is what every network test's worker runs with: short sessions,
+// a statement timeout of 4 s and an answer timeout of 5 s so a half-open
+// database link turns into a reconnect within seconds.
+func netEnv(pgURL string) []string {
+	return []string{
+		"EFFECTIVELY_POSTGRES_URL=" + pgURL,
+		"EFFECTIVELY_POSTGRES_ANSWER_TIMEOUT=5s",
+		"EFFECTIVELY_RETRY_MAX=2s", "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=100",
+	}
+}
+
+// via is dbURL reached through link k, with statementTimeout.
+func via(t *testing.T, dbURL string, k *link, statementTimeout string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	u.Host = k.Addr
+	q := u.Query()
+	q.Set("statement_timeout", statementTimeout)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// hostOf is dbURL's host:port.
+func hostOf(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	return u.Host
+}
+
+// fencedIn sums what the workers logged as fenced: records a batch held
+// that another member (or an earlier attempt of the same batch whose
+// COMMIT answer was lost) had already applied.
+func fencedIn(procs ...*proc) int {
+	n := 0
+	for _, p := range procs {
+		for _, l := range parseLogLines(p.stderr.String()) {
+			if strings.HasPrefix(l.Msg, "records already applied by another member") {
+				n += l.Fenced
+			}
+		}
+	}
+	return n
+}
+
+// COMMIT reaches PostgreSQL and its answer is lost: the connection closes
+// (three times) or stays open and silent (twice, caught by the answer
+// timeout). The worker cannot know whether its batch is in; it retries,
+// and the retry finds the partition's stored position already past the
+// batch (fenced): every event has exactly one effect.
+func TestNetCommitAnswersLost(t *testing.T) {
+	t.Parallel()
+	lab := newNetLab(t)
+	r := newRig(t, 4)
+	pg := lab.link(t, "pg", hostOf(t, r.db.URL))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	r.env = append(r.env, append(netEnv(via(t, r.db.URL, pg, "4s")), "EFFECTIVELY_HTTP_ADDR="+httpAddr)...)
+	recs, exp := r.records(t, testWorkload(5000, 200, 41))
+	w := r.worker(t)
+	stopWatch := r.watchPositions(t)
+	produced := produceThroughRestarts(kafkaBrokers(t, r), recs, 400, 2*time.Minute)
+	r.waitApplied(t, 200, time.Minute)
+	for _, hold := range []bool{false, true, false, true, false} {
+		before := pg.commitAnswersDropped()
+		pg.dropCommitAnswers(hold)
+		waitUntil(t, "a COMMIT answer dropped", time.Minute, func(context.Context) bool { return pg.commitAnswersDropped() > before })
+		pg.heal()
+	}
+	require.NoError(t, <-produced)
+	r.waitApplied(t, exp.Records, 2*time.Minute)
+	retries := counter(t, httpAddr, "effectively_batch_retries_total")
+	stopWatch()
+	w.signal(t, syscall.SIGTERM)
+	require.Equal(t, 0, w.wait(t, time.Minute))
+
+	dropped, fenced := pg.commitAnswersDropped(), fencedIn(w)
+	t.Logf("COMMIT answers dropped %d; batch retries %v; records fenced on retry %d", dropped, retries, fenced)
+	require.GreaterOrEqual(t, dropped, int64(5))
+	require.Positive(t, retries, "the worker felt the lost answers")
+	require.Positive(t, fenced, "a retried batch found itself already committed")
+	r.verify(t, exp)
+}
+
+// kafkaBrokers is the rig's broker list.
+func kafkaBrokers(t *testing.T, r *rig) []string {
+	t.Helper()
+	for _, e := range r.env {
+		if v, ok := strings.CutPrefix(e, "EFFECTIVELY_KAFKA_BROKERS="); ok {
+			return strings.Split(v, ",")
+		}
+	}
+	t.Fatal("the rig names no brokers")
+	return nil
+}
+
+// Cut from PostgreSQL but not from the broker: the member keeps its
+// session and its partitions, goes unready naming PostgreSQL, stops
+// fetching and commits nothing while the link is down — fully cut, then
+// half-open (bytes taken, never answered), then slow (500 ± 300 ms each
+// way) — and is ready and exact again after each heal.
+func TestNetPostgresCutOneSided(t *testing.T) {
+	t.Parallel()
+	lab := newNetLab(t)
+	r := newRig(t, 4)
+	pg := lab.link(t, "pg", hostOf(t, r.db.URL))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	r.env = append(r.env, append(netEnv(via(t, r.db.URL, pg, "4s")), "EFFECTIVELY_HTTP_ADDR="+httpAddr)...)
+	recs, exp := r.records(t, testWorkload(6000, 200, 43))
+	w := r.worker(t)
+	stopWatch := r.watchPositions(t)
+	produced := produceThroughRestarts(kafkaBrokers(t, r), recs, 200, 3*time.Minute)
+	r.waitApplied(t, 200, time.Minute)
+
+	for _, fault := range []struct {
+		name  string
+		apply func()
+	}{{"cut", pg.cut}, {"half-open", pg.halfOpen}} {
+		fault.apply()
+		var body string
+		waitUntil(t, "/readyz names PostgreSQL ("+fault.name+")", time.Minute, func(context.Context) bool {
+			code, b := readyz(t, httpAddr)
+			body = b
+			return code == http.StatusServiceUnavailable && strings.Contains(b, `"postgres":"unreachable`)
+		})
+		require.Contains(t, body, `"kafka":"ok"`, "only PostgreSQL is cut")
+		require.Zero(t, dependencyUp(t, httpAddr, "postgres"))
+		// Nothing commits while the link is down.
+		frozen := r.applied(t)
+		time.Sleep(3 * time.Second)
+		require.Equal(t, frozen, r.applied(t), "nothing committed through a %s link", fault.name)
+		require.Positive(t, stateGauges(t, httpAddr, "retrying"), "the partitions retry, paused")
+		pg.heal()
+		waitUntil(t, "ready again after the "+fault.name, time.Minute, func(context.Context) bool {
+			code, _ := readyz(t, httpAddr)
+			return code == http.StatusOK && r.applied(t) > frozen
+		})
+		t.Logf("%s: /readyz during it: %s", fault.name, body)
+	}
+	// Slow, not cut: ready all along (a slow answer is an answer).
+	pg.latency(500, 300)
+	slowFrom := r.applied(t)
+	waitUntil(t, "batches commit through the slow link", time.Minute, func(context.Context) bool { return r.applied(t) > slowFrom+100 })
+	code, body := readyz(t, httpAddr)
+	require.Equal(t, http.StatusOK, code, "a slow link is not a cut: %s", body)
+	pg.heal()
+
+	require.NoError(t, <-produced)
+	r.waitApplied(t, exp.Records, 2*time.Minute)
+	stopWatch()
+	w.signal(t, syscall.SIGTERM)
+	require.Equal(t, 0, w.wait(t, time.Minute))
+	r.verify(t, exp)
+}
+
+// Cut from the broker but not from PostgreSQL: worker A's broker link goes
+// half-open (bytes taken, nothing answered) while its database link is
+// slow, so it holds fetched records and batches in flight when its session
+// expires and B takes its partitions. A goes unready naming Kafka and keeps
+// applying what it holds — a zombie. Its late batches and B's overlap on
+// the partitions' stored positions: whatever one of them applied, the
+// other finds fenced. Every event has exactly one effect; no position moves
+// back.
+func TestNetZombieCutFromTheBroker(t *testing.T) {
+	t.Parallel()
+	lab := newNetLab(t)
+	admin, perClient, kafkaLinks, _ := ownKafkaProxied(t, lab, 2)
+	db := pgtest.New(t, accounts.Migrations())
+	topic, group := kafkatest.Name(t, "topic"), kafkatest.Name(t, "group")
+	created, err := kadmOn(t, admin).CreateTopic(context.Background(), 4, 1, nil, topic)
+	require.NoError(t, err)
+	require.NoError(t, created.Err)
+	pgA := lab.link(t, "pg-a", hostOf(t, db.URL))
+	addrA, addrB := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	r := &rig{db: db, topic: topic, group: group, brokers: admin, env: append([]string{
+		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(admin, ","),
+		"EFFECTIVELY_KAFKA_GROUP=" + group, "EFFECTIVELY_KAFKA_TOPICS=" + topic,
+		"EFFECTIVELY_KAFKA_SESSION_TIMEOUT=6s", "EFFECTIVELY_KAFKA_REBALANCE_TIMEOUT=20s",
+	}, netEnv(db.URL)...)}
+	recs, exp := r.records(t, testWorkload(8000, 300, 45))
+	a := r.worker(t, "EFFECTIVELY_KAFKA_BROKERS="+strings.Join(perClient[0], ","),
+		"EFFECTIVELY_POSTGRES_URL="+via(t, db.URL, pgA, "4s"), "EFFECTIVELY_HTTP_ADDR="+addrA)
+	b := r.worker(t, "EFFECTIVELY_KAFKA_BROKERS="+strings.Join(perClient[1], ","), "EFFECTIVELY_HTTP_ADDR="+addrB)
+	stopWatch := r.watchPositions(t)
+	produced := produceThroughRestarts(admin, recs, 400, 3*time.Minute)
+	r.waitApplied(t, 500, time.Minute)
+	waitUntil(t, "both members own partitions", time.Minute, func(context.Context) bool {
+		return len(ownedPartitions(a.stderr.String())) > 0 && len(ownedPartitions(b.stderr.String())) > 0
+	})
+
+	pgA.latency(300, 100)
+	kafkaLinks[0].halfOpen()
+	waitUntil(t, "B owns every partition", time.Minute, func(context.Context) bool {
+		return len(ownedPartitions(b.stderr.String())) == 4
+	})
+	var body string
+	waitUntil(t, "A's /readyz names Kafka", time.Minute, func(context.Context) bool {
+		code, bd := readyz(t, addrA)
+		body = bd
+		return code == http.StatusServiceUnavailable && strings.Contains(bd, `"kafka":"unreachable`)
+	})
+	require.Contains(t, body, `"postgres":"ok"`, "A still reaches PostgreSQL")
+	time.Sleep(5 * time.Second) // A applies what it holds, late
+	kafkaLinks[0].heal()
+	pgA.heal()
+
+	require.NoError(t, <-produced)
+	r.waitApplied(t, exp.Records, 3*time.Minute)
+	stopWatch()
+	for _, w := range []*proc{a, b} {
+		w.signal(t, syscall.SIGTERM)
+		require.Equal(t, 0, w.wait(t, time.Minute))
+	}
+	fencedA, fencedB := fencedIn(a), fencedIn(b)
+	t.Logf("fenced: %d records in A (the zombie), %d in B; A's /readyz while cut: %s", fencedA, fencedB, body)
+	require.Positive(t, fencedA+fencedB, "the zombie's late work and the new owner's overlapped, and the position refused the overlap")
+	r.verify(t, exp)
+}
+
+// Cut from a target only: its answers dropped after it got the request
+// (three windows), its link half-open, then cut. The outbox waits and
+// retries; nothing else does (positions keep moving during the cut). The
+// CRM (idempotent, keyed) gets exactly one key per opened account; the
+// mail API (at most once) never gets a second mail, and every mail whose
+// answer was lost is `unknown`, with the mail in fact received — what the
+// operator's `outbox resolve --sent` then records.
+func TestNetTargetAnswersLost(t *testing.T) {
+	t.Parallel()
+	lab := newNetLab(t)
+	crm, crmDirect := newEffectsServer(t, false, nil)
+	mail, mailDirect := newEffectsServer(t, true, nil)
+	crmLink := lab.link(t, "crm", strings.TrimPrefix(crmDirect, "http://"))
+	mailLink := lab.link(t, "mail", strings.TrimPrefix(mailDirect, "http://"))
+	r := newRig(t, 4, "EFFECTIVELY_EFFECTS_CRM_URL=http://"+crmLink.Addr, "EFFECTIVELY_EFFECTS_MAIL_URL=http://"+mailLink.Addr+"/welcome",
+		"EFFECTIVELY_RETRY_INITIAL=50ms", "EFFECTIVELY_RETRY_MAX=1s",
+		"EFFECTIVELY_OUTBOX_CALL_TIMEOUT=2s", "EFFECTIVELY_OUTBOX_LEASE_GRACE=1s", "EFFECTIVELY_OUTBOX_CONCURRENCY=2",
+		"EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=20")
+	recs, exp := r.records(t, testWorkload(3000, 200, 47))
+	w := r.worker(t)
+	produced := produceThroughRestarts(kafkaBrokers(t, r), recs, 100, 3*time.Minute)
+	r.waitApplied(t, 20, time.Minute)
+
+	dropped := 0
+	for range 3 {
+		before := crm.snapshot().requests() + mail.snapshot().requests()
+		crmLink.dropAnswers()
+		mailLink.dropAnswers()
+		time.Sleep(2 * time.Second)
+		crmLink.heal()
+		mailLink.heal()
+		dropped += crm.snapshot().requests() + mail.snapshot().requests() - before
+		time.Sleep(time.Second)
+	}
+	for _, fault := range []func(*link){(*link).halfOpen, (*link).cut} {
+		fault(crmLink)
+		fault(mailLink)
+		from := r.applied(t)
+		waitUntil(t, "records applied while the targets are cut", time.Minute, func(context.Context) bool { return r.applied(t) > from+50 })
+		crmLink.heal()
+		mailLink.heal()
+	}
+	require.NoError(t, <-produced)
+	r.waitApplied(t, exp.Records, 2*time.Minute)
+	waitUntil(t, "the outbox settled", 2*time.Minute, func(context.Context) bool {
+		return r.db.Count(t, `SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending')`) == 0
+	})
+	w.signal(t, syscall.SIGTERM)
+	require.Equal(t, 0, w.wait(t, time.Minute))
+
+	opened := openedAccounts(exp)
+	c, m := crm.snapshot(), mail.snapshot()
+	unknown := r.outboxIntents(t, "--state", "unknown")
+	t.Logf("requests whose answer was dropped %d; CRM keys %d for %d opened accounts; mails %d; mails in doubt %d", dropped, len(c.Keys), len(opened), m.requests(), len(unknown))
+	require.Positive(t, dropped, "answers were dropped")
+	for _, acct := range opened {
+		require.Equal(t, 1, c.KeysByAccount[acct], "account %s: one CRM key, however often it was called", acct)
+	}
+	require.Empty(t, m.Overflow, "no account got a second mail")
+	// The operator settles each mail in doubt against the mail log (as the
+	// runbook says): sent when it arrived, resent when it did not. Then
+	// every opened account has exactly one mail.
+	for _, in := range unknown {
+		how := "--resend"
+		if m.Received[strings.TrimPrefix(in.Resource, "mail:account:")] > 0 {
+			how = "--sent"
+		}
+		code, _, stderr := runCmd(t, r.env, "outbox", "resolve", strconv.FormatInt(in.ID, 10), how)
+		require.Equal(t, 0, code, stderr)
+	}
+	w = r.worker(t)
+	waitUntil(t, "the resent mails delivered", 2*time.Minute, func(context.Context) bool {
+		return r.db.Count(t, `SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending')`) == 0
+	})
+	w.signal(t, syscall.SIGTERM)
+	require.Equal(t, 0, w.wait(t, time.Minute))
+	m = mail.snapshot()
+	require.Empty(t, m.Overflow, "no account got a second mail")
+	for _, acct := range opened {
+		require.Equal(t, 1, m.Received[acct], "account %s: exactly one mail after the operator settled the doubtful ones", acct)
+	}
+	r.verify(t, exp)
+}
