@@ -792,9 +792,10 @@ func (n *netFaults) inject(t *testing.T, kind string, x netTarget) {
 	switch kind {
 	case "zombie":
 		// Cut (even) or half-open (odd) from the broker past its session,
-		// its database link kept but slowed so batches are in flight when
-		// its partitions move on.
-		x.pg.latency(200, 100)
+		// its database link kept but slowed, so that it holds fetched
+		// records and batches in flight when its partitions move on.
+		x.pg.latency(500, 100)
+		time.Sleep(4 * time.Second) // it falls behind what it fetched
 		if nth%2 == 0 {
 			x.kafka.cut()
 		} else {
