@@ -19,6 +19,12 @@
 #                                  the standard authorizer (stack/kafka-security.sh)
 #   EFFECTIVELY_PG_TLS             1: PostgreSQL with ssl=on, TCP over TLS only,
 #                                  a test CA in the instance folder (stack/pg-tls.sh)
+#   EFFECTIVELY_KAFKA_EXTRA_LISTENERS  space-separated NAME:listen_port:advertised_port
+#                                  entries: PLAINTEXT listeners NAME on 127.0.0.1:listen_port
+#                                  that advertise 127.0.0.1:advertised_port (a proxy in
+#                                  front of each, so a client's every connection crosses it;
+#                                  the fault suites' network lab). The PLAINTEXT listener
+#                                  stays the readiness check and the admin side.
 #
 # Data and logs live outside the checkout (as root, a checkout under /root is
 # unreadable to the postgres user), one folder per instance:
@@ -31,6 +37,7 @@ PG_PORT=${EFFECTIVELY_PG_PORT:-15432}
 KAFKA_PORT=${EFFECTIVELY_KAFKA_PORT:-19092}
 KAFKA_CONTROLLER_PORT=${EFFECTIVELY_KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}
 KAFKA_HEAP=${EFFECTIVELY_KAFKA_HEAP:-512m}
+KAFKA_EXTRA_LISTENERS=${EFFECTIVELY_KAFKA_EXTRA_LISTENERS:-}
 PG_USER=effectively
 PG_PASSWORD=effectively
 PG_DB=effectively
@@ -190,6 +197,52 @@ kafka_libs() {
   touch "$KAFKA_LIBS/.complete"
 }
 
+# extra_listeners_check validates EFFECTIVELY_KAFKA_EXTRA_LISTENERS before
+# anything is written, and that every extra listen port is free (the
+# advertised ports are a proxy's, which is already listening on them).
+extra_listeners_check() {
+  local entry name listen adv seen=" "
+  for entry in $KAFKA_EXTRA_LISTENERS; do
+    if ! [[ $entry =~ ^([A-Z][A-Z0-9_]*):([0-9]{1,5}):([0-9]{1,5})$ ]]; then
+      die "EFFECTIVELY_KAFKA_EXTRA_LISTENERS: '$entry' is not NAME:listen_port:advertised_port (NAME in capitals, e.g. C0:40001:40002)"
+    fi
+    name=${BASH_REMATCH[1]} listen=$((10#${BASH_REMATCH[2]})) adv=$((10#${BASH_REMATCH[3]}))
+    case "$name" in
+      PLAINTEXT | CONTROLLER | SASL_SSL | SSL)
+        die "EFFECTIVELY_KAFKA_EXTRA_LISTENERS: '$name' is a listener the stack names itself; choose another name" ;;
+    esac
+    case "$seen" in
+      *" $name "*) die "EFFECTIVELY_KAFKA_EXTRA_LISTENERS: listener '$name' is named twice" ;;
+    esac
+    seen+="$name "
+    if ((listen < 1 || listen > 65535 || adv < 1 || adv > 65535)); then
+      die "EFFECTIVELY_KAFKA_EXTRA_LISTENERS: '$entry' has a port outside 1-65535"
+    fi
+    if ((listen == KAFKA_PORT || listen == KAFKA_CONTROLLER_PORT)); then
+      die "EFFECTIVELY_KAFKA_EXTRA_LISTENERS: '$entry' listens on the broker's own port $listen"
+    fi
+    if port_open "$listen"; then
+      die "EFFECTIVELY_KAFKA_EXTRA_LISTENERS: port $listen ($name) is taken by another process; choose a free port"
+    fi
+  done
+}
+
+# extra_listener_properties adds EFFECTIVELY_KAFKA_EXTRA_LISTENERS to the
+# instance's listeners, advertised listeners and protocol map (after
+# kafka-security.sh has rewritten them, if it did).
+extra_listener_properties() {
+  [ -n "$KAFKA_EXTRA_LISTENERS" ] || return 0
+  local entry name listen adv listeners="" advertised="" protocols=""
+  for entry in $KAFKA_EXTRA_LISTENERS; do
+    IFS=: read -r name listen adv <<<"$entry"
+    listeners+=",$name://127.0.0.1:$listen"
+    advertised+=",$name://127.0.0.1:$adv"
+    protocols+=",$name:PLAINTEXT"
+  done
+  sed -i -e "s|^listeners=.*|&$listeners|" -e "s|^advertised.listeners=.*|&$advertised|" \
+    -e "s|^listener.security.protocol.map=.*|&$protocols|" "$KAFKA_DIR/server.properties"
+}
+
 kafka_pid() { [ -f "$KAFKA_DIR/kafka.pid" ] && cat "$KAFKA_DIR/kafka.pid"; }
 
 kafka_running() {
@@ -209,6 +262,7 @@ kafka_up() {
   if port_open "$KAFKA_CONTROLLER_PORT"; then
     die "port $KAFKA_CONTROLLER_PORT is taken by another process; set EFFECTIVELY_KAFKA_CONTROLLER_PORT to a free port"
   fi
+  extra_listeners_check
   kafka_libs
   mkdir -p "$KAFKA_DIR"
   sed -e "s|@PORT@|$KAFKA_PORT|g" -e "s|@CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" \
@@ -219,6 +273,7 @@ kafka_up() {
     secure_properties
     mapfile -t format_args < <(secure_format_args)
   fi
+  extra_listener_properties
   sed -e "s|@LOG@|$KAFKA_DIR/kafka.log|g" "$here/log4j2.yaml" >"$KAFKA_DIR/log4j2.yaml"
   local cp="$KAFKA_LIBS/*"
   if [ ! -f "$KAFKA_DIR/data/meta.properties" ]; then
