@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/effectively-io/effectively/examples/accounts"
+	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/internal/kafkatest"
 	"github.com/effectively-io/effectively/internal/pgtest"
 )
@@ -378,4 +380,99 @@ func ownedTwice(zombie, owner string) time.Duration {
 		}
 	}
 	return longest
+}
+
+// The broker's answers lost: five times, every answer on the worker's
+// broker link is dropped and the connection reset after the broker acted
+// (fetches, heartbeats, offset commits, the dead-letter relay's
+// transactional produce and its commit), then the link is capped at
+// 32 KB/s for 10 s. Every event has exactly one effect, every poison
+// record exactly one dead letter — in dead_letters and once on the .dlq
+// topic (read committed) — and Kafka's committed offsets end at the
+// positions PostgreSQL holds.
+func TestNetKafkaAnswersLost(t *testing.T) {
+	t.Parallel()
+	lab := newNetLab(t)
+	admin, perClient, kafkaLinks, _ := ownKafkaProxied(t, lab, 1)
+	db := pgtest.New(t, accounts.Migrations())
+	topic, group := kafkatest.Name(t, "topic"), kafkatest.Name(t, "group")
+	adm := kadmOn(t, admin)
+	created, err := adm.CreateTopic(context.Background(), 4, 1, nil, topic)
+	require.NoError(t, err)
+	require.NoError(t, created.Err)
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	r := &rig{db: db, topic: topic, group: group, brokers: admin, env: append([]string{
+		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(perClient[0], ","),
+		"EFFECTIVELY_KAFKA_GROUP=" + group, "EFFECTIVELY_KAFKA_TOPICS=" + topic,
+		"EFFECTIVELY_KAFKA_SESSION_TIMEOUT=6s", "EFFECTIVELY_KAFKA_REBALANCE_TIMEOUT=20s",
+		"EFFECTIVELY_HTTP_ADDR=" + httpAddr, "EFFECTIVELY_CONSUMER_MAX_PAYLOAD_BYTES=4096",
+	}, netEnv(via(t, db.URL, nil, "4s"))...)}
+	stream := buildChaosStream(t, chaosProfile{events: 4000, accounts: 200, poisonEvery: 50, bellEvery: 1 << 30}, topic, 51)
+	w := r.worker(t)
+	produced := produceThroughRestarts(admin, stream.records, 200, 3*time.Minute)
+	r.waitApplied(t, 100, time.Minute)
+	for range 5 {
+		kafkaLinks[0].dropAnswers()
+		time.Sleep(2 * time.Second)
+		kafkaLinks[0].heal()
+		time.Sleep(2 * time.Second)
+	}
+	kafkaLinks[0].bandwidth(32)
+	capped := r.applied(t)
+	time.Sleep(10 * time.Second)
+	kafkaLinks[0].heal()
+	require.NoError(t, <-produced)
+
+	ends, err := adm.ListEndOffsets(context.Background(), topic)
+	require.NoError(t, err)
+	var total int64
+	end := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { end[o.Partition] = o.Offset; total += o.Offset })
+	waitUntil(t, "every record processed", 3*time.Minute, func(ctx context.Context) bool {
+		pos, err := r.positions(ctx)
+		if err != nil {
+			return false
+		}
+		for p, o := range end {
+			if pos[p] < o {
+				return false
+			}
+		}
+		return true
+	})
+	waitUntil(t, "Kafka's committed offsets reach the stored positions", time.Minute, func(ctx context.Context) bool {
+		committed, err := adm.FetchOffsets(ctx, group)
+		if err != nil {
+			return false
+		}
+		for p, o := range end {
+			if c, ok := committed.Lookup(topic, p); !ok || c.At != o {
+				return false
+			}
+		}
+		return true
+	})
+	readErrors := counter(t, httpAddr, "effectively_kafka_read_errors_total")
+	w.signal(t, syscall.SIGTERM)
+	require.Equal(t, 0, w.wait(t, time.Minute))
+
+	inLog := readLog(t, admin, topic, total)
+	dead := db.Count(t, `SELECT count(*) FROM dead_letters`)
+	onDLQ := map[string]bool{}
+	for _, rec := range kafkatest.ReadCommittedFrom(t, admin, topic+".dlq", int(dead), time.Minute) {
+		h := map[string]string{}
+		for _, kv := range rec.Headers {
+			h[kv.Key] = string(kv.Value)
+		}
+		onDLQ[h["effectively.origin.partition"]+"/"+h["effectively.origin.offset"]] = true
+	}
+	t.Logf("records %d (poison %d); dead letters %d, distinct on the .dlq topic %d; applied during the 32 KB/s cap from %d; broker reads failed %v",
+		total, inLog.poison, dead, len(onDLQ), capped, readErrors)
+	require.Positive(t, readErrors, "the worker felt the lost answers")
+	require.Equal(t, inLog.poison, dead, "one dead letter per poison record in the log")
+	require.Len(t, onDLQ, int(dead), "each dead letter once on the .dlq topic (its first %d records are distinct)", dead)
+	rep, err := workload.VerifyEffects(context.Background(), db.Pool, stream.exp)
+	require.NoError(t, err)
+	require.Empty(t, rep.Problems)
+	require.Equal(t, int64(stream.exp.Distinct), db.Count(t, `SELECT count(*) FROM effectively_claims WHERE disposition IN ('applied', 'stale')`))
 }
