@@ -124,14 +124,18 @@ type Postgres struct {
 	// MaxConns is the pool size; 0 sizes it from the owned partitions plus the
 	// dispatcher, relay and pruner.
 	MaxConns int32 `mapstructure:"max_conns"`
-	// AnswerTimeout is how long a worker's connection waits for PostgreSQL
-	// to answer a request before it gives the connection up and makes a
-	// new one (the batch retries). It is what turns a link that takes bytes
-	// and never answers — half-open, a hung server, a silent firewall —
-	// into a reconnect; neither TCP keep-alives nor statement_timeout see
-	// those. 0 (the default) derives it from the session's statement_timeout
-	// (60s unless postgres.url sets one) plus 15s, so that a statement the
-	// server may still legitimately be running is never cut; a value set
+	// AnswerTimeout bounds how long a worker's connection waits without
+	// progress — no byte of an answer, no chunk of a request taken —
+	// before it gives the connection up and makes a new one (the batch
+	// retries). It is what turns a link that takes bytes and never answers
+	// — half-open, a hung server, a silent firewall — into a reconnect;
+	// neither TCP keep-alives nor statement_timeout see those. A slow link
+	// that moves bytes is not cut. The wait for an answer includes a whole
+	// pipeline of statements (a batch's effects are sent as one, and the
+	// server answers at its end), so raise it with statement_timeout if
+	// batches legitimately take longer. 0 (the default) derives it from the
+	// session's statement_timeout (60s unless postgres.url sets one) plus
+	// 15s, or 1h when the session has no statement timeout; a value set
 	// here must exceed statement_timeout. Connecting (TCP, TLS and the
 	// start-up) is bounded by connect_timeout in postgres.url, 10s when it
 	// sets none.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -96,15 +97,18 @@ func openPool(ctx context.Context, pc config.Postgres, partitions int, tracer pg
 	if err != nil {
 		return nil, err
 	}
-	cfg.ConnConfig.AfterNetConnect = deadline.AfterNetConnect(answer, "PostgreSQL (postgres.answer_timeout)", cfg.ConnConfig.AfterNetConnect)
-	if cfg.ConnConfig.ConnectTimeout == 0 {
+	cfg.ConnConfig.DialFunc = deadline.Dialer(answer, "PostgreSQL (postgres.answer_timeout)", cfg.ConnConfig.DialFunc)
+	if cfg.ConnConfig.ConnectTimeout == 0 && !strings.Contains(pc.URL, "connect_timeout") {
 		cfg.ConnConfig.ConnectTimeout = connectTimeoutDefault
 	}
+	// pgxpool pings a connection idle for over a second before handing it
+	// out; a dead one must not cost a whole answer timeout.
+	cfg.PingTimeout = min(answer, 5*time.Second)
 	if pc.MaxConns > 0 {
 		cfg.MaxConns = pc.MaxConns
 	} else {
 		// One per owned partition, plus the dispatcher, relay, pruner and
-		// readiness checks.
+		// sweeper (the readiness probe has a connection of its own).
 		cfg.MaxConns = int32(max(partitions, 4) + 4)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -145,27 +149,37 @@ func answerTimeout(set time.Duration, statementTimeout string) (time.Duration, e
 	return set, nil
 }
 
-// pgDuration parses a PostgreSQL time setting: a number of milliseconds,
-// or a number with a unit (ms, s, min, h, d).
+// pgDuration reads a PostgreSQL time setting whose base unit is the
+// millisecond (statement_timeout) as the server does: an integer (decimal,
+// or hexadecimal / octal as C reads them) or a decimal number, optionally
+// followed by a unit (us, ms, s, min, h, d), rounded to a whole
+// millisecond, at most 2147483647 ms; 0 means no timeout.
 func pgDuration(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return 0, nil
 	}
-	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
-	num, unit := s, "ms"
-	if i >= 0 {
-		num, unit = s[:i], strings.TrimSpace(s[i:])
+	num, per := s, time.Millisecond
+	for _, u := range []struct {
+		suffix string
+		per    time.Duration
+	}{{"min", time.Minute}, {"ms", time.Millisecond}, {"us", time.Microsecond}, {"s", time.Second}, {"h", time.Hour}, {"d", 24 * time.Hour}} {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, per = strings.TrimSpace(rest), u.per
+			break
+		}
 	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil {
-		return 0, errors.New("want a number of milliseconds or a number with a unit (ms, s, min, h, d)")
+	var f float64
+	if n, err := strconv.ParseInt(num, 0, 64); err == nil {
+		f = float64(n)
+	} else if f, err = strconv.ParseFloat(num, 64); err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, errors.New("want a number of milliseconds or a number with a unit (us, ms, s, min, h, d)")
 	}
-	per := map[string]time.Duration{"us": time.Microsecond, "ms": time.Millisecond, "s": time.Second, "min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}[unit]
-	if per == 0 {
-		return 0, fmt.Errorf("unknown unit %q (ms, s, min, h, d)", unit)
+	ms := math.RoundToEven(f * float64(per) / float64(time.Millisecond)) // rint(), as the server does
+	if ms < 0 || ms > math.MaxInt32 {
+		return 0, errors.New("out of PostgreSQL's range (0 to 2147483647 ms)")
 	}
-	return time.Duration(f * float64(per)), nil
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 func setDefault(m map[string]string, k, v string) {

@@ -128,8 +128,8 @@ func (d *dependencies) check(name string) error {
 	return fmt.Errorf("unreachable for %s: %w", time.Since(s.since).Round(time.Second), s.lastError)
 }
 
-// pgProbe pings PostgreSQL on a connection of its own, kept open between
-// probes, so that a probe costs one round trip and never waits behind the
+// pgProbe pings PostgreSQL on a connection of its own (one beyond
+// postgres.max_conns), kept open between probes, so that a probe costs one round trip and never waits behind the
 // pool's batches or for a new connection's handshake (seconds over a slow
 // link, which is not a cut). A failed probe drops the connection; the next
 // one connects again.
@@ -148,7 +148,12 @@ func (p *pgProbe) Ping(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn == nil || p.conn.IsClosed() {
-		conn, err := pgx.ConnectConfig(ctx, p.cfg)
+		// Connecting takes several round trips (TLS, SCRAM): it gets the
+		// pool's connect bound, not the probe's, so a slow link that works
+		// is not reported down.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(p.cfg.ConnectTimeout, dependencyProbeTimeout))
+		conn, err := pgx.ConnectConfig(cctx, p.cfg)
+		cancel()
 		if err != nil {
 			return err
 		}

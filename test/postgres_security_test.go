@@ -87,7 +87,10 @@ func TestPostgresSecurity(t *testing.T) {
 		r.env = []string{
 			"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(t), ","),
 			"EFFECTIVELY_KAFKA_GROUP=" + r.group, "EFFECTIVELY_KAFKA_TOPICS=" + r.topic,
-			"EFFECTIVELY_POSTGRES_URL=" + workerURL, "EFFECTIVELY_HTTP_ADDR=",
+			// channel_binding=require: SCRAM-SHA-256-PLUS, bound to the TLS
+			// connection the worker's connections (guarded beneath TLS by
+			// postgres.answer_timeout) really have.
+			"EFFECTIVELY_POSTGRES_URL=" + workerURL + "&channel_binding=require", "EFFECTIVELY_HTTP_ADDR=",
 			"EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=200",
 		}
 		exp := r.produce(t, testWorkload(3000, 150, 91))

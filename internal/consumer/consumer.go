@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/plugin/kzap"
 	"go.uber.org/zap"
 
@@ -587,8 +588,35 @@ func (c *Consumer) rebudget() {
 	}
 }
 
-// Ping checks that a broker answers.
-func (c *Consumer) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }
+// Ping checks that a broker answers: every known broker is asked at once
+// (ApiVersions) and one answer is enough, so a broker that swallows
+// requests cannot spend the whole probe before the others are asked.
+// Before the client has discovered the cluster it asks the seeds, one by
+// one, as franz-go's Ping does.
+func (c *Consumer) Ping(ctx context.Context) error {
+	brokers := c.cl.DiscoveredBrokers()
+	if len(brokers) == 0 {
+		return c.cl.Ping(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(brokers))
+	for _, b := range brokers {
+		go func() {
+			_, err := b.Request(ctx, kmsg.NewPtrApiVersionsRequest())
+			errs <- err
+		}()
+	}
+	var failed []error
+	for range brokers {
+		err := <-errs
+		if err == nil {
+			return nil
+		}
+		failed = append(failed, err)
+	}
+	return fmt.Errorf("no broker of %d answered: %w", len(brokers), errors.Join(failed...))
+}
 
 func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	c.mu.Lock()

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/effectively-io/effectively/internal/deadline"
 )
 
 // A partition's state, as effectively_partition_state and `effectively
@@ -98,6 +100,12 @@ func RetryCause(err error) string {
 	var kErr *kerr.Error
 	if errors.As(err, &kErr) {
 		return CauseKafka
+	}
+	// A connection that got no answer within postgres.answer_timeout: a
+	// cut or half-open link, not a slow statement.
+	var silent *deadline.TimeoutError
+	if errors.As(err, &silent) {
+		return CausePostgresUnavailable
 	}
 	if pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
 		return CausePostgresTimeout

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/effectively-io/effectively/internal/consumer"
+	"github.com/effectively-io/effectively/internal/deadline"
 )
 
 func TestRetryCause(t *testing.T) {
@@ -38,6 +39,8 @@ func TestRetryCause(t *testing.T) {
 		{fmt.Errorf("beginning transaction: %w", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}), consumer.CausePostgresUnavailable},
 		{fmt.Errorf("reading: %w", io.ErrUnexpectedEOF), consumer.CausePostgresUnavailable},
 		{fmt.Errorf("query: %w", context.DeadlineExceeded), consumer.CausePostgresTimeout},
+		// No answer within postgres.answer_timeout: the link, not a statement.
+		{fmt.Errorf("committing: %w", &deadline.TimeoutError{After: 5 * time.Second, Peer: "PostgreSQL"}), consumer.CausePostgresUnavailable},
 		{fmt.Errorf("committing: %w", kerr.NotCoordinator), consumer.CauseKafka},
 		{consumer.WithRetryCause(consumer.CauseSourceUnavailable, fmt.Errorf("prefetching: %w", io.ErrUnexpectedEOF)), consumer.CauseSourceUnavailable},
 		{fmt.Errorf("applying: %w", consumer.WithRetryCause(consumer.CauseSourceUnavailable, errors.New("502"))), consumer.CauseSourceUnavailable},

@@ -92,7 +92,7 @@ func through(t *testing.T, dbURL string, b *blackhole, d time.Duration) *pgx.Con
 	u.Host = b.ln.Addr().String()
 	cfg, err := pgx.ParseConfig(u.String())
 	require.NoError(t, err)
-	cfg.AfterNetConnect = deadline.AfterNetConnect(d, "PostgreSQL (test)", cfg.AfterNetConnect)
+	cfg.DialFunc = deadline.Dialer(d, "PostgreSQL (test)", cfg.DialFunc)
 	return cfg
 }
 
@@ -100,16 +100,16 @@ func TestAnswerDeadline(t *testing.T) {
 	db := pgtest.NewEmpty(t)
 	b := newBlackhole(t, db.Pool.Config().ConnConfig.Host+":"+strconv.Itoa(int(db.Pool.Config().ConnConfig.Port)))
 	ctx := context.Background()
-	conn, err := pgx.ConnectConfig(ctx, through(t, db.URL, b, time.Second))
+	conn, err := pgx.ConnectConfig(ctx, through(t, db.URL, b, 2*time.Second))
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 
 	var one int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT 1`).Scan(&one))
-	// Idle past the deadline: nothing was due, nothing fails.
-	time.Sleep(1500 * time.Millisecond)
+	// Idle past the bound: nothing was due, nothing fails.
+	time.Sleep(2500 * time.Millisecond)
 	require.NoError(t, conn.QueryRow(ctx, `SELECT 1`).Scan(&one))
-	// A slow answer inside the deadline is an answer.
+	// A slow answer inside the bound is an answer.
 	_, err = conn.Exec(ctx, `SELECT pg_sleep(0.5)`)
 	require.NoError(t, err)
 	// The caller's own deadline still applies, and first.
@@ -166,4 +166,39 @@ func TestPoolRecoversAfterSilence(t *testing.T) {
 	b.swallow.Store(false)
 	_, err = pool.Exec(ctx, `SELECT 1`)
 	require.NoError(t, err, "the pool made a new connection")
+}
+
+// The bound is on progress: a client that takes its time between reads of
+// an answer already sent is not cut, and a read that gets no byte is.
+func TestBoundIsOnProgress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = c.Write(make([]byte, 64<<10))
+		time.Sleep(10 * time.Second) // then silence
+	}()
+	dial := deadline.Dialer(500*time.Millisecond, "the test server", nil)
+	conn, err := dial(context.Background(), "tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	buf := make([]byte, 1024)
+	got := 0
+	for got < 64<<10 {
+		n, err := conn.Read(buf)
+		require.NoError(t, err, "after %d bytes", got)
+		got += n
+		if got == n {
+			time.Sleep(time.Second) // the client thinks, longer than the bound
+		}
+	}
+	_, err = conn.Read(buf)
+	var te *deadline.TimeoutError
+	require.True(t, errors.As(err, &te), "no byte for the bound: %v", err)
+	require.Contains(t, err.Error(), "no answer from the test server within 500ms")
 }

@@ -124,11 +124,13 @@ type Result struct {
 	Released map[dedupe.Disposition]int
 	// Letters are the batch's own records that were dead-lettered.
 	Letters []LetterRef
-	// Fenced counts the batch's records that another member of the group
-	// had already applied (the partition's stored position was past them):
-	// this member held them after losing the partition (a zombie cut from
-	// the broker, a paused process), or the previous owner's last batch
-	// committed just before the revoke. They were not applied again.
+	// Fenced counts the batch's records that were already applied (the
+	// partition's stored position was past them): by another member — this
+	// one held them after losing the partition (a zombie cut from the
+	// broker, a paused process), or the previous owner's last batch
+	// committed just before the revoke — or by an earlier attempt of this
+	// very batch whose COMMIT reached PostgreSQL and whose answer was lost.
+	// They were not applied again.
 	Fenced int
 	// Position is the partition's stored position the batch found.
 	Position int64
@@ -183,7 +185,7 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 	a.opts.Metrics.record(b.Topic, res)
 	a.logLetters(res.Letters)
 	if res.Fenced > 0 {
-		a.log.Info("records already applied by another member were not applied again (fenced by the partition's stored position)",
+		a.log.Info("records already applied were not applied again (fenced by the partition's stored position): another member applied them, or an earlier attempt of this batch whose COMMIT answer was lost",
 			zap.String("topic", b.Topic), zap.Int32("partition", b.Partition), zap.Int64("first_offset", b.Records[0].Offset),
 			zap.Int64("stored_position", res.Position), zap.Int("fenced", res.Fenced))
 	}

@@ -36,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"topic"}),
 		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "effectively_fenced_records_total",
-			Help: "Records a batch held that another member had already applied (the partition's stored position was past them), not applied again: a zombie's late work, refused.",
+			Help: "Records a batch held that were already applied (the partition's stored position was past them), not applied again: another member's work (a zombie's late batch, refused) or an earlier attempt of the same batch whose COMMIT answer was lost.",
 		}, []string{"topic"}),
 	}
 	m.parked = prometheus.NewGauge(prometheus.GaugeOpts{
