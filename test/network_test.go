@@ -196,10 +196,13 @@ func TestNetPostgresCutOneSided(t *testing.T) {
 // half-open (bytes taken, nothing answered) while its database link is
 // slow, so it holds fetched records and batches in flight when its session
 // expires and B takes its partitions. A goes unready naming Kafka and keeps
-// applying what it holds — a zombie. Its late batches and B's overlap on
-// the partitions' stored positions: whatever one of them applied, the
-// other finds fenced. Every event has exactly one effect; no position moves
-// back.
+// applying what it holds — a zombie (the test measures the window in which
+// both held a partition, from their logs). Where its late batches and B's
+// overlap, the partitions' stored positions fence whatever one of them
+// applied first (counted, not required: whether A still commits inside the
+// window depends on what it had fetched; TestZombieBatchIsFencedByThePosition
+// in internal/pipeline asserts the fence itself). Every event has exactly
+// one effect; no position moves back.
 func TestNetZombieCutFromTheBroker(t *testing.T) {
 	t.Parallel()
 	lab := newNetLab(t)
@@ -258,7 +261,6 @@ func TestNetZombieCutFromTheBroker(t *testing.T) {
 	t.Logf("A still held partitions B owned for %s (the zombie window); fenced: %d records in A, %d in B; A's /readyz while cut: %s",
 		overlap.Round(time.Millisecond), fencedA, fencedB, body)
 	require.Positive(t, overlap, "A was a zombie: it held partitions after the group had given them to B")
-	require.Positive(t, fencedA+fencedB, "A's late batches and B's overlapped, and the partitions' stored positions refused the overlap")
 	r.verify(t, exp)
 }
 
@@ -332,7 +334,7 @@ func TestNetTargetAnswersLost(t *testing.T) {
 		code, _, stderr := runCmd(t, r.env, "outbox", "resolve", strconv.FormatInt(in.ID, 10), how)
 		require.Equal(t, 0, code, stderr)
 	}
-	w = r.worker(t)
+	w = r.startedWorker(t)
 	waitUntil(t, "the resent mails delivered", 2*time.Minute, func(context.Context) bool {
 		return r.db.Count(t, `SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending')`) == 0
 	})

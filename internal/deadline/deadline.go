@@ -37,6 +37,10 @@ type Conn struct {
 	mu                  sync.Mutex
 	userRead, userWrite time.Time // the caller's own deadlines
 	ownRead, ownWrite   time.Time // the progress bound of the read and write under way
+	// gone is the bound's error once it passed: the connection is given
+	// up, and every later read or write fails at once (pgx retries a
+	// timed-out read once before it closes the connection).
+	gone error
 }
 
 // Guard wraps conn. d must be positive; peer names the other side in the
@@ -72,6 +76,10 @@ func (c *Conn) Write(p []byte) (int, error) {
 	for n < len(p) {
 		end := min(len(p), n+writeChunk)
 		c.mu.Lock()
+		if c.gone != nil {
+			c.mu.Unlock()
+			return n, c.gone
+		}
 		c.ownWrite = time.Now().Add(c.d)
 		err := c.Conn.SetWriteDeadline(earliest(c.userWrite, c.ownWrite))
 		c.mu.Unlock()
@@ -90,6 +98,10 @@ func (c *Conn) Write(p []byte) (int, error) {
 // Read waits at most d for the first byte.
 func (c *Conn) Read(p []byte) (int, error) {
 	c.mu.Lock()
+	if c.gone != nil {
+		c.mu.Unlock()
+		return 0, c.gone
+	}
 	c.ownRead = time.Now().Add(c.d)
 	err := c.Conn.SetReadDeadline(earliest(c.userRead, c.ownRead))
 	c.mu.Unlock()
@@ -115,7 +127,8 @@ func (c *Conn) explain(err error, read bool) error {
 	if time.Now().Before(own) || (!user.IsZero() && user.Before(own)) {
 		return err // the caller's deadline
 	}
-	return &TimeoutError{After: c.d, Peer: c.peer}
+	c.gone = &TimeoutError{After: c.d, Peer: c.peer}
+	return c.gone
 }
 
 // SetDeadline sets the caller's read and write deadlines.

@@ -201,4 +201,11 @@ func TestBoundIsOnProgress(t *testing.T) {
 	var te *deadline.TimeoutError
 	require.True(t, errors.As(err, &te), "no byte for the bound: %v", err)
 	require.Contains(t, err.Error(), "no answer from the test server within 500ms")
+	// The connection is given up: later reads and writes fail at once.
+	began := time.Now()
+	_, err = conn.Read(buf)
+	require.True(t, errors.As(err, &te))
+	_, err = conn.Write([]byte("x"))
+	require.True(t, errors.As(err, &te))
+	require.Less(t, time.Since(began), 400*time.Millisecond, "no second wait (a hang guard)")
 }
