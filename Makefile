@@ -51,7 +51,9 @@ fuzz:
 	GO=$(GO) test/fuzz.sh $(FUZZTIME)
 
 ## chaos: the fault-injection suite's default profile (200,000 events, 3 workers, ≥ 32 kills, rebalances, 2 broker and
-## 2 PostgreSQL restarts, a paused member) with its table of figures. CHAOS_SEED=N reproduces a run; make test runs the short profile.
+## 2 PostgreSQL restarts, a paused member, one of each network fault) with its table of figures. CHAOS_PROFILE=network:
+## 150,000 events, every network fault (toxiproxy, in-process) 5 times with kills mixed in. CHAOS_SEED=N reproduces a run;
+## make test runs the short profile.
 CHAOS_PROFILE ?= default
 CHAOS_SEED ?=
 chaos:
