@@ -928,10 +928,7 @@ func zombieWindows(procs []*proc) (n int, longest time.Duration) {
 		logs[i] = p.stderr.String()
 	}
 	for i := range logs {
-		for j := range logs {
-			if i == j {
-				continue
-			}
+		for j := i + 1; j < len(logs); j++ { // the overlap is symmetric: once per pair
 			if d := ownedTwice(logs[i], logs[j]); d > 0 {
 				n++
 				longest = max(longest, d)
