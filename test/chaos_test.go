@@ -791,6 +791,25 @@ func (n *netFaults) inject(t *testing.T, kind string, x netTarget) {
 	if nth%2 == 1 {
 		target, server = x.mail, x.mailServer
 	}
+	// Faults held on one link for a while, then healed.
+	held := map[string]struct {
+		on    *link
+		apply func(*link)
+		hold  time.Duration
+	}{
+		"kafka-answer":    {x.kafka, (*link).dropAnswers, 3 * time.Second},
+		"halfopen-kafka":  {x.kafka, (*link).halfOpen, 10 * time.Second},
+		"halfopen-pg":     {x.pg, (*link).halfOpen, 15 * time.Second},
+		"halfopen-target": {target, (*link).halfOpen, 10 * time.Second},
+		"cut-pg":          {x.pg, (*link).cut, 10 * time.Second},
+		"cut-target":      {target, (*link).cut, 10 * time.Second},
+	}
+	if h, ok := held[kind]; ok {
+		h.apply(h.on)
+		time.Sleep(h.hold)
+		h.on.heal()
+		return
+	}
 	switch kind {
 	case "zombie":
 		// Cut (even) or half-open (odd) from the broker past its session,
@@ -825,30 +844,6 @@ func (n *netFaults) inject(t *testing.T, kind string, x netTarget) {
 		}
 		target.heal()
 		n.outboxDropped += server.snapshot().requests() - before
-	case "kafka-answer":
-		x.kafka.dropAnswers()
-		time.Sleep(3 * time.Second)
-		x.kafka.heal()
-	case "halfopen-kafka":
-		x.kafka.halfOpen()
-		time.Sleep(10 * time.Second)
-		x.kafka.heal()
-	case "halfopen-pg":
-		x.pg.halfOpen()
-		time.Sleep(15 * time.Second)
-		x.pg.heal()
-	case "halfopen-target":
-		target.halfOpen()
-		time.Sleep(10 * time.Second)
-		target.heal()
-	case "cut-pg":
-		x.pg.cut()
-		time.Sleep(10 * time.Second)
-		x.pg.heal()
-	case "cut-target":
-		target.cut()
-		time.Sleep(10 * time.Second)
-		target.heal()
 	case "latency":
 		for _, k := range x.links {
 			k.latency(500, 300)

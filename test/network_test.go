@@ -74,6 +74,26 @@ func fencedIn(procs ...*proc) int {
 	return n
 }
 
+// pgLinkRun starts a worker whose database link goes through a lab link
+// and the workload cfg produced at rate records/s, and returns once 200
+// records are applied: the rig, the link, the worker's admin address, what
+// the workload comes to, the worker, the position watch's stop and the
+// producer's end.
+func pgLinkRun(t *testing.T, cfg workload.Config, rate int) (*rig, *link, string, workload.Expected, *proc, func() int, <-chan error) {
+	t.Helper()
+	lab := newNetLab(t)
+	r := newRig(t, 4)
+	pg := lab.link(t, "pg", hostOf(t, r.db.URL))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	r.env = append(r.env, append(netEnv(via(t, r.db.URL, pg, "4s")), "EFFECTIVELY_HTTP_ADDR="+httpAddr)...)
+	recs, exp := r.records(t, cfg)
+	w := r.worker(t)
+	stopWatch := r.watchPositions(t)
+	produced := produceThroughRestarts(kafkaBrokers(t, r), recs, rate, 3*time.Minute)
+	r.waitApplied(t, 200, time.Minute)
+	return r, pg, httpAddr, exp, w, stopWatch, produced
+}
+
 // COMMIT reaches PostgreSQL and its answer is lost: the connection closes
 // (three times) or stays open and silent (twice, caught by the answer
 // timeout). The worker cannot know whether its batch is in; it retries,
@@ -81,16 +101,7 @@ func fencedIn(procs ...*proc) int {
 // batch (fenced): every event has exactly one effect.
 func TestNetCommitAnswersLost(t *testing.T) {
 	t.Parallel()
-	lab := newNetLab(t)
-	r := newRig(t, 4)
-	pg := lab.link(t, "pg", hostOf(t, r.db.URL))
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	r.env = append(r.env, append(netEnv(via(t, r.db.URL, pg, "4s")), "EFFECTIVELY_HTTP_ADDR="+httpAddr)...)
-	recs, exp := r.records(t, testWorkload(5000, 200, 41))
-	w := r.worker(t)
-	stopWatch := r.watchPositions(t)
-	produced := produceThroughRestarts(kafkaBrokers(t, r), recs, 400, 2*time.Minute)
-	r.waitApplied(t, 200, time.Minute)
+	r, pg, httpAddr, exp, w, stopWatch, produced := pgLinkRun(t, testWorkload(5000, 200, 41), 400)
 	for _, hold := range []bool{false, true, false, true, false} {
 		before := pg.commitAnswersDropped()
 		pg.dropCommitAnswers(hold)
@@ -138,16 +149,7 @@ func kafkaBrokers(t *testing.T, r *rig) []string {
 // way) — and is ready and exact again after each heal.
 func TestNetPostgresCutOneSided(t *testing.T) {
 	t.Parallel()
-	lab := newNetLab(t)
-	r := newRig(t, 4)
-	pg := lab.link(t, "pg", hostOf(t, r.db.URL))
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	r.env = append(r.env, append(netEnv(via(t, r.db.URL, pg, "4s")), "EFFECTIVELY_HTTP_ADDR="+httpAddr)...)
-	recs, exp := r.records(t, testWorkload(6000, 200, 43))
-	w := r.worker(t)
-	stopWatch := r.watchPositions(t)
-	produced := produceThroughRestarts(kafkaBrokers(t, r), recs, 200, 3*time.Minute)
-	r.waitApplied(t, 200, time.Minute)
+	r, pg, httpAddr, exp, w, stopWatch, produced := pgLinkRun(t, testWorkload(6000, 200, 43), 200)
 
 	for _, fault := range []struct {
 		name  string
