@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,9 +27,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/internal/kafkatest"
 	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/internal/proctest"
@@ -46,8 +45,9 @@ const (
 	beforeCut  = 10
 	cutScrapes = 120
 	afterDrain = 30
-	// produceEvery paces the stream of records: 50 a second.
-	produceEvery = 20 * time.Millisecond
+	// produceEvery and produceBatch pace the stream of records: 50 a second.
+	produceEvery = time.Second
+	produceBatch = 50
 	// partitions of the worker's topic.
 	partitions = 2
 )
@@ -117,13 +117,13 @@ func TestAlertsFireDuringACutAndClearAfterTheHeal(t *testing.T) {
 	code, _, stderr := proctest.Run(t, bin, env(db.URL), "migrate")
 	require.Equal(t, 0, code, "effectively migrate: %s", stderr)
 	worker := proctest.Start(t, bin, env(link.url), "run")
-	stream := produceSteadily(t, topic)
+	stream := produceSteadily(t, bin, env(link.url), topic)
 
 	rec := &recording{t: t, addr: addr, worker: worker}
 	proctest.WaitUntil(t, "the worker applying the stream", time.Minute, func(context.Context) bool {
 		rec.alive()
 		mfs, err := scrapeMetrics(addr)
-		return err == nil && len(lags(mfs)) == partitions && db.Count(t, `SELECT count(*) FROM accounts`) > 0
+		return err == nil && len(lags(mfs)) == partitions && db.Count(t, `SELECT count(*) FROM effectively_claims`) > 0
 	})
 
 	tick := time.NewTicker(realStep)
@@ -263,44 +263,35 @@ func (l *pgLink) heal(t *testing.T) {
 type stream struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
-	client   *kgo.Client
 	produced atomic.Int64
 	mu       sync.Mutex
 	errs     []error
 }
 
-// produceSteadily sends the reference domain's generated workload to topic,
-// one record every produceEvery, until stop.
-func produceSteadily(t *testing.T, topic string) *stream {
+// produceSteadily runs the reference binary's `produce` once every
+// produceEvery until stop: each run a fresh generated workload of
+// produceBatch records (its own seed, so its own event ids).
+func produceSteadily(t *testing.T, bin string, env []string, topic string) *stream {
 	t.Helper()
-	g, err := workload.NewGenerator(workload.Config{Accounts: 4000, Events: 60000, Duplicates: 0.1, OutOfOrder: 0.1, Seed: 1})
-	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &stream{cancel: cancel, done: make(chan struct{}), client: kafkatest.Producer(t, kgo.DefaultProduceTopic(topic))}
+	s := &stream{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		tick := time.NewTicker(produceEvery)
 		defer tick.Stop()
-		for {
+		for seed := 1; ; seed++ {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
-			r, ok := g.Next()
-			if !ok {
-				s.fail(fmt.Errorf("the workload of %d records ran out", s.produced.Load()))
+			code, _, stderr := proctest.Run(t, bin, env, "produce", "--topic", topic,
+				"--events", strconv.Itoa(produceBatch), "--seed", strconv.Itoa(seed))
+			if code != 0 {
+				s.fail(fmt.Errorf("effectively produce (seed %d): exit %d: %s", seed, code, stderr))
 				return
 			}
-			rec := &kgo.Record{Key: r.Key, Value: r.Value, Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte(workload.ContentType)}}}
-			// Not ctx: the last records are flushed by stop, not cancelled.
-			s.client.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
-				if err != nil {
-					s.fail(err)
-					return
-				}
-				s.produced.Add(1)
-			})
+			s.produced.Add(produceBatch)
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-s.done })
@@ -319,9 +310,6 @@ func (s *stream) stop(t *testing.T) int64 {
 	t.Helper()
 	s.cancel()
 	<-s.done
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, s.client.Flush(ctx))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	require.Empty(t, s.errs, "producing the stream")

@@ -284,7 +284,7 @@ func TestNetTargetAnswersLost(t *testing.T) {
 		"EFFECTIVELY_RETRY_INITIAL=50ms", "EFFECTIVELY_RETRY_MAX=1s",
 		"EFFECTIVELY_OUTBOX_CALL_TIMEOUT=2s", "EFFECTIVELY_OUTBOX_LEASE_GRACE=1s", "EFFECTIVELY_OUTBOX_CONCURRENCY=2",
 		"EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=20")
-	recs, exp := r.records(t, testWorkload(3000, 200, 47))
+	recs, exp := r.records(t, testWorkload(2000, 200, 47))
 	w := r.worker(t)
 	produced := produceThroughRestarts(kafkaBrokers(t, r), recs, 100, 3*time.Minute)
 	r.waitApplied(t, 20, time.Minute)
@@ -398,11 +398,11 @@ func ownedTwice(zombie, owner string) time.Duration {
 	return longest
 }
 
-// The broker's answers lost: five times, every answer on the worker's
+// The broker's answers lost: four times, every answer on the worker's
 // broker link is dropped and the connection reset after the broker acted
 // (fetches, heartbeats, offset commits, the dead-letter relay's
 // transactional produce and its commit), then the link is capped at
-// 32 KB/s for 10 s. Every event has exactly one effect, every poison
+// 32 KB/s for 6 s. Every event has exactly one effect, every poison
 // record exactly one dead letter — in dead_letters and once on the .dlq
 // topic (read committed) — and Kafka's committed offsets end at the
 // positions PostgreSQL holds.
@@ -427,15 +427,15 @@ func TestNetKafkaAnswersLost(t *testing.T) {
 	w := r.worker(t)
 	produced := produceThroughRestarts(admin, stream.records, 200, 3*time.Minute)
 	r.waitApplied(t, 100, time.Minute)
-	for range 5 {
+	for range 4 {
 		kafkaLinks[0].dropAnswers()
 		time.Sleep(2 * time.Second)
 		kafkaLinks[0].heal()
-		time.Sleep(2 * time.Second)
+		time.Sleep(time.Second)
 	}
 	kafkaLinks[0].bandwidth(32)
 	capped := r.applied(t)
-	time.Sleep(10 * time.Second)
+	time.Sleep(6 * time.Second)
 	kafkaLinks[0].heal()
 	require.NoError(t, <-produced)
 
