@@ -468,6 +468,9 @@ func TestNetKafkaAnswersLost(t *testing.T) {
 		}
 		return true
 	})
+	waitUntil(t, "the relay published every dead letter", time.Minute, func(context.Context) bool {
+		return db.Count(t, `SELECT count(*) FROM dead_letters WHERE published_at IS NULL`) == 0
+	})
 	readErrors := counter(t, httpAddr, "effectively_kafka_read_errors_total")
 	w.signal(t, syscall.SIGTERM)
 	require.Equal(t, 0, w.wait(t, time.Minute))
