@@ -94,6 +94,23 @@ func pgLinkRun(t *testing.T, cfg workload.Config, rate int) (*rig, *link, string
 	return r, pg, httpAddr, exp, w, stopWatch, produced
 }
 
+// ownBrokerRig is a rig on a broker of the test's own (admin: its direct
+// address): a database, a 4-partition topic, a group, and the network
+// tests' worker settings with short sessions. Workers add their own links.
+func ownBrokerRig(t *testing.T, admin []string) *rig {
+	t.Helper()
+	db := pgtest.New(t, accounts.Migrations())
+	topic, group := kafkatest.Name(t, "topic"), kafkatest.Name(t, "group")
+	created, err := kadmOn(t, admin).CreateTopic(context.Background(), 4, 1, nil, topic)
+	require.NoError(t, err)
+	require.NoError(t, created.Err)
+	return &rig{db: db, topic: topic, group: group, brokers: admin, env: append([]string{
+		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(admin, ","),
+		"EFFECTIVELY_KAFKA_GROUP=" + group, "EFFECTIVELY_KAFKA_TOPICS=" + topic,
+		"EFFECTIVELY_KAFKA_SESSION_TIMEOUT=6s", "EFFECTIVELY_KAFKA_REBALANCE_TIMEOUT=20s",
+	}, netEnv(via(t, db.URL, nil, "4s"))...)}
+}
+
 // COMMIT reaches PostgreSQL and its answer is lost: the connection closes
 // (three times) or stays open and silent (twice, caught by the answer
 // timeout). The worker cannot know whether its batch is in; it retries,
@@ -209,18 +226,10 @@ func TestNetZombieCutFromTheBroker(t *testing.T) {
 	t.Parallel()
 	lab := newNetLab(t)
 	admin, perClient, kafkaLinks, _ := ownKafkaProxied(t, lab, 2)
-	db := pgtest.New(t, accounts.Migrations())
-	topic, group := kafkatest.Name(t, "topic"), kafkatest.Name(t, "group")
-	created, err := kadmOn(t, admin).CreateTopic(context.Background(), 4, 1, nil, topic)
-	require.NoError(t, err)
-	require.NoError(t, created.Err)
+	r := ownBrokerRig(t, admin)
+	db := r.db
 	pgA := lab.link(t, "pg-a", hostOf(t, db.URL))
 	addrA, addrB := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	r := &rig{db: db, topic: topic, group: group, brokers: admin, env: append([]string{
-		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(admin, ","),
-		"EFFECTIVELY_KAFKA_GROUP=" + group, "EFFECTIVELY_KAFKA_TOPICS=" + topic,
-		"EFFECTIVELY_KAFKA_SESSION_TIMEOUT=6s", "EFFECTIVELY_KAFKA_REBALANCE_TIMEOUT=20s",
-	}, netEnv(via(t, db.URL, nil, "4s"))...)}
 	recs, exp := r.records(t, testWorkload(8000, 300, 45))
 	a := r.worker(t, "EFFECTIVELY_KAFKA_BROKERS="+strings.Join(perClient[0], ","),
 		"EFFECTIVELY_POSTGRES_URL="+via(t, db.URL, pgA, "4s"), "EFFECTIVELY_HTTP_ADDR="+addrA)
@@ -410,19 +419,11 @@ func TestNetKafkaAnswersLost(t *testing.T) {
 	t.Parallel()
 	lab := newNetLab(t)
 	admin, perClient, kafkaLinks, _ := ownKafkaProxied(t, lab, 1)
-	db := pgtest.New(t, accounts.Migrations())
-	topic, group := kafkatest.Name(t, "topic"), kafkatest.Name(t, "group")
-	adm := kadmOn(t, admin)
-	created, err := adm.CreateTopic(context.Background(), 4, 1, nil, topic)
-	require.NoError(t, err)
-	require.NoError(t, created.Err)
+	r := ownBrokerRig(t, admin)
+	db, topic, group, adm := r.db, r.topic, r.group, kadmOn(t, admin)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	r := &rig{db: db, topic: topic, group: group, brokers: admin, env: append([]string{
-		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(perClient[0], ","),
-		"EFFECTIVELY_KAFKA_GROUP=" + group, "EFFECTIVELY_KAFKA_TOPICS=" + topic,
-		"EFFECTIVELY_KAFKA_SESSION_TIMEOUT=6s", "EFFECTIVELY_KAFKA_REBALANCE_TIMEOUT=20s",
-		"EFFECTIVELY_HTTP_ADDR=" + httpAddr, "EFFECTIVELY_CONSUMER_MAX_PAYLOAD_BYTES=4096",
-	}, netEnv(via(t, db.URL, nil, "4s"))...)}
+	r.env = append(r.env, "EFFECTIVELY_KAFKA_BROKERS="+strings.Join(perClient[0], ","),
+		"EFFECTIVELY_HTTP_ADDR="+httpAddr, "EFFECTIVELY_CONSUMER_MAX_PAYLOAD_BYTES=4096")
 	stream := buildChaosStream(t, chaosProfile{events: 4000, accounts: 200, poisonEvery: 50, bellEvery: 1 << 30}, topic, 51)
 	w := r.worker(t)
 	produced := produceThroughRestarts(admin, stream.records, 200, 3*time.Minute)
