@@ -2,6 +2,7 @@ package event
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"mime"
@@ -28,8 +29,18 @@ const (
 type DecoderConfig struct {
 	// Topic is the topic's name. Format json uses it as the events' Source.
 	Topic string
-	// Format is FormatCloudEvents (the default when empty) or FormatJSON.
+	// Format is FormatCloudEvents (the default when empty), FormatJSON, or
+	// a registry format: FormatAvro, FormatProtobuf, FormatJSONSchema.
+	//
+	// A registry format's payload, decoded to JSON (see [Wire]), is mapped
+	// to the event like format json's, by the pointers below, when
+	// TypePointer is set; without it, every record must be a CloudEvent in
+	// Kafka binary mode (ce_ headers; the value is the event's data in the
+	// wire format, whatever its content-type says).
 	Format string
+	// Registry is where a registry format's schemas are fetched (required
+	// for those formats, and only for them).
+	Registry SchemaRegistry
 	// KeyStrategy is StrategyCloudEvents (the default for format
 	// cloudevents, and invalid for format json, whose events have no
 	// CloudEvents id), StrategyField, StrategyNatural or StrategyContentHash.
@@ -78,6 +89,7 @@ type Decoder struct {
 	maxBytes   int
 	requireSub bool
 	warnings   []string
+	registry   *registryDecoder
 }
 
 // NewDecoder validates cfg and returns a decoder for its topic. Its errors
@@ -118,23 +130,47 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 					cfg.Topic, f.name, FormatJSON, FormatJSON)
 			}
 		}
-	case FormatJSON:
+	case FormatJSON, FormatAvro, FormatProtobuf, FormatJSONSchema:
+		if isRegistryFormat(d.format) {
+			if cfg.Registry == nil {
+				return nil, fmt.Errorf("topic %s: format %q needs a schema registry: set schema_registry.url", cfg.Topic, d.format)
+			}
+			d.registry = newRegistryDecoder(d.format, cfg.Registry)
+			if cfg.TypePointer == "" {
+				// CloudEvents binary mode: the attributes are headers.
+				if d.strategy == "" {
+					d.strategy = StrategyCloudEvents
+				}
+				for _, f := range [...]struct{ name, value string }{
+					{"id pointer", cfg.IDPointer}, {"subject pointer", cfg.SubjectPointer}, {"version pointer", cfg.VersionPointer},
+				} {
+					if f.value != "" {
+						return nil, fmt.Errorf("topic %s: format %q maps its events by pointers only with a type pointer; without one its records are CloudEvents in binary mode: set type_pointer or remove the %s", cfg.Topic, d.format, f.name)
+					}
+				}
+				break
+			}
+		}
 		if d.strategy == "" || d.strategy == StrategyCloudEvents {
-			return nil, fmt.Errorf("topic %s: format %q needs key strategy %q, %q or %q (its events have no CloudEvents id)",
-				cfg.Topic, FormatJSON, StrategyField, StrategyNatural, StrategyContentHash)
+			return nil, fmt.Errorf("topic %s: format %q with pointers needs key strategy %q, %q or %q (its events have no CloudEvents id)",
+				cfg.Topic, d.format, StrategyField, StrategyNatural, StrategyContentHash)
 		}
 		if cfg.TypePointer == "" {
 			return nil, fmt.Errorf("topic %s: format %q needs a type pointer (the event type handlers are registered by)", cfg.Topic, FormatJSON)
 		}
 		if cfg.SubjectPointer == "" {
-			return nil, fmt.Errorf("topic %s: format %q needs a subject pointer (the resource ID, equal to the record key)", cfg.Topic, FormatJSON)
+			return nil, fmt.Errorf("topic %s: format %q needs a subject pointer (the resource ID, equal to the record key)", cfg.Topic, d.format)
 		}
 		d.idPtr = ptr("id pointer", cfg.IDPointer)
 		d.typePtr = ptr("type pointer", cfg.TypePointer)
 		d.subjectPtr = ptr("subject pointer", cfg.SubjectPointer)
 		d.versionPtr = ptr("version pointer", cfg.VersionPointer)
 	default:
-		return nil, fmt.Errorf("topic %s: format %q: must be %q or %q", cfg.Topic, cfg.Format, FormatCloudEvents, FormatJSON)
+		return nil, fmt.Errorf("topic %s: format %q: must be %q, %q, %q, %q or %q", cfg.Topic, cfg.Format,
+			FormatCloudEvents, FormatJSON, FormatAvro, FormatProtobuf, FormatJSONSchema)
+	}
+	if cfg.Registry != nil && d.registry == nil {
+		return nil, fmt.Errorf("topic %s: a schema registry is only for formats %q, %q and %q", cfg.Topic, FormatAvro, FormatProtobuf, FormatJSONSchema)
 	}
 	switch d.strategy {
 	case StrategyCloudEvents, StrategyContentHash:
@@ -196,7 +232,15 @@ func (d *Decoder) Warnings() []string {
 // The headers Decode reads must be valid UTF-8; others are ignored (retry or
 // attempt counters a client may add change nothing).
 func (d *Decoder) Decode(r Record) (Event, error) {
-	ev, err := d.decode(r)
+	return d.DecodeContext(context.Background(), r)
+}
+
+// DecodeContext is Decode with a context for the schema registry's
+// requests (registry formats). An error wrapping
+// ErrSchemaRegistryUnavailable is not the record's fault and not
+// permanent: decode the record again later.
+func (d *Decoder) DecodeContext(ctx context.Context, r Record) (Event, error) {
+	ev, err := d.decode(ctx, r)
 	if err != nil {
 		return Event{}, err
 	}
@@ -204,12 +248,14 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 	return ev, nil
 }
 
-func (d *Decoder) decode(r Record) (Event, error) {
+func (d *Decoder) decode(ctx context.Context, r Record) (Event, error) {
 	switch {
 	case len(r.Value) == 0:
 		return Event{}, decodeErr(ReasonEmptyValue, "the record value is empty (a tombstone?)")
 	case d.maxBytes > 0 && len(r.Value) > d.maxBytes:
 		return Event{}, decodeErr(ReasonTooLarge, "the record value has %d bytes, more than the limit of %d", len(r.Value), d.maxBytes)
+	case d.registry != nil:
+		return d.decodeRegistry(ctx, r)
 	case !utf8.Valid(r.Value):
 		return Event{}, decodeErr(ReasonInvalidUTF8, "the record value is not valid UTF-8 at byte %d", invalidUTF8Offset(r.Value))
 	}
@@ -240,6 +286,60 @@ func (d *Decoder) decode(r Record) (Event, error) {
 		return Event{}, decodeErr(ReasonMissingBinaryHeaders, "the record has ce_ headers but no ce_specversion: send all of ce_specversion, ce_id, ce_source, ce_type and ce_subject, or none")
 	default:
 		return d.decodeStructured(r)
+	}
+}
+
+// maxExpansion bounds the JSON a registry format's payload may decode to:
+// this many times its bytes, plus maxExpansionSlack. Binary encodings are
+// denser than JSON (field names, quotes, digits), but an array of a
+// billion nulls takes a few bytes: the bound keeps a record's memory a
+// multiple of its size.
+const (
+	maxExpansion      = 16
+	maxExpansionSlack = 64 << 10
+)
+
+// decodeRegistry decodes a record of a registry format: the payload to
+// JSON, then the envelope from the pointers (as format json) or from the
+// CloudEvents binary-mode headers.
+func (d *Decoder) decodeRegistry(ctx context.Context, r Record) (Event, error) {
+	js, wire, err := d.registry.transcode(ctx, r.Value, maxExpansion*len(r.Value)+maxExpansionSlack)
+	if err != nil {
+		return Event{}, err
+	}
+	r.Value = js
+	var ev Event
+	if d.typePtr != nil {
+		ev, err = d.decodeJSON(r)
+	} else {
+		ev, err = d.decodeRegistryBinary(r)
+	}
+	if err != nil {
+		return Event{}, err
+	}
+	ev.Wire = wire
+	return ev, nil
+}
+
+// decodeRegistryBinary reads the attributes of a registry format's record
+// from its ce_ headers. Its content-type (application/avro, or none)
+// describes the wire bytes, not the JSON they became, so it is not the
+// event's datacontenttype.
+func (d *Decoder) decodeRegistryBinary(r Record) (Event, error) {
+	var hasCE, hasSpec bool
+	for _, h := range r.Headers {
+		if name, ok := strings.CutPrefix(h.Key, "ce_"); ok {
+			hasCE = true
+			hasSpec = hasSpec || name == "specversion"
+		}
+	}
+	switch {
+	case hasSpec:
+		return d.decodeBinary(r, "", false)
+	case hasCE:
+		return Event{}, decodeErr(ReasonMissingBinaryHeaders, "the record has ce_ headers but no ce_specversion: send all of ce_specversion, ce_id, ce_source, ce_type and ce_subject, or none")
+	default:
+		return Event{}, decodeErr(ReasonMissingBinaryHeaders, "the record has no ce_ headers, and topic %s maps no type pointer: send CloudEvents binary-mode headers, or set the topic's type_pointer and subject_pointer", Excerpt(d.topic))
 	}
 }
 
@@ -584,10 +684,14 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 	}
 	if d.versionPtr != nil {
 		if v, ok := doc.resolve(d.versionPtr, root); ok && doc.kind(v) != KindNull {
-			if k := doc.kind(v); k != KindNumber {
+			if k := doc.kind(v); k == KindString && d.format == FormatProtobuf {
+				// Protobuf's JSON writes 64-bit integers as decimal strings.
+				if ev.Version, err = parseVersion(doc.str(v)); err != nil {
+					return Event{}, err
+				}
+			} else if k != KindNumber {
 				return Event{}, decodeErr(ReasonInvalidVersion, "version %s is %s; want an integer ≥ 1", Excerpt(doc.head(v)), article(k))
-			}
-			if ev.Version, err = parseVersion(string(doc.raw(v))); err != nil {
+			} else if ev.Version, err = parseVersion(string(doc.raw(v))); err != nil {
 				return Event{}, err
 			}
 		}

@@ -80,6 +80,26 @@ const (
 	// payload for format json) nests arrays and objects deeper than
 	// MaxNesting.
 	ReasonNestingTooDeep Reason = "nesting_too_deep"
+	// ReasonNotWireFormat: for a registry format (avro, protobuf,
+	// jsonschema), the value does not start with the Confluent wire
+	// format's header: a magic byte 0 and a 4-byte schema ID (for Protobuf,
+	// readable message indexes after them). It was written without the
+	// registry's serializer.
+	ReasonNotWireFormat Reason = "not_wire_format"
+	// ReasonUnknownSchema: the schema registry answers that it has no
+	// schema with the record's schema ID (another registry's ID, a deleted
+	// schema, a corrupted header).
+	ReasonUnknownSchema Reason = "unknown_schema"
+	// ReasonUnusableSchema: the record's schema exists but cannot read it:
+	// a schema of another type than the topic's format (a Protobuf schema
+	// on an Avro topic), a reference the registry does not have, or a
+	// schema that does not compile.
+	ReasonUnusableSchema Reason = "unusable_schema"
+	// ReasonSchemaMismatch: the payload is not a value of its own schema: a
+	// truncated payload, bytes after the value, an index outside an enum or
+	// a union, an invalid JSON Schema instance, Protobuf fields the schema
+	// does not define.
+	ReasonSchemaMismatch Reason = "schema_mismatch"
 )
 
 // ReasonHandlerError: a handler failed permanently without a more specific
@@ -98,7 +118,8 @@ func DecodeReasons() []Reason {
 		ReasonMissingSubject, ReasonSubjectMismatch, ReasonInvalidAttribute,
 		ReasonInvalidVersion, ReasonUnsupportedData, ReasonInvalidData,
 		ReasonMissingKeyField, ReasonAttributeTooLong, ReasonResourceIDTooLong,
-		ReasonNestingTooDeep,
+		ReasonNestingTooDeep, ReasonNotWireFormat, ReasonUnknownSchema,
+		ReasonUnusableSchema, ReasonSchemaMismatch,
 	}
 }
 

@@ -82,6 +82,10 @@ type Event struct {
 	// span, and the outbox calls the event causes.
 	TraceParent string
 	TraceState  string
+	// Wire is, for a registry format (avro, protobuf, jsonschema), the
+	// writer's schema and the payload as produced: Data is its JSON form,
+	// Unmarshal decodes it into a generated type. Nil for the JSON formats.
+	Wire *Wire
 
 	// doc is the decoder's index of Data (Document), kept when small.
 	doc *Document

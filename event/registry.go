@@ -1,0 +1,306 @@
+package event
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sr"
+)
+
+// Registry formats: records in the Confluent wire format (a zero magic
+// byte, the schema's 4-byte big-endian ID in the registry, for Protobuf
+// the message indexes, then the payload), decoded with the writer's schema
+// fetched from a schema registry by ID. The payload becomes the event's
+// Data as JSON (see [Wire] for the mapping of each format's types), and
+// from there on the event is format-blind: envelope pointers, key
+// strategies, sinks and handlers read the JSON as they read format json.
+const (
+	// FormatAvro: Avro binary.
+	FormatAvro = "avro"
+	// FormatProtobuf: a Protobuf message of the schema's file.
+	FormatProtobuf = "protobuf"
+	// FormatJSONSchema: JSON validated against a JSON Schema.
+	FormatJSONSchema = "jsonschema"
+)
+
+// SchemaRegistry is where a decoder of a registry format finds the
+// writers' schemas. franz-go's *sr.Client satisfies it; schemas are
+// immutable under their ID, so the decoder asks for each once.
+type SchemaRegistry interface {
+	SchemaByID(ctx context.Context, id int) (sr.Schema, error)
+	SchemaByVersion(ctx context.Context, subject string, version int) (sr.SubjectSchema, error)
+}
+
+// ErrSchemaRegistryUnavailable marks a decoding that failed because the
+// schema registry did not answer, answered an error other than "not
+// found", or refused the worker's credentials: the environment's fault,
+// never the record's. Such errors are not permanent: the partition
+// retries the record until the registry answers.
+var ErrSchemaRegistryUnavailable = errors.New("schema registry unavailable")
+
+// isRegistryFormat reports whether records of format are in the Confluent
+// wire format.
+func isRegistryFormat(format string) bool {
+	return format == FormatAvro || format == FormatProtobuf || format == FormatJSONSchema
+}
+
+// registryType is the registry's schema type for a format.
+func registryType(format string) sr.SchemaType {
+	switch format {
+	case FormatProtobuf:
+		return sr.TypeProtobuf
+	case FormatJSONSchema:
+		return sr.TypeJSON
+	}
+	return sr.TypeAvro
+}
+
+// Wire is how a record of a registry format was encoded: the writer's
+// schema and the payload as produced. Event.Data holds the same payload as
+// JSON:
+//
+//   - Avro: records and maps as objects, arrays as arrays, a union as its
+//     branch's value (null for null), enums as their symbol, bytes and fixed
+//     in base64; decimal as a JSON number with exactly its scale's digits,
+//     uuid as its string, date as "2006-01-02", time-millis and
+//     time-micros as "15:04:05.000" and "15:04:05.000000",
+//     timestamp-millis and timestamp-micros as RFC 3339 UTC times,
+//     local-timestamp-* as the same without an offset, duration as
+//     {"months", "days", "milliseconds"}; NaN and infinities as the
+//     strings "NaN", "Infinity" and "-Infinity".
+//   - Protobuf: the proto3 JSON mapping (protojson) with the fields' names
+//     as written in the .proto file and every field present (unset scalars
+//     as their zero value, unset messages as null): 64-bit integers as
+//     decimal strings, enums by name, bytes in base64, Timestamp as an
+//     RFC 3339 time, wrappers as their value.
+//   - JSON Schema: the payload itself, once valid against its schema.
+type Wire struct {
+	// Format is FormatAvro, FormatProtobuf or FormatJSONSchema.
+	Format string
+	// SchemaID is the writer's schema's ID in the registry.
+	SchemaID int
+	// MessageIndexes is, for Protobuf, the path from the schema's file to
+	// the message type: [1, 0] is the first message nested in the file's
+	// second.
+	MessageIndexes []int
+	// Payload is the record value after the wire-format header. It does
+	// not alias the record; never modify it.
+	Payload []byte
+
+	schema *registrySchema
+}
+
+// registryDecoder is the registry side of a Decoder: its schemas by ID,
+// parsed once and kept (an ID's schema never changes). A schema the
+// registry does not know, or that cannot be used, is remembered for a
+// minute, so a run of poison records asks once; a registry that does not
+// answer is remembered not at all.
+type registryDecoder struct {
+	format   string
+	registry SchemaRegistry
+
+	mu      sync.Mutex
+	schemas map[int]*registrySchema
+	refused map[int]refusal
+}
+
+type refusal struct {
+	err   *DecodeError
+	until time.Time
+}
+
+// refusalTTL is how long an unknown or unusable schema ID is remembered.
+const refusalTTL = time.Minute
+
+// registrySchema is one parsed writer's schema: exactly one of its codecs
+// is set, by the topic's format.
+type registrySchema struct {
+	id    int
+	avro  *avroCodec
+	proto *protoCodec
+	json  *jsonSchemaCodec
+}
+
+// Limits of a schema's references: how deep they nest and how many one
+// schema may pull in.
+const (
+	maxReferenceDepth = 16
+	maxReferences     = 256
+)
+
+func newRegistryDecoder(format string, registry SchemaRegistry) *registryDecoder {
+	return &registryDecoder{format: format, registry: registry, schemas: map[int]*registrySchema{}, refused: map[int]refusal{}}
+}
+
+// transcode strips the wire-format header from value, finds the writer's
+// schema and returns the payload as JSON with its Wire.
+func (rd *registryDecoder) transcode(ctx context.Context, value []byte, maxJSON int) ([]byte, *Wire, error) {
+	var h sr.ConfluentHeader
+	if len(value) < 5 || value[0] != 0 {
+		if len(value) > 0 && value[0] != 0 {
+			return nil, nil, decodeErr(ReasonNotWireFormat, "the value starts with byte 0x%02x, not the wire format's magic byte 0 (was it written without the registry's serializer?)", value[0])
+		}
+		return nil, nil, decodeErr(ReasonNotWireFormat, "the value has %d bytes, fewer than the wire format's 5-byte header", len(value))
+	}
+	id, rest, _ := h.DecodeID(value)
+	s, err := rd.schema(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	w := &Wire{Format: rd.format, SchemaID: id, schema: s}
+	var js []byte
+	switch {
+	case s.avro != nil:
+		js, err = s.avro.toJSON(rest, maxJSON)
+	case s.proto != nil:
+		var idx []int
+		idx, rest, err = h.DecodeIndex(rest, maxMessageIndexes)
+		if err != nil {
+			return nil, nil, decodeErr(ReasonNotWireFormat, "the Protobuf message indexes after the schema ID cannot be read")
+		}
+		w.MessageIndexes = idx
+		js, err = s.proto.toJSON(idx, rest, maxJSON)
+	default:
+		js, err = s.json.check(rest)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	w.Payload = append([]byte(nil), rest...)
+	return js, w, nil
+}
+
+// schema returns the parsed schema id.
+func (rd *registryDecoder) schema(ctx context.Context, id int) (*registrySchema, error) {
+	rd.mu.Lock()
+	s, ok := rd.schemas[id]
+	ref, refused := rd.refused[id]
+	rd.mu.Unlock()
+	switch {
+	case ok:
+		return s, nil
+	case refused && time.Now().Before(ref.until):
+		return nil, ref.err
+	}
+	s, err := rd.load(ctx, id)
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	var de *DecodeError
+	switch {
+	case err == nil:
+		rd.schemas[id] = s
+		delete(rd.refused, id)
+	case errors.As(err, &de):
+		rd.refused[id] = refusal{err: de, until: time.Now().Add(refusalTTL)}
+	}
+	return s, err
+}
+
+func (rd *registryDecoder) load(ctx context.Context, id int) (*registrySchema, error) {
+	root, err := rd.registry.SchemaByID(ctx, id)
+	if err != nil {
+		if notFound(err) {
+			return nil, decodeErr(ReasonUnknownSchema, "the schema registry has no schema with ID %d", id)
+		}
+		return nil, unavailable(fmt.Sprintf("fetching schema %d", id), err)
+	}
+	if want := registryType(rd.format); root.Type != want {
+		return nil, decodeErr(ReasonUnusableSchema, "schema %d is a %s schema; the topic's format %s reads %s schemas", id, typeName(root.Type), rd.format, typeName(want))
+	}
+	refs, err := rd.references(ctx, id, root.References)
+	if err != nil {
+		return nil, err
+	}
+	s := &registrySchema{id: id}
+	switch rd.format {
+	case FormatAvro:
+		s.avro, err = newAvroCodec(root.Schema, refs)
+	case FormatProtobuf:
+		s.proto, err = newProtoCodec(ctx, id, root.Schema, refs)
+	default:
+		s.json, err = newJSONSchemaCodec(id, root.Schema, refs)
+	}
+	if err != nil {
+		return nil, decodeErr(ReasonUnusableSchema, "schema %d cannot be used: %v", id, err)
+	}
+	return s, nil
+}
+
+// reference is one schema a schema refers to, by the name it refers to it
+// by, in dependency order (a schema after the schemas it refers to).
+type reference struct {
+	name, text string
+}
+
+// references resolves refs and theirs, depth first, each subject and
+// version once.
+func (rd *registryDecoder) references(ctx context.Context, id int, refs []sr.SchemaReference) ([]reference, error) {
+	var out []reference
+	seen := map[string]bool{}
+	var walk func(refs []sr.SchemaReference, depth int) error
+	walk = func(refs []sr.SchemaReference, depth int) error {
+		if depth > maxReferenceDepth {
+			return decodeErr(ReasonUnusableSchema, "schema %d: its references nest deeper than %d levels", id, maxReferenceDepth)
+		}
+		for _, r := range refs {
+			key := fmt.Sprintf("%s\x00%d", r.Subject, r.Version)
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			if len(seen) > maxReferences {
+				return decodeErr(ReasonUnusableSchema, "schema %d refers to more than %d schemas", id, maxReferences)
+			}
+			ss, err := rd.registry.SchemaByVersion(ctx, r.Subject, r.Version)
+			if err != nil {
+				if notFound(err) {
+					return decodeErr(ReasonUnusableSchema, "schema %d refers to %s version %d, which the schema registry does not have", id, Excerpt(r.Subject), r.Version)
+				}
+				return unavailable(fmt.Sprintf("fetching schema %d's reference %s version %d", id, r.Subject, r.Version), err)
+			}
+			if ss.Type != registryType(rd.format) {
+				return decodeErr(ReasonUnusableSchema, "schema %d refers to %s version %d, a %s schema", id, Excerpt(r.Subject), r.Version, typeName(ss.Type))
+			}
+			if err := walk(ss.References, depth+1); err != nil {
+				return err
+			}
+			out = append(out, reference{name: r.Name, text: ss.Schema.Schema})
+		}
+		return nil
+	}
+	return out, walk(refs, 1)
+}
+
+// notFound reports whether the registry answered that what was asked for
+// does not exist.
+func notFound(err error) bool {
+	var re *sr.ResponseError
+	return errors.As(err, &re) && re.StatusCode == http.StatusNotFound
+}
+
+// unavailable wraps a registry failure in ErrSchemaRegistryUnavailable.
+func unavailable(what string, err error) error {
+	var re *sr.ResponseError
+	if errors.As(err, &re) {
+		msg := re.Message
+		if msg == "" {
+			msg = string(re.Raw)
+		}
+		return fmt.Errorf("%w: %s: HTTP %d %s", ErrSchemaRegistryUnavailable, what, re.StatusCode, Excerpt(msg))
+	}
+	return fmt.Errorf("%w: %s: %w", ErrSchemaRegistryUnavailable, what, err)
+}
+
+func typeName(t sr.SchemaType) string {
+	switch t {
+	case sr.TypeProtobuf:
+		return "Protobuf"
+	case sr.TypeJSON:
+		return "JSON Schema"
+	}
+	return "Avro"
+}
