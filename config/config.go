@@ -57,6 +57,9 @@ type Config struct {
 	// (fetch-on-event). A build declares their names (see [Extension]);
 	// each gets the keys targets.<name>.url and so on.
 	Targets map[string]Target `mapstructure:"targets"`
+	// SchemaRegistry is where topics of format avro, protobuf and
+	// jsonschema find their writers' schemas.
+	SchemaRegistry SchemaRegistry `mapstructure:"schema_registry"`
 	// Topics are per-topic settings (file only, the topics: list). A topic in
 	// kafka.topics without an entry gets the defaults; see [Config.TopicSettings].
 	Topics []Topic `mapstructure:"topics"`
@@ -451,7 +454,11 @@ const (
 type Topic struct {
 	// Name is the topic; it must be listed in kafka.topics.
 	Name string `mapstructure:"name"`
-	// Format is "cloudevents" (default) or "json".
+	// Format is "cloudevents" (default), "json", or a registry format:
+	// "avro", "protobuf" or "jsonschema" (the Confluent wire format, with
+	// schemas from schema_registry). A registry format's payload, as JSON,
+	// is mapped by the pointers as format json's is; without type_pointer
+	// its records must be CloudEvents in binary mode (ce_ headers).
 	Format string `mapstructure:"format"`
 	// KeyStrategy is "cloudevents" (default), "field", "natural" or
 	// "content-hash". Format json needs one of the last three.
@@ -459,7 +466,8 @@ type Topic struct {
 	// IDPointer selects the event ID (format json); with key strategy field
 	// it is the key unless KeyPointer is set.
 	IDPointer string `mapstructure:"id_pointer"`
-	// TypePointer selects the event type (format json, required).
+	// TypePointer selects the event type (format json, required; registry
+	// formats, unless their records are CloudEvents in binary mode).
 	TypePointer string `mapstructure:"type_pointer"`
 	// SubjectPointer selects the resource ID (format json, required).
 	SubjectPointer string `mapstructure:"subject_pointer"`
@@ -514,11 +522,12 @@ func Default() Config {
 			URL:        "postgres://effectively:effectively@127.0.0.1:15432/effectively?sslmode=disable",
 			Migrations: []string{},
 		},
-		HTTP:     HTTP{Addr: "127.0.0.1:9410", Pprof: HTTPPprofDefault},
-		Console:  Console{AllowedHosts: []string{}, HistoryInterval: ConsoleHistoryIntervalDefault},
-		Log:      Log{Level: "info", Format: "json"},
-		Redact:   Redact{Params: []string{}},
-		Shutdown: Shutdown{DrainTimeout: ShutdownDrainTimeoutDefault},
+		HTTP:           HTTP{Addr: "127.0.0.1:9410", Pprof: HTTPPprofDefault},
+		SchemaRegistry: SchemaRegistry{Timeout: SchemaRegistryTimeoutDefault},
+		Console:        Console{AllowedHosts: []string{}, HistoryInterval: ConsoleHistoryIntervalDefault},
+		Log:            Log{Level: "info", Format: "json"},
+		Redact:         Redact{Params: []string{}},
+		Shutdown:       Shutdown{DrainTimeout: ShutdownDrainTimeoutDefault},
 		Consumer: Consumer{
 			BatchMaxRecords:  500,
 			BatchLinger:      5 * time.Millisecond,

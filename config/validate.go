@@ -258,6 +258,7 @@ func (c Config) validate() []*FieldError {
 	}
 
 	c.validateKafkaSecurity(&v)
+	c.validateSchemaRegistry(&v)
 	c.validatePostgres(&v)
 	if c.HTTP.Addr != "" {
 		if p := hostPortProblem(c.HTTP.Addr, false, 0); p != "" {
@@ -479,11 +480,14 @@ func (c Config) validateTopic(v *validator, prefix string, raw Topic) {
 
 	formatOK := true
 	switch t.Format {
-	case FormatCloudEvents, FormatJSON:
+	case FormatCloudEvents, FormatJSON, FormatAvro, FormatProtobuf, FormatJSONSchema:
 	default:
-		add("format", t.Format, "must be one of cloudevents, json", FormatCloudEvents)
+		add("format", t.Format, "must be one of cloudevents, json, avro, protobuf, jsonschema", FormatCloudEvents)
 		formatOK = false
 	}
+	// A registry format with a type pointer is mapped as format json; one
+	// without reads CloudEvents binary-mode headers.
+	mapped := t.Format == FormatJSON || (IsRegistryFormat(t.Format) && t.TypePointer != "")
 	strategyOK := true
 	switch t.KeyStrategy {
 	case KeyStrategyCloudEvents, KeyStrategyField, KeyStrategyNatural, KeyStrategyContentHash:
@@ -511,20 +515,27 @@ func (c Config) validateTopic(v *validator, prefix string, raw Topic) {
 	}
 
 	if formatOK {
-		switch t.Format {
-		case FormatJSON:
+		switch {
+		case mapped:
 			if t.KeyStrategy == KeyStrategyCloudEvents {
 				add("key_strategy", t.KeyStrategy,
-					"format json has no CloudEvents source and id to key by",
+					fmt.Sprintf("format %s has no CloudEvents source and id to key by", t.Format),
 					"field (with key_pointer), natural (with natural_key) or content-hash")
 			}
 			if t.TypePointer == "" {
 				add("type_pointer", "", "format json needs a pointer to the event type", "/type")
 			}
 			if t.SubjectPointer == "" {
-				add("subject_pointer", "", "format json needs a pointer to the resource ID (the record key)", "/data/order_id")
+				add("subject_pointer", "", fmt.Sprintf("format %s needs a pointer to the resource ID (the record key)", t.Format), "/data/order_id")
 			}
-		case FormatCloudEvents:
+		case IsRegistryFormat(t.Format):
+			for _, p := range pointers[:4] {
+				if p.value != "" {
+					add(p.field, p.value, fmt.Sprintf("format %s without type_pointer reads CloudEvents binary-mode headers, which carry id, type, subject and resourceversion", t.Format),
+						`"" (remove it), or set type_pointer and subject_pointer to map the payload`)
+				}
+			}
+		case t.Format == FormatCloudEvents:
 			for _, p := range pointers[:4] {
 				if p.value != "" {
 					add(p.field, p.value, "is only used by format json; CloudEvents carry id, type, subject and resourceversion", `"" (remove it), or set format: json`)

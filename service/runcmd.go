@@ -337,13 +337,25 @@ func probeKafka(ctx context.Context, cfg config.Config, log *zap.Logger) (map[st
 // start-up warnings (the content-hash key strategy's collisions).
 func newDecoders(cfg config.Config, log *zap.Logger) (map[string]*event.Decoder, error) {
 	decoders := make(map[string]*event.Decoder, len(cfg.Kafka.Topics))
+	var registry event.SchemaRegistry
 	for _, name := range cfg.Kafka.Topics {
 		t := cfg.TopicSettings(name)
-		d, err := event.NewDecoder(event.DecoderConfig{
+		dc := event.DecoderConfig{
 			Topic: name, Format: t.Format, KeyStrategy: t.KeyStrategy, KeyPointer: t.KeyPointer, NaturalKey: t.NaturalKey,
 			IDPointer: t.IDPointer, TypePointer: t.TypePointer, SubjectPointer: t.SubjectPointer, VersionPointer: t.VersionPointer,
 			MaxPayloadBytes: cfg.Consumer.MaxPayloadBytes, RequireSubject: t.RequireSubject,
-		})
+		}
+		if config.IsRegistryFormat(t.Format) {
+			if registry == nil {
+				cl, err := broker.SchemaRegistry(cfg.SchemaRegistry, "effectively", log.Named("schema_registry"))
+				if err != nil {
+					return nil, err
+				}
+				registry = cl
+			}
+			dc.Registry = registry
+		}
+		d, err := event.NewDecoder(dc)
 		if err != nil {
 			return nil, fmt.Errorf("topic %s: %w", name, err)
 		}

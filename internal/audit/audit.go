@@ -376,7 +376,7 @@ type decoded struct {
 }
 
 // decodeAll decodes a chunk on every core.
-func (a *auditor) decodeAll(recs []*kgo.Record) []decoded {
+func (a *auditor) decodeAll(ctx context.Context, recs []*kgo.Record) ([]decoded, error) {
 	out := make([]decoded, len(recs))
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(recs)/256))
 	var wg sync.WaitGroup
@@ -393,7 +393,7 @@ func (a *auditor) decodeAll(recs []*kgo.Record) []decoded {
 					hs[j] = event.Header{Key: h.Key, Value: h.Value}
 				}
 				out[i].rec = r
-				out[i].ev, out[i].err = a.opts.Decoder.Decode(event.Record{
+				out[i].ev, out[i].err = a.opts.Decoder.DecodeContext(ctx, event.Record{
 					Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 					Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp,
 				})
@@ -401,7 +401,13 @@ func (a *auditor) decodeAll(recs []*kgo.Record) []decoded {
 		}()
 	}
 	wg.Wait()
-	return out
+	for _, d := range out {
+		// The registry not answering says nothing of the record.
+		if errors.Is(d.err, event.ErrSchemaRegistryUnavailable) {
+			return nil, d.err
+		}
+	}
+	return out, nil
 }
 
 // origin is a record's place in the topic.
@@ -433,7 +439,10 @@ FROM effectively_claims WHERE event_key = ANY($1)`
 
 // audit explains one chunk of records: two queries, whatever its size.
 func (a *auditor) audit(ctx context.Context, recs []*kgo.Record) error {
-	items := a.decodeAll(recs)
+	items, err := a.decodeAll(ctx, recs)
+	if err != nil {
+		return err
+	}
 	var parts []int32
 	var offs []int64
 	var keys []string

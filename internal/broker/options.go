@@ -41,7 +41,7 @@ func ClientOpts(k config.Kafka, log *zap.Logger) ([]kgo.Opt, error) {
 	}
 	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...), kgo.DialTimeout(DialTimeout)}
 	if k.TLS.Enabled {
-		tc, err := tlsConfig(k.TLS)
+		tc, err := TLSConfig("kafka.tls", config.TLSFiles{CAFile: k.TLS.CAFile, CertFile: k.TLS.CertFile, KeyFile: k.TLS.KeyFile, ServerName: k.TLS.ServerName})
 		if err != nil {
 			return nil, err
 		}
@@ -57,25 +57,28 @@ func ClientOpts(k config.Kafka, log *zap.Logger) ([]kgo.Opt, error) {
 	return opts, nil
 }
 
-// tlsConfig builds the TLS configuration of t. Verification stays on: an
-// empty CA file means the system's roots, never "trust anything".
-func tlsConfig(t config.KafkaTLS) (*tls.Config, error) {
+// TLSConfig builds the TLS configuration of the client whose files are
+// the keys under prefix (kafka.tls, schema_registry.tls). Verification
+// stays on: an empty CA file means the system's roots, never "trust
+// anything".
+func TLSConfig(prefix string, t config.TLSFiles) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	caKey, certKey, keyKey := prefix+".ca_file", prefix+".cert_file", prefix+".key_file"
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)
 		if err != nil {
-			return nil, keyError("kafka.tls.ca_file", t.CAFile, fmt.Sprintf("cannot be read: %v", err), "a readable PEM file of the CA certificates that sign the brokers' certificates")
+			return nil, keyError(caKey, t.CAFile, fmt.Sprintf("cannot be read: %v", err), "a readable PEM file of the CA certificates that sign the server's certificate")
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, keyError("kafka.tls.ca_file", t.CAFile, "holds no PEM certificate", "a PEM file of CA certificates (-----BEGIN CERTIFICATE-----)")
+			return nil, keyError(caKey, t.CAFile, "holds no PEM certificate", "a PEM file of CA certificates (-----BEGIN CERTIFICATE-----)")
 		}
 		tc.RootCAs = pool
 	}
 	if t.CertFile != "" || t.KeyFile != "" {
 		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
-			return nil, fmt.Errorf("kafka.tls.cert_file %s and kafka.tls.key_file %s: %w; fix: set kafka.tls.cert_file (env %s) and kafka.tls.key_file (env %s) to a PEM certificate and its private key",
-				t.CertFile, t.KeyFile, err, config.EnvName("kafka.tls.cert_file"), config.EnvName("kafka.tls.key_file"))
+			return nil, fmt.Errorf("%s %s and %s %s: %w; fix: set %s (env %s) and %s (env %s) to a PEM certificate and its private key",
+				certKey, t.CertFile, keyKey, t.KeyFile, err, certKey, config.EnvName(certKey), keyKey, config.EnvName(keyKey))
 		}
 		// Read at every handshake, so a certificate rotated on disk (by
 		// cert-manager, say) is presented on the next connection.
@@ -83,7 +86,7 @@ func tlsConfig(t config.KafkaTLS) (*tls.Config, error) {
 		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			c, err := tls.LoadX509KeyPair(certFile, keyFile)
 			if err != nil {
-				return nil, fmt.Errorf("loading the client certificate (kafka.tls.cert_file %s, kafka.tls.key_file %s): %w", certFile, keyFile, err)
+				return nil, fmt.Errorf("loading the client certificate (%s %s, %s %s): %w", certKey, certFile, keyKey, keyFile, err)
 			}
 			return &c, nil
 		}

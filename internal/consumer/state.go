@@ -45,6 +45,9 @@ const (
 	// CauseSourceUnavailable: a fetch-on-event handler's source did not
 	// answer (see [RetryCause]).
 	CauseSourceUnavailable = "source_unavailable"
+	// CauseSchemaRegistryUnavailable: the schema registry did not answer a
+	// schema a record needs (a registry format's topic).
+	CauseSchemaRegistryUnavailable = "schema_registry_unavailable"
 	// CauseKafka: a Kafka error.
 	CauseKafka = "kafka"
 	// CauseOther: anything else (a serialization failure, a missing GRANT,
@@ -53,7 +56,7 @@ const (
 )
 
 // Causes are the retry causes, in the order metrics list them.
-var Causes = []string{CausePostgresUnavailable, CausePostgresTimeout, CauseSourceUnavailable, CauseKafka, CauseOther}
+var Causes = []string{CausePostgresUnavailable, CausePostgresTimeout, CauseSourceUnavailable, CauseSchemaRegistryUnavailable, CauseKafka, CauseOther}
 
 // causeError carries a retry cause chosen where the error arose.
 type causeError struct {

@@ -144,7 +144,10 @@ func (a *Applier) Apply(ctx context.Context, b consumer.Batch) error {
 
 // ApplyBatch applies b and reports what became of its records.
 func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, error) {
-	items := a.decode(b)
+	items, err := a.decode(ctx, b)
+	if err != nil {
+		return Result{}, err
+	}
 	if err := a.prefetch(ctx, items); err != nil {
 		return Result{}, err
 	}
@@ -158,7 +161,9 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 		}
 		a.log.Info("claims generation rotated; redoing the batch in the open one",
 			zap.String("topic", b.Topic), zap.Int32("partition", b.Partition), zap.Int64("first_offset", b.Records[0].Offset))
-		items = a.decode(b)
+		if items, err = a.decode(ctx, b); err != nil {
+			return Result{}, err
+		}
 		if err := a.prefetch(ctx, items); err != nil {
 			return Result{}, err
 		}
@@ -172,7 +177,9 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 		a.log.Warn("a statement failed; redoing the batch one event at a time",
 			zap.String("topic", b.Topic), zap.Int32("partition", b.Partition),
 			zap.Int64("first_offset", b.Records[0].Offset), zap.Error(err))
-		items = a.decode(b)
+		if items, err = a.decode(ctx, b); err != nil {
+			return Result{}, err
+		}
 		if err := a.prefetch(ctx, items); err != nil {
 			return Result{}, err
 		}
@@ -233,8 +240,10 @@ func (a *Applier) prefetch(ctx context.Context, items []*item) error {
 }
 
 // decode decodes every record outside the transaction (CPU work that need
-// not hold locks).
-func (a *Applier) decode(b consumer.Batch) []*item {
+// not hold locks). A record that cannot be decoded is dead-lettered; a
+// schema registry that does not answer fails the batch, to be retried
+// while the partition waits (the record is not at fault).
+func (a *Applier) decode(ctx context.Context, b consumer.Batch) ([]*item, error) {
 	dec := a.opts.Decoders[b.Topic]
 	items := make([]*item, len(b.Records))
 	for i, r := range b.Records {
@@ -248,17 +257,21 @@ func (a *Applier) decode(b consumer.Batch) []*item {
 		for j, h := range r.Headers {
 			hs[j] = event.Header{Key: h.Key, Value: h.Value}
 		}
-		ev, err := dec.Decode(event.Record{
+		ev, err := dec.DecodeContext(ctx, event.Record{
 			Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 			Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp,
 		})
-		if err != nil {
+		switch {
+		case errors.Is(err, event.ErrSchemaRegistryUnavailable):
+			return nil, consumer.WithRetryCause(consumer.CauseSchemaRegistryUnavailable,
+				fmt.Errorf("decoding %s/%d at %d: %w", r.Topic, r.Partition, r.Offset, err))
+		case err != nil:
 			it.deadLetter(err)
 			continue
 		}
 		it.ev = ev
 	}
-	return items
+	return items, nil
 }
 
 func (a *Applier) inTx(ctx context.Context, b consumer.Batch, items []*item, isolated bool) (Result, error) {

@@ -58,7 +58,11 @@ func (a *Applier) Redrive(ctx context.Context, id int64) (RedriveResult, error) 
 			return err
 		}
 		b := consumer.Batch{Group: d.Group, Topic: d.Topic, Partition: d.Partition, Records: []*kgo.Record{rec}}
-		it := a.decode(b)[0]
+		items, err := a.decode(ctx, b)
+		if err != nil {
+			return err
+		}
+		it := items[0]
 		if it.disposition == "" {
 			if err := a.claim(ctx, tx, b, []*item{it}); err != nil {
 				return err
