@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# stack.sh — start and stop the local PostgreSQL and Apache Kafka (KRaft) that
-# the demo, the tests and the benchmarks run against. No Docker needed: Postgres
-# comes from the machine's server binaries, Kafka from jars that Maven resolves
-# from Maven Central (stack/pom.xml) and caches in ~/.m2.
+# stack.sh — start and stop the local PostgreSQL, Apache Kafka (KRaft) and
+# Confluent-compatible schema registry (Apicurio Registry) that the demo, the
+# tests and the benchmarks run against. No Docker needed: Postgres comes from
+# the machine's server binaries, Kafka from jars that Maven resolves from Maven
+# Central (stack/pom.xml) and caches in ~/.m2, the registry from its Maven
+# Central distribution (stack/registry.sh; it needs Java 21+).
 #
-#   stack/stack.sh up|down|status|logs|env [pg|kafka]   (default: both)
-#   stack/stack.sh running [pg|kafka]   exit 0 when every named service is up, 1 if not (no output)
+#   stack/stack.sh up|down|status|logs|env [pg|kafka|registry]   (default: all three)
+#   stack/stack.sh running [pg|kafka|registry]   exit 0 when every named service is up, 1 if not (no output)
+#
+# `up` starts PostgreSQL, Kafka, then the registry; `down` stops them in the
+# reverse order.
 #
 # Everything is idempotent: `up` on a running service is a no-op, `down` on a
 # stopped one too. Several instances can run side by side on other ports (the
@@ -14,6 +19,9 @@
 #   EFFECTIVELY_PG_PORT            PostgreSQL port              (15432)
 #   EFFECTIVELY_KAFKA_PORT         Kafka PLAINTEXT port         (19092)
 #   EFFECTIVELY_KAFKA_CONTROLLER_PORT  KRaft controller port    (PLAINTEXT+1)
+#   EFFECTIVELY_REGISTRY_PORT      schema registry HTTP port    (18081)
+#   EFFECTIVELY_REGISTRY_MGMT_PORT schema registry health port  (REGISTRY_PORT+1)
+#   EFFECTIVELY_REGISTRY_JAVA      a Java 21+ for the registry  (found: stack/registry.sh)
 #   EFFECTIVELY_STACK_DIR          data, logs and libs          (/var/tmp/effectively)
 #   EFFECTIVELY_KAFKA_SECURITY     sasl_ssl: add SASL_SSL and mTLS listeners and
 #                                  the standard authorizer (stack/kafka-security.sh)
@@ -28,7 +36,8 @@
 #
 # Data and logs live outside the checkout (as root, a checkout under /root is
 # unreadable to the postgres user), one folder per instance:
-# $EFFECTIVELY_STACK_DIR/pg-<port>/ and $EFFECTIVELY_STACK_DIR/kafka-<port>/.
+# $EFFECTIVELY_STACK_DIR/pg-<port>/, $EFFECTIVELY_STACK_DIR/kafka-<port>/ and
+# $EFFECTIVELY_STACK_DIR/registry-<port>/.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -56,6 +65,8 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 . "$here/kafka-security.sh"
 # shellcheck source=pg-tls.sh
 . "$here/pg-tls.sh"
+# shellcheck source=registry.sh
+. "$here/registry.sh"
 
 # ---------------------------------------------------------------- PostgreSQL
 
@@ -302,8 +313,7 @@ kafka_up() {
   echo $! >"$KAFKA_DIR/kafka.pid"
   # The PLAINTEXT port opens only once the broker is ready (the controller
   # port opens earlier), so a TCP connect is the readiness check.
-  local i
-  for i in $(seq 1 240); do
+  for _ in $(seq 1 240); do
     if port_open "$KAFKA_PORT"; then
       log "kafka ready: 127.0.0.1:$KAFKA_PORT"
       return
@@ -324,11 +334,11 @@ kafka_down() {
     rm -f "$KAFKA_DIR/kafka.pid"
     return
   fi
-  local pid i
+  local pid
   pid=$(kafka_pid)
   log "stopping kafka on $KAFKA_PORT (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 120); do
+  for _ in $(seq 1 120); do
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.5
   done
@@ -344,11 +354,12 @@ kafka_down() {
 status() {
   if pg_running 2>/dev/null; then echo "postgres: up   127.0.0.1:$PG_PORT ($PG_DIR)"; else echo "postgres: down ($PG_DIR)"; fi
   if kafka_running; then echo "kafka:    up   127.0.0.1:$KAFKA_PORT ($KAFKA_DIR)"; else echo "kafka:    down ($KAFKA_DIR)"; fi
+  if registry_running; then echo "registry: up   127.0.0.1:$REGISTRY_PORT ($REGISTRY_DIR)"; else echo "registry: down ($REGISTRY_DIR)"; fi
 }
 
 logs() {
   local n=${EFFECTIVELY_LOG_LINES:-40}
-  for f in "$PG_DIR/postgres.log" "$KAFKA_DIR/kafka.out" "$KAFKA_DIR/kafka.log"; do
+  for f in "$PG_DIR/postgres.log" "$KAFKA_DIR/kafka.out" "$KAFKA_DIR/kafka.log" "$REGISTRY_DIR/registry.log"; do
     [ -f "$f" ] || continue
     echo "==> $f (last $n lines) <=="
     tail -n "$n" "$f"
@@ -358,6 +369,7 @@ logs() {
 env_out() {
   echo "export EFFECTIVELY_TEST_POSTGRES_URL='$(pg_url)'"
   echo "export EFFECTIVELY_TEST_KAFKA_BROKERS='127.0.0.1:$KAFKA_PORT'"
+  registry_env_out
   if kafka_secure; then secure_env_out; fi
   if pg_tls_on; then pg_tls_env_out; fi
 }
@@ -366,17 +378,20 @@ PGBIN=
 cmd=${1:-status}
 what=${2:-all}
 case "$cmd:$what" in
-  up:all) pg_up; kafka_up ;;
+  up:all) pg_up; kafka_up; registry_up ;;
   up:pg) pg_up ;;
   up:kafka) kafka_up ;;
-  down:all) kafka_down; pg_down ;;
+  up:registry) registry_up ;;
+  down:all) registry_down; kafka_down; pg_down ;;
   down:pg) pg_down ;;
   down:kafka) kafka_down ;;
+  down:registry) registry_down ;;
   status:*) PGBIN=$(pg_bindir); status ;;
-  running:all) PGBIN=$(pg_bindir); pg_running && kafka_running ;;
+  running:all) PGBIN=$(pg_bindir); pg_running && kafka_running && registry_running ;;
   running:pg) PGBIN=$(pg_bindir); pg_running ;;
   running:kafka) kafka_running ;;
+  running:registry) registry_running ;;
   logs:*) logs ;;
   env:*) env_out ;;
-  *) die "usage: stack.sh up|down|status|running|logs|env [all|pg|kafka]" ;;
+  *) die "usage: stack.sh up|down|status|running|logs|env [all|pg|kafka|registry]" ;;
 esac

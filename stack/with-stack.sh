@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# with-stack.sh CMD... — run CMD with the local stack up and its addresses in
-# EFFECTIVELY_TEST_POSTGRES_URL / EFFECTIVELY_TEST_KAFKA_BROKERS. Services this
+# with-stack.sh CMD... — run CMD with the local stack (PostgreSQL, Kafka and the
+# schema registry) up and its addresses in EFFECTIVELY_TEST_POSTGRES_URL /
+# EFFECTIVELY_TEST_KAFKA_BROKERS / EFFECTIVELY_TEST_REGISTRY_URL. Services this
 # script started are stopped afterwards (CI starts from nothing and must end
 # with nothing running); services that were already up are left up, service
 # by service (a user who ran `stack.sh up pg` keeps PostgreSQL). When CMD
@@ -13,7 +14,7 @@ stack=$here/stack.sh
 # Which services this script starts, decided per service from stack.sh's exit
 # status (not from parsing its human-readable output).
 started=()
-for svc in pg kafka; do
+for svc in pg kafka registry; do
   if ! "$stack" running "$svc"; then
     started+=("$svc")
   fi
@@ -22,7 +23,7 @@ done
 stop_started() {
   [ "${EFFECTIVELY_KEEP_STACK:-}" = 1 ] && return
   local i
-  # Reverse order: Kafka before PostgreSQL, as `stack.sh down` does.
+  # Reverse order (registry, Kafka, PostgreSQL), as `stack.sh down` does.
   for ((i = ${#started[@]} - 1; i >= 0; i--)); do
     "$stack" down "${started[i]}"
   done
@@ -36,7 +37,7 @@ for svc in "${started[@]}"; do
   fi
 done
 eval "$("$stack" env)"
-export EFFECTIVELY_TEST_POSTGRES_URL EFFECTIVELY_TEST_KAFKA_BROKERS
+export EFFECTIVELY_TEST_POSTGRES_URL EFFECTIVELY_TEST_KAFKA_BROKERS EFFECTIVELY_TEST_REGISTRY_URL
 
 # An interrupt (^C on make test) still stops what this script started; the
 # signal reaches CMD through the process group.
