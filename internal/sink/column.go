@@ -201,7 +201,12 @@ func convertString(typ, s string) (any, error) {
 	case "timestamptz":
 		t, err := event.ParseTime(s)
 		if err != nil {
-			return nil, fmt.Errorf("%s is not an RFC 3339 time: %v", event.Excerpt(s), err)
+			// A full date alone (an Avro date, a Protobuf-JSON date string)
+			// is that day's midnight in UTC: what a date column keeps.
+			if d, derr := time.Parse(time.DateOnly, s); derr == nil {
+				return d, nil
+			}
+			return nil, fmt.Errorf("%s is not an RFC 3339 time or date: %v", event.Excerpt(s), err)
 		}
 		return t, nil
 	case "jsonb":

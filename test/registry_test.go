@@ -1,0 +1,428 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hamba/avro/v2"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/effectively-io/effectively/internal/crashpoint"
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
+)
+
+// The registry formats against a real schema registry (Apicurio's
+// Confluent API, started by stack/stack.sh): records written by franz-go's
+// sr serde, read by the stock binary with config-only sinks.
+
+// registryURL is the shared test registry's Confluent API.
+func registryURL(t *testing.T) string {
+	t.Helper()
+	u := os.Getenv("EFFECTIVELY_TEST_REGISTRY_URL")
+	if u == "" {
+		t.Fatalf("no schema registry for tests: set EFFECTIVELY_TEST_REGISTRY_URL (run the tests with `make test`, or `stack/with-stack.sh go test ./...`, which start the local stack, registry included, and export it)")
+	}
+	return u
+}
+
+func registryClient(t *testing.T, url string) *sr.Client {
+	t.Helper()
+	cl, err := sr.NewClient(sr.URLs(url))
+	require.NoError(t, err)
+	return cl
+}
+
+// register registers schema under subject (BACKWARD compatibility) and
+// returns its ID.
+func register(t *testing.T, cl *sr.Client, subject string, s sr.Schema) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res := cl.SetCompatibility(ctx, sr.SetCompatibility{Level: sr.CompatBackward}, subject)
+	for _, r := range res {
+		require.NoError(t, r.Err, "setting %s's compatibility", subject)
+	}
+	ss, err := cl.CreateSchema(ctx, subject, s)
+	require.NoError(t, err, "registering %s", subject)
+	return ss.ID
+}
+
+const (
+	productV1 = `{"type":"record","name":"Product","namespace":"shop","fields":[
+		{"name":"sku","type":"string"},
+		{"name":"version","type":"long"},
+		{"name":"type","type":"string"},
+		{"name":"name","type":"string"},
+		{"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}},
+		{"name":"updated_at","type":{"type":"long","logicalType":"timestamp-millis"}},
+		{"name":"launch","type":{"type":"int","logicalType":"date"}}]}`
+	// v2 adds a field with a default: BACKWARD compatible.
+	productV2 = `{"type":"record","name":"Product","namespace":"shop","fields":[
+		{"name":"sku","type":"string"},
+		{"name":"version","type":"long"},
+		{"name":"type","type":"string"},
+		{"name":"name","type":"string"},
+		{"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}},
+		{"name":"updated_at","type":{"type":"long","logicalType":"timestamp-millis"}},
+		{"name":"launch","type":{"type":"int","logicalType":"date"}},
+		{"name":"color","type":"string","default":"none"}]}`
+)
+
+const productsMigration = `-- +goose Up
+CREATE TABLE products (
+    sku        text PRIMARY KEY,
+    version    bigint NOT NULL,
+    name       text NOT NULL,
+    price      numeric(12,2) NOT NULL,
+    updated_at timestamptz NOT NULL,
+    launch     date NOT NULL,
+    color      text
+);
+CREATE TABLE product_events (
+    event_key text PRIMARY KEY,
+    sku       text NOT NULL,
+    version   bigint NOT NULL,
+    price     numeric(12,2) NOT NULL
+);
+-- +goose Down
+DROP TABLE product_events;
+DROP TABLE products;
+`
+
+// productsConfig is the stock binary's configuration for an Avro products
+// topic: the products table at each product's newest version, and one
+// product_events row per version.
+func productsConfig(topic, migrations string) string {
+	return fmt.Sprintf(`kafka:
+  topics: [%[1]s]
+postgres:
+  migrations: [%[2]s]
+topics:
+  - name: %[1]s
+    format: avro
+    key_strategy: natural
+    natural_key: [/sku, /version]
+    type_pointer: /type
+    subject_pointer: /sku
+    version_pointer: /version
+sinks:
+  - name: products
+    topic: %[1]s
+    types: [product.updated]
+    table: products
+    mode: upsert
+    key: [sku]
+    version: version
+    columns:
+      - {name: sku, from: subject}
+      - {name: version, from: resourceversion}
+      - {name: name, from: /name}
+      - {name: price, from: /price, type: numeric}
+      - {name: updated_at, from: /updated_at, type: timestamptz}
+      - {name: launch, from: /launch, type: timestamptz}
+      - {name: color, from: /color, optional: true}
+  - name: product_events
+    topic: %[1]s
+    types: [product.updated]
+    table: product_events
+    mode: insert
+    key: [event_key]
+    columns:
+      - {name: event_key, from: key}
+      - {name: sku, from: subject}
+      - {name: version, from: resourceversion}
+      - {name: price, from: /price, type: numeric}
+`, topic, migrations)
+}
+
+// productRig is a topic, a group, a database with the products tables and
+// the stock binary's configuration for them.
+type productRig struct {
+	db     pgtest.DB
+	topic  string
+	group  string
+	config string
+	env    []string
+}
+
+func newProductRig(t *testing.T, partitions int32, registry string, extraEnv ...string) *productRig {
+	t.Helper()
+	r := &productRig{db: pgtest.NewEmpty(t), topic: kafkatest.NewTopic(t, partitions), group: kafkatest.NewGroup(t)}
+	kafkatest.DeleteOnCleanup(t, r.topic+".dlq")
+	dir := filepath.Join(t.TempDir(), "products", "migrations")
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "00001_products.sql"), []byte(productsMigration), 0o600))
+	r.config = filepath.Join(t.TempDir(), "effectively.yaml")
+	require.NoError(t, os.WriteFile(r.config, []byte(productsConfig(r.topic, dir)), 0o600))
+	r.env = append([]string{
+		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(t), ","),
+		"EFFECTIVELY_KAFKA_GROUP=" + r.group,
+		"EFFECTIVELY_POSTGRES_URL=" + r.db.URL,
+		"EFFECTIVELY_SCHEMA_REGISTRY_URL=" + registry,
+		"EFFECTIVELY_HTTP_ADDR=",
+		"EFFECTIVELY_KAFKA_SESSION_TIMEOUT=6s",
+		"EFFECTIVELY_KAFKA_REBALANCE_TIMEOUT=20s",
+	}, extraEnv...)
+	code, stdout, stderr := runCmd(t, r.env, "--config", r.config, "migrate")
+	require.Equal(t, 0, code, "migrate: %s\n%s", stdout, stderr)
+	return r
+}
+
+func (r *productRig) applied(t *testing.T) int64 {
+	return r.db.Count(t, `SELECT coalesce(sum(next_offset), 0) FROM consumer_offsets WHERE consumer_group = $1 AND topic = $2`, r.group, r.topic)
+}
+
+// product is one version of a product, as the generator meant it.
+type product struct {
+	SKU     string
+	Version int64
+	Name    string
+	Cents   int64
+	Updated time.Time
+	Launch  time.Time
+	Color   string // "" for a version written with v1
+}
+
+func (p product) avro(v2 bool) map[string]any {
+	m := map[string]any{
+		"sku": p.SKU, "version": p.Version, "type": "product.updated", "name": p.Name,
+		"price": big.NewRat(p.Cents, 100), "updated_at": p.Updated, "launch": p.Launch,
+	}
+	if v2 {
+		m["color"] = p.Color
+	}
+	return m
+}
+
+// productStream is the generator's output: the records to produce in
+// order, and what the tables must hold at the end.
+type productStream struct {
+	records []*kgo.Record
+	newest  map[string]product // by SKU
+	events  int                // distinct (sku, version)
+	poison  map[string]int     // dead-letter reason → count
+	resent  int
+	swapped int
+}
+
+// productRecords writes skus products with up to five versions each: the
+// first half of the stream in schema v1, the rest in v2 (mid-stream
+// evolution); 15% of records sent twice, neighbouring versions of a
+// product swapped, and poison of each kind.
+func productRecords(t *testing.T, skus int, idV1, idV2 int, seed uint64) productStream {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	s1, s2 := avro.MustParse(productV1), avro.MustParse(productV2)
+	var serde sr.Serde
+	serde.Register(idV1, map[string]any{}, sr.EncodeFn(func(v any) ([]byte, error) { return avro.Marshal(s1, v) }))
+	out := productStream{newest: map[string]product{}, poison: map[string]int{}}
+	type pending struct {
+		p  product
+		v2 bool
+	}
+	var all []pending
+	for i := range skus {
+		sku := fmt.Sprintf("sku-%04d", i)
+		n := 1 + rng.IntN(5)
+		for v := 1; v <= n; v++ {
+			p := product{SKU: sku, Version: int64(v), Name: fmt.Sprintf("Product %d v%d", i, v), Cents: rng.Int64N(10_000_000) - 5_000,
+				Updated: time.UnixMilli(1_780_000_000_000 + rng.Int64N(1e10)).UTC(), Launch: time.Date(2026, 1, 1+rng.IntN(365), 0, 0, 0, 0, time.UTC)}
+			all = append(all, pending{p: p})
+		}
+	}
+	// The stream in rounds of versions, so each product's versions spread
+	// over the stream; the second half in v2.
+	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	// Stable by version within a product, then swap neighbours: disorder.
+	byKey := map[string][]int{}
+	for i, a := range all {
+		byKey[a.p.SKU] = append(byKey[a.p.SKU], i)
+	}
+	for _, idx := range byKey {
+		vs := make([]pending, len(idx))
+		for k, i := range idx {
+			vs[k] = all[i]
+		}
+		for a := range vs {
+			for b := a + 1; b < len(vs); b++ {
+				if vs[b].p.Version < vs[a].p.Version {
+					vs[a], vs[b] = vs[b], vs[a]
+				}
+			}
+		}
+		for k := 0; k+1 < len(vs); k++ {
+			if rng.IntN(4) == 0 {
+				vs[k], vs[k+1] = vs[k+1], vs[k]
+				out.swapped++
+			}
+		}
+		for k, i := range idx {
+			all[i] = vs[k]
+		}
+	}
+	for i := range all {
+		if i >= len(all)/2 {
+			all[i].v2 = true
+			all[i].p.Color = []string{"red", "green", "blue"}[rng.IntN(3)]
+		}
+	}
+	for _, a := range all {
+		schema, id := s1, idV1
+		if a.v2 {
+			schema, id = s2, idV2
+		}
+		payload, err := avro.Marshal(schema, a.p.avro(a.v2))
+		require.NoError(t, err)
+		var h sr.ConfluentHeader
+		value, err := h.AppendEncode(nil, id, nil)
+		require.NoError(t, err)
+		value = append(value, payload...)
+		rec := &kgo.Record{Key: []byte(a.p.SKU), Value: value}
+		out.records = append(out.records, rec)
+		out.events++
+		if rng.IntN(100) < 15 {
+			out.records = append(out.records, &kgo.Record{Key: rec.Key, Value: rec.Value})
+			out.resent++
+		}
+		if cur, ok := out.newest[a.p.SKU]; !ok || a.p.Version > cur.Version {
+			out.newest[a.p.SKU] = a.p
+		}
+		// Poison, keyed like the products so it shares their partitions.
+		switch rng.IntN(60) {
+		case 0:
+			bad := append([]byte(nil), value...)
+			bad[1], bad[2], bad[3], bad[4] = 0x7f, 0xff, 0xff, 0xf0 // an ID no registry has
+			out.records = append(out.records, &kgo.Record{Key: rec.Key, Value: bad})
+			out.poison["unknown_schema"]++
+		case 1:
+			out.records = append(out.records, &kgo.Record{Key: rec.Key, Value: value[:len(value)-3]})
+			out.poison["schema_mismatch"]++
+		case 2:
+			bad := append([]byte{1}, value[1:]...)
+			out.records = append(out.records, &kgo.Record{Key: rec.Key, Value: bad})
+			out.poison["not_wire_format"]++
+		}
+	}
+	// The same serde the producer libraries use, to check the framing the
+	// test writes by hand is theirs.
+	viaSerde, err := serde.Encode(all[0].p.avro(false))
+	require.NoError(t, err)
+	if !all[0].v2 {
+		require.Equal(t, viaSerde, out.records[0].Value)
+	}
+	return out
+}
+
+func produceAll(t *testing.T, topic string, recs []*kgo.Record) {
+	t.Helper()
+	cl := kafkatest.Producer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, r := range recs {
+		r.Topic = topic
+	}
+	require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+}
+
+// verifyProducts compares the tables and dead letters with the stream's
+// expectations.
+func verifyProducts(t *testing.T, db pgtest.DB, s productStream) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := db.Pool.Query(ctx, `SELECT sku, version, name, (price * 100)::bigint, updated_at, launch::timestamptz, color FROM products`)
+	require.NoError(t, err)
+	got := 0
+	for rows.Next() {
+		var p product
+		var color *string
+		require.NoError(t, rows.Scan(&p.SKU, &p.Version, &p.Name, &p.Cents, &p.Updated, &p.Launch, &color))
+		got++
+		want, ok := s.newest[p.SKU]
+		require.True(t, ok, "product %s was never produced", p.SKU)
+		require.Equal(t, want.Version, p.Version, "product %s's version", p.SKU)
+		require.Equal(t, []any{want.Name, want.Cents}, []any{p.Name, p.Cents}, "product %s", p.SKU)
+		require.True(t, want.Updated.Equal(p.Updated), "product %s updated_at %s, want %s", p.SKU, p.Updated, want.Updated)
+		require.Equal(t, want.Launch.Format(time.DateOnly), p.Launch.UTC().Format(time.DateOnly), "product %s's launch", p.SKU)
+		if want.Color == "" {
+			require.Nil(t, color, "product %s's newest version was written with v1: no color", p.SKU)
+		} else {
+			require.NotNil(t, color, "product %s's newest version was written with v2", p.SKU)
+			require.Equal(t, want.Color, *color, "product %s's color", p.SKU)
+		}
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, len(s.newest), got, "products rows")
+	require.Equal(t, int64(s.events), db.Count(t, `SELECT count(*) FROM product_events`), "one product_events row per distinct version")
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM (SELECT sku, version FROM product_events GROUP BY 1, 2 HAVING count(*) > 1) d`))
+
+	dead := map[string]int{}
+	rows, err = db.Pool.Query(ctx, `SELECT reason, count(*) FROM dead_letters GROUP BY reason`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var reason string
+		var n int
+		require.NoError(t, rows.Scan(&reason, &n))
+		dead[reason] = n
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, s.poison, dead, "every poison record dead-lettered once, with its reason; nothing else")
+}
+
+// The stock binary with a config-only sink on an Avro topic whose schema
+// evolves mid-stream (v1 → v2, a field added with a default, registered
+// under BACKWARD compatibility), with re-sent records, disorder and
+// poison (unknown schema ID, truncated payload, wrong magic byte),
+// SIGKILLed from outside and at the crash points: every product at its
+// newest version, color filled from v2 records only, one history row per
+// version, every poison record dead-lettered with its reason.
+func TestRegistryAvroSinkThroughKills(t *testing.T) {
+	t.Parallel()
+	reg := registryURL(t)
+	r := newProductRig(t, 4, reg, "EFFECTIVELY_KAFKA_INSTANCE_ID=products-avro", "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=25")
+	cl := registryClient(t, reg)
+	subject := r.topic + "-value"
+	idV1 := register(t, cl, subject, sr.Schema{Schema: productV1})
+	idV2 := register(t, cl, subject, sr.Schema{Schema: productV2})
+	require.NotEqual(t, idV1, idV2)
+
+	s := productRecords(t, 300, idV1, idV2, 28)
+	require.Positive(t, s.resent)
+	require.Positive(t, s.swapped)
+	require.Len(t, s.poison, 3, "poison of every kind")
+	produceAll(t, r.topic, s.records)
+
+	kills := 0
+	w := start(t, r.env, "--config", r.config, "run")
+	waitUntil(t, "the first worker applies something", time.Minute, func(context.Context) bool { return r.applied(t) > 0 || w.exited() })
+	require.False(t, w.exited(), "the worker exited: %s", tail(w.stderr.String(), 20))
+	w.signal(t, syscall.SIGKILL)
+	w.wait(t, time.Minute)
+	kills++
+	points := []string{crashpoint.BeforeDBCommit, crashpoint.AfterDBCommit, crashpoint.AfterKafkaCommit}
+	deadline := time.Now().Add(3 * time.Minute)
+	for i := 0; r.applied(t) < int64(len(s.records)); i++ {
+		env := r.env
+		point := points[i%len(points)]
+		if i < 4 {
+			env = append(env[:len(env):len(env)], fmt.Sprintf("%s=%s:%d", crashpoint.EnvVar, point, 2+i%3))
+		}
+		w := start(t, env, "--config", r.config, "run")
+		if untilCrashOrDone(t, w, point, deadline, func() bool { return r.applied(t) >= int64(len(s.records)) }) {
+			kills++
+		}
+	}
+	t.Logf("%d records (%d events, %d re-sent, %d swapped, poison %v), %d kills", len(s.records), s.events, s.resent, s.swapped, s.poison, kills)
+	require.GreaterOrEqual(t, kills, 3, "the test must actually kill the worker")
+	verifyProducts(t, r.db, s)
+}
