@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -214,13 +215,16 @@ type productStream struct {
 	poison  map[string]int     // dead-letter reason → count
 	resent  int
 	swapped int
+	// firstV2 is the index in records of the first record written with
+	// schema v2.
+	firstV2 int
 }
 
 // productRecords writes skus products with up to five versions each: the
 // first half of the stream in schema v1, the rest in v2 (mid-stream
 // evolution); 15% of records sent twice, neighbouring versions of a
 // product swapped, and poison of each kind.
-func productRecords(t *testing.T, skus int, idV1, idV2 int, seed uint64) productStream {
+func productRecords(t *testing.T, skus int, idV1, idV2 int, seed uint64, poison bool) productStream {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	s1, s2 := avro.MustParse(productV1), avro.MustParse(productV2)
@@ -281,6 +285,9 @@ func productRecords(t *testing.T, skus int, idV1, idV2 int, seed uint64) product
 		schema, id := s1, idV1
 		if a.v2 {
 			schema, id = s2, idV2
+			if out.firstV2 == 0 {
+				out.firstV2 = len(out.records)
+			}
 		}
 		payload, err := avro.Marshal(schema, a.p.avro(a.v2))
 		require.NoError(t, err)
@@ -299,6 +306,9 @@ func productRecords(t *testing.T, skus int, idV1, idV2 int, seed uint64) product
 			out.newest[a.p.SKU] = a.p
 		}
 		// Poison, keyed like the products so it shares their partitions.
+		if !poison {
+			continue
+		}
 		switch rng.IntN(60) {
 		case 0:
 			bad := append([]byte(nil), value...)
@@ -396,7 +406,7 @@ func TestRegistryAvroSinkThroughKills(t *testing.T) {
 	idV2 := register(t, cl, subject, sr.Schema{Schema: productV2})
 	require.NotEqual(t, idV1, idV2)
 
-	s := productRecords(t, 300, idV1, idV2, 28)
+	s := productRecords(t, 300, idV1, idV2, 28, true)
 	require.Positive(t, s.resent)
 	require.Positive(t, s.swapped)
 	require.Len(t, s.poison, 3, "poison of every kind")
@@ -425,4 +435,80 @@ func TestRegistryAvroSinkThroughKills(t *testing.T) {
 	t.Logf("%d records (%d events, %d re-sent, %d swapped, poison %v), %d kills", len(s.records), s.events, s.resent, s.swapped, s.poison, kills)
 	require.GreaterOrEqual(t, kills, 3, "the test must actually kill the worker")
 	verifyProducts(t, r.db, s)
+}
+
+// ownRegistry starts a schema registry of the test's own and returns its
+// Confluent API's URL and the stack command that stops and starts it.
+func ownRegistry(t *testing.T) (url string, stackCmd func(args ...string)) {
+	t.Helper()
+	port, mgmt := strconv.Itoa(freePort(t)), strconv.Itoa(freePort(t))
+	stackCmd = stackInstance(t, "registry", "registry-"+port, "EFFECTIVELY_REGISTRY_PORT="+port, "EFFECTIVELY_REGISTRY_MGMT_PORT="+mgmt)
+	return "http://127.0.0.1:" + port + "/apis/ccompat/v7", stackCmd
+}
+
+// The schema registry stopped mid-run for 30 s, just as records of a
+// schema the worker has not read yet arrive (v2, registered before the
+// outage): those records wait, nothing is dead-lettered, the partitions
+// say why they retry (schema_registry_unavailable), records of the schema
+// the worker already holds do not need the registry, and once it is back
+// the lag drains and every product ends at its newest version.
+func TestRegistryOutageWaitsAndRecovers(t *testing.T) {
+	t.Parallel()
+	reg, stackCmd := ownRegistry(t)
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	r := newProductRig(t, 4, reg, "EFFECTIVELY_HTTP_ADDR="+httpAddr)
+	cl := registryClient(t, reg)
+	subject := r.topic + "-value"
+	idV1 := register(t, cl, subject, sr.Schema{Schema: productV1})
+	idV2 := register(t, cl, subject, sr.Schema{Schema: productV2})
+	s := productRecords(t, 200, idV1, idV2, 29, false)
+	require.Positive(t, s.firstV2)
+
+	w := start(t, r.env, "--config", r.config, "run")
+	t.Cleanup(func() {
+		if !w.exited() {
+			w.signal(t, syscall.SIGKILL)
+			w.wait(t, time.Minute)
+		}
+	})
+	produceAll(t, r.topic, s.records[:s.firstV2])
+	waitUntil(t, "the v1 records are applied", 2*time.Minute, func(context.Context) bool { return r.applied(t) >= int64(s.firstV2) || w.exited() })
+	require.False(t, w.exited(), "the worker exited: %s", tail(w.stderr.String(), 20))
+
+	stackCmd("down", "registry")
+	stopped := time.Now()
+	produceAll(t, r.topic, s.records[s.firstV2:])
+	waitUntil(t, "a partition retries because of the registry", time.Minute, func(context.Context) bool {
+		return gaugeSum(t, httpAddr, "effectively_partition_retry_cause") > 0 && causeGauge(t, httpAddr, "schema_registry_unavailable") > 0
+	})
+	for time.Since(stopped) < 30*time.Second {
+		require.Zero(t, r.db.Count(t, `SELECT count(*) FROM dead_letters`), "a registry outage dead-letters nothing")
+		require.False(t, w.exited(), "the worker exited during the outage: %s", tail(w.stderr.String(), 20))
+		time.Sleep(time.Second)
+	}
+	lagDuring := gaugeSum(t, httpAddr, "effectively_consumer_lag")
+	require.Positive(t, lagDuring, "the v2 records wait")
+	require.Less(t, r.applied(t), int64(len(s.records)))
+
+	stackCmd("up", "registry")
+	back := time.Now()
+	waitUntil(t, "the lag drains after the registry returns", 2*time.Minute, func(context.Context) bool { return r.applied(t) >= int64(len(s.records)) })
+	t.Logf("lag %v during a %s outage; drained %s after the registry returned", lagDuring, back.Sub(stopped).Round(time.Second), time.Since(back).Round(time.Second))
+	require.Contains(t, w.stderr.String(), "schema_registry_unavailable")
+	verifyProducts(t, r.db, s)
+	waitUntil(t, "the lag gauge reads 0", time.Minute, func(context.Context) bool { return gaugeSum(t, httpAddr, "effectively_consumer_lag") == 0 })
+}
+
+// causeGauge is effectively_partition_retry_cause summed for one cause.
+func causeGauge(t *testing.T, addr, cause string) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, m := range scrape(t, addr)["effectively_partition_retry_cause"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "cause" && l.GetValue() == cause {
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
 }

@@ -70,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"topic", "partition", "state"}),
 		cause: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "effectively_partition_retry_cause",
-			Help: "1 for the cause of a retrying partition's failures (postgres_unavailable, postgres_timeout, source_unavailable, kafka, other), 0 for the others and while it does not retry.",
+			Help: "1 for the cause of a retrying partition's failures (postgres_unavailable, postgres_timeout, source_unavailable, schema_registry_unavailable, kafka, other), 0 for the others and while it does not retry.",
 		}, []string{"topic", "partition", "cause"}),
 	}
 	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
