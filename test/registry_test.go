@@ -13,10 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bufbuild/protocompile"
 	"github.com/hamba/avro/v2"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/effectively-io/effectively/internal/crashpoint"
 	"github.com/effectively-io/effectively/internal/kafkatest"
@@ -104,14 +109,14 @@ DROP TABLE products;
 // productsConfig is the stock binary's configuration for an Avro products
 // topic: the products table at each product's newest version, and one
 // product_events row per version.
-func productsConfig(topic, migrations string) string {
+func productsConfig(topic, format, migrations string) string {
 	return fmt.Sprintf(`kafka:
   topics: [%[1]s]
 postgres:
   migrations: [%[2]s]
 topics:
   - name: %[1]s
-    format: avro
+    format: %[3]s
     key_strategy: natural
     natural_key: [/sku, /version]
     type_pointer: /type
@@ -144,7 +149,7 @@ sinks:
       - {name: sku, from: subject}
       - {name: version, from: resourceversion}
       - {name: price, from: /price, type: numeric}
-`, topic, migrations)
+`, topic, migrations, format)
 }
 
 // productRig is a topic, a group, a database with the products tables and
@@ -157,7 +162,7 @@ type productRig struct {
 	env    []string
 }
 
-func newProductRig(t *testing.T, partitions int32, registry string, extraEnv ...string) *productRig {
+func newProductRig(t *testing.T, partitions int32, format, registry string, extraEnv ...string) *productRig {
 	t.Helper()
 	r := &productRig{db: pgtest.NewEmpty(t), topic: kafkatest.NewTopic(t, partitions), group: kafkatest.NewGroup(t)}
 	kafkatest.DeleteOnCleanup(t, r.topic+".dlq")
@@ -165,7 +170,7 @@ func newProductRig(t *testing.T, partitions int32, registry string, extraEnv ...
 	require.NoError(t, os.MkdirAll(dir, 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "00001_products.sql"), []byte(productsMigration), 0o600))
 	r.config = filepath.Join(t.TempDir(), "effectively.yaml")
-	require.NoError(t, os.WriteFile(r.config, []byte(productsConfig(r.topic, dir)), 0o600))
+	require.NoError(t, os.WriteFile(r.config, []byte(productsConfig(r.topic, format, dir)), 0o600))
 	r.env = append([]string{
 		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(t), ","),
 		"EFFECTIVELY_KAFKA_GROUP=" + r.group,
@@ -178,6 +183,35 @@ func newProductRig(t *testing.T, partitions int32, registry string, extraEnv ...
 	code, stdout, stderr := runCmd(t, r.env, "--config", r.config, "migrate")
 	require.Equal(t, 0, code, "migrate: %s\n%s", stdout, stderr)
 	return r
+}
+
+// runThroughKills runs the stock binary until it has applied records
+// records: SIGKILLed from outside once it has applied something, then
+// killing itself at the crash points in turn. It returns the kills.
+func (r *productRig) runThroughKills(t *testing.T, records int) int {
+	t.Helper()
+	kills := 0
+	w := start(t, r.env, "--config", r.config, "run")
+	waitUntil(t, "the first worker applies something", time.Minute, func(context.Context) bool { return r.applied(t) > 0 || w.exited() })
+	require.False(t, w.exited(), "the worker exited: %s", tail(w.stderr.String(), 20))
+	w.signal(t, syscall.SIGKILL)
+	w.wait(t, time.Minute)
+	kills++
+	points := []string{crashpoint.BeforeDBCommit, crashpoint.AfterDBCommit, crashpoint.AfterKafkaCommit}
+	deadline := time.Now().Add(3 * time.Minute)
+	for i := 0; r.applied(t) < int64(records); i++ {
+		env := r.env
+		point := points[i%len(points)]
+		if i < 4 {
+			env = append(env[:len(env):len(env)], fmt.Sprintf("%s=%s:%d", crashpoint.EnvVar, point, 2+i%3))
+		}
+		w := start(t, env, "--config", r.config, "run")
+		if untilCrashOrDone(t, w, point, deadline, func() bool { return r.applied(t) >= int64(records) }) {
+			kills++
+		}
+	}
+	require.GreaterOrEqual(t, kills, 3, "the test must actually kill the worker")
+	return kills
 }
 
 func (r *productRig) applied(t *testing.T) int64 {
@@ -206,6 +240,34 @@ func (p product) avro(v2 bool) map[string]any {
 	return m
 }
 
+// productEncoder writes products as a producer does: franz-go's sr serde,
+// one registered Go type per schema version.
+type productEncoder struct {
+	serde *sr.Serde
+	value func(p product, v2 bool) any
+	// prefix is how many header bytes follow the schema ID (Protobuf's
+	// message indexes).
+	prefix int
+}
+
+type (
+	avroV1 map[string]any
+	avroV2 map[string]any
+)
+
+func avroProducts(idV1, idV2 int) productEncoder {
+	s1, s2 := avro.MustParse(productV1), avro.MustParse(productV2)
+	var serde sr.Serde
+	serde.Register(idV1, avroV1{}, sr.EncodeFn(func(v any) ([]byte, error) { return avro.Marshal(s1, map[string]any(v.(avroV1))) }))
+	serde.Register(idV2, avroV2{}, sr.EncodeFn(func(v any) ([]byte, error) { return avro.Marshal(s2, map[string]any(v.(avroV2))) }))
+	return productEncoder{serde: &serde, value: func(p product, v2 bool) any {
+		if v2 {
+			return avroV2(p.avro(true))
+		}
+		return avroV1(p.avro(false))
+	}}
+}
+
 // productStream is the generator's output: the records to produce in
 // order, and what the tables must hold at the end.
 type productStream struct {
@@ -224,12 +286,9 @@ type productStream struct {
 // first half of the stream in schema v1, the rest in v2 (mid-stream
 // evolution); 15% of records sent twice, neighbouring versions of a
 // product swapped, and poison of each kind.
-func productRecords(t *testing.T, skus int, idV1, idV2 int, seed uint64, poison bool) productStream {
+func productRecords(t *testing.T, skus int, enc productEncoder, seed uint64, poison bool) productStream {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	s1, s2 := avro.MustParse(productV1), avro.MustParse(productV2)
-	var serde sr.Serde
-	serde.Register(idV1, map[string]any{}, sr.EncodeFn(func(v any) ([]byte, error) { return avro.Marshal(s1, v) }))
 	out := productStream{newest: map[string]product{}, poison: map[string]int{}}
 	type pending struct {
 		p  product
@@ -282,19 +341,11 @@ func productRecords(t *testing.T, skus int, idV1, idV2 int, seed uint64, poison 
 		}
 	}
 	for _, a := range all {
-		schema, id := s1, idV1
-		if a.v2 {
-			schema, id = s2, idV2
-			if out.firstV2 == 0 {
-				out.firstV2 = len(out.records)
-			}
+		if a.v2 && out.firstV2 == 0 {
+			out.firstV2 = len(out.records)
 		}
-		payload, err := avro.Marshal(schema, a.p.avro(a.v2))
+		value, err := enc.serde.Encode(enc.value(a.p, a.v2))
 		require.NoError(t, err)
-		var h sr.ConfluentHeader
-		value, err := h.AppendEncode(nil, id, nil)
-		require.NoError(t, err)
-		value = append(value, payload...)
 		rec := &kgo.Record{Key: []byte(a.p.SKU), Value: value}
 		out.records = append(out.records, rec)
 		out.events++
@@ -316,20 +367,16 @@ func productRecords(t *testing.T, skus int, idV1, idV2 int, seed uint64, poison 
 			out.records = append(out.records, &kgo.Record{Key: rec.Key, Value: bad})
 			out.poison["unknown_schema"]++
 		case 1:
-			out.records = append(out.records, &kgo.Record{Key: rec.Key, Value: value[:len(value)-3]})
+			// Bytes that are no value of the schema: a truncated Avro
+			// string, a Protobuf field of a wire type that does not exist.
+			bad := append(append([]byte(nil), value[:5+enc.prefix]...), 0xff, 0xff, 0xff, 0xff)
+			out.records = append(out.records, &kgo.Record{Key: rec.Key, Value: bad})
 			out.poison["schema_mismatch"]++
 		case 2:
 			bad := append([]byte{1}, value[1:]...)
 			out.records = append(out.records, &kgo.Record{Key: rec.Key, Value: bad})
 			out.poison["not_wire_format"]++
 		}
-	}
-	// The same serde the producer libraries use, to check the framing the
-	// test writes by hand is theirs.
-	viaSerde, err := serde.Encode(all[0].p.avro(false))
-	require.NoError(t, err)
-	if !all[0].v2 {
-		require.Equal(t, viaSerde, out.records[0].Value)
 	}
 	return out
 }
@@ -399,41 +446,21 @@ func verifyProducts(t *testing.T, db pgtest.DB, s productStream) {
 func TestRegistryAvroSinkThroughKills(t *testing.T) {
 	t.Parallel()
 	reg := registryURL(t)
-	r := newProductRig(t, 4, reg, "EFFECTIVELY_KAFKA_INSTANCE_ID=products-avro", "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=25")
+	r := newProductRig(t, 4, "avro", reg, "EFFECTIVELY_KAFKA_INSTANCE_ID="+kafkatest.Name(t, "instance"), "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=25")
 	cl := registryClient(t, reg)
 	subject := r.topic + "-value"
 	idV1 := register(t, cl, subject, sr.Schema{Schema: productV1})
 	idV2 := register(t, cl, subject, sr.Schema{Schema: productV2})
 	require.NotEqual(t, idV1, idV2)
 
-	s := productRecords(t, 300, idV1, idV2, 28, true)
+	s := productRecords(t, 300, avroProducts(idV1, idV2), 28, true)
 	require.Positive(t, s.resent)
 	require.Positive(t, s.swapped)
 	require.Len(t, s.poison, 3, "poison of every kind")
 	produceAll(t, r.topic, s.records)
 
-	kills := 0
-	w := start(t, r.env, "--config", r.config, "run")
-	waitUntil(t, "the first worker applies something", time.Minute, func(context.Context) bool { return r.applied(t) > 0 || w.exited() })
-	require.False(t, w.exited(), "the worker exited: %s", tail(w.stderr.String(), 20))
-	w.signal(t, syscall.SIGKILL)
-	w.wait(t, time.Minute)
-	kills++
-	points := []string{crashpoint.BeforeDBCommit, crashpoint.AfterDBCommit, crashpoint.AfterKafkaCommit}
-	deadline := time.Now().Add(3 * time.Minute)
-	for i := 0; r.applied(t) < int64(len(s.records)); i++ {
-		env := r.env
-		point := points[i%len(points)]
-		if i < 4 {
-			env = append(env[:len(env):len(env)], fmt.Sprintf("%s=%s:%d", crashpoint.EnvVar, point, 2+i%3))
-		}
-		w := start(t, env, "--config", r.config, "run")
-		if untilCrashOrDone(t, w, point, deadline, func() bool { return r.applied(t) >= int64(len(s.records)) }) {
-			kills++
-		}
-	}
+	kills := r.runThroughKills(t, len(s.records))
 	t.Logf("%d records (%d events, %d re-sent, %d swapped, poison %v), %d kills", len(s.records), s.events, s.resent, s.swapped, s.poison, kills)
-	require.GreaterOrEqual(t, kills, 3, "the test must actually kill the worker")
 	verifyProducts(t, r.db, s)
 }
 
@@ -456,12 +483,12 @@ func TestRegistryOutageWaitsAndRecovers(t *testing.T) {
 	t.Parallel()
 	reg, stackCmd := ownRegistry(t)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	r := newProductRig(t, 4, reg, "EFFECTIVELY_HTTP_ADDR="+httpAddr)
+	r := newProductRig(t, 4, "avro", reg, "EFFECTIVELY_HTTP_ADDR="+httpAddr)
 	cl := registryClient(t, reg)
 	subject := r.topic + "-value"
 	idV1 := register(t, cl, subject, sr.Schema{Schema: productV1})
 	idV2 := register(t, cl, subject, sr.Schema{Schema: productV2})
-	s := productRecords(t, 200, idV1, idV2, 29, false)
+	s := productRecords(t, 200, avroProducts(idV1, idV2), 29, false)
 	require.Positive(t, s.firstV2)
 
 	w := start(t, r.env, "--config", r.config, "run")
@@ -511,4 +538,100 @@ func causeGauge(t *testing.T, addr, cause string) float64 {
 		}
 	}
 	return sum
+}
+
+const (
+	productProtoV1 = `syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+message Product {
+  string sku = 1;
+  int64 version = 2;
+  string type = 3;
+  string name = 4;
+  string price = 5;
+  google.protobuf.Timestamp updated_at = 6;
+  string launch = 7;
+}
+`
+	// v2 adds a field: BACKWARD compatible.
+	productProtoV2 = `syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+message Product {
+  string sku = 1;
+  int64 version = 2;
+  string type = 3;
+  string name = 4;
+  string price = 5;
+  google.protobuf.Timestamp updated_at = 6;
+  string launch = 7;
+  optional string color = 8;
+}
+`
+)
+
+type (
+	protoV1 struct{ m *dynamicpb.Message }
+	protoV2 struct{ m *dynamicpb.Message }
+)
+
+// protoProducts writes products as Protobuf dynamic messages of the
+// schemas' own descriptors, compiled here as a producer's build would.
+func protoProducts(t *testing.T, idV1, idV2 int) productEncoder {
+	t.Helper()
+	md := func(text string) protoreflect.MessageDescriptor {
+		c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+			Accessor: protocompile.SourceAccessorFromMap(map[string]string{"product.proto": text}),
+		})}
+		files, err := c.Compile(context.Background(), "product.proto")
+		require.NoError(t, err)
+		return files[0].Messages().ByName("Product")
+	}
+	d1, d2 := md(productProtoV1), md(productProtoV2)
+	build := func(d protoreflect.MessageDescriptor, p product, v2 bool) *dynamicpb.Message {
+		m := dynamicpb.NewMessage(d)
+		set := func(name string, v protoreflect.Value) { m.Set(d.Fields().ByName(protoreflect.Name(name)), v) }
+		set("sku", protoreflect.ValueOfString(p.SKU))
+		set("version", protoreflect.ValueOfInt64(p.Version))
+		set("type", protoreflect.ValueOfString("product.updated"))
+		set("name", protoreflect.ValueOfString(p.Name))
+		set("price", protoreflect.ValueOfString(big.NewRat(p.Cents, 100).FloatString(2)))
+		set("updated_at", protoreflect.ValueOfMessage(timestamppb.New(p.Updated).ProtoReflect()))
+		set("launch", protoreflect.ValueOfString(p.Launch.Format(time.DateOnly)))
+		if v2 {
+			set("color", protoreflect.ValueOfString(p.Color))
+		}
+		return m
+	}
+	var serde sr.Serde
+	serde.Register(idV1, protoV1{}, sr.EncodeFn(func(v any) ([]byte, error) { return proto.Marshal(v.(protoV1).m) }), sr.Index(0))
+	serde.Register(idV2, protoV2{}, sr.EncodeFn(func(v any) ([]byte, error) { return proto.Marshal(v.(protoV2).m) }), sr.Index(0))
+	return productEncoder{serde: &serde, prefix: 1, value: func(p product, v2 bool) any {
+		if v2 {
+			return protoV2{build(d2, p, true)}
+		}
+		return protoV1{build(d1, p, false)}
+	}}
+}
+
+// The same through a Protobuf topic: the stock binary's config-only sink
+// reads the proto3 JSON mapping (int64 as decimal strings, a Timestamp as
+// an RFC 3339 time), the schema evolves mid-stream, the worker is killed.
+func TestRegistryProtobufSinkThroughKills(t *testing.T) {
+	t.Parallel()
+	reg := registryURL(t)
+	r := newProductRig(t, 4, "protobuf", reg, "EFFECTIVELY_KAFKA_INSTANCE_ID="+kafkatest.Name(t, "instance"), "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=25")
+	cl := registryClient(t, reg)
+	subject := r.topic + "-value"
+	idV1 := register(t, cl, subject, sr.Schema{Schema: productProtoV1, Type: sr.TypeProtobuf})
+	idV2 := register(t, cl, subject, sr.Schema{Schema: productProtoV2, Type: sr.TypeProtobuf})
+	require.NotEqual(t, idV1, idV2)
+
+	s := productRecords(t, 300, protoProducts(t, idV1, idV2), 30, true)
+	require.Len(t, s.poison, 3, "poison of every kind")
+	produceAll(t, r.topic, s.records)
+	kills := r.runThroughKills(t, len(s.records))
+	t.Logf("%d records (%d events, %d re-sent, %d swapped, poison %v), %d kills", len(s.records), s.events, s.resent, s.swapped, s.poison, kills)
+	verifyProducts(t, r.db, s)
 }
