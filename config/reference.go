@@ -18,7 +18,7 @@ import (
 // descriptions in the generated reference, so a build's binary can document
 // its configuration without the source tree.
 //
-//go:embed config.go kafka_security.go targets.go sinks.go
+//go:embed config.go kafka_security.go targets.go sinks.go schema_registry.go
 var configSources embed.FS
 
 // KeyDoc describes one configuration key for the generated reference
