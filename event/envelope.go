@@ -272,13 +272,7 @@ func (d *Decoder) decode(ctx context.Context, r Record) (Event, error) {
 		}
 		return d.decodeStructured(r)
 	}
-	var hasCE, hasSpec bool
-	for _, h := range r.Headers {
-		if name, ok := strings.CutPrefix(h.Key, "ce_"); ok {
-			hasCE = true
-			hasSpec = hasSpec || name == "specversion"
-		}
-	}
+	hasCE, hasSpec := ceHeaders(r.Headers)
 	switch {
 	case hasSpec:
 		return d.decodeBinary(r, ct, hasCT)
@@ -326,13 +320,7 @@ func (d *Decoder) decodeRegistry(ctx context.Context, r Record) (Event, error) {
 // describes the wire bytes, not the JSON they became, so it is not the
 // event's datacontenttype.
 func (d *Decoder) decodeRegistryBinary(r Record) (Event, error) {
-	var hasCE, hasSpec bool
-	for _, h := range r.Headers {
-		if name, ok := strings.CutPrefix(h.Key, "ce_"); ok {
-			hasCE = true
-			hasSpec = hasSpec || name == "specversion"
-		}
-	}
+	hasCE, hasSpec := ceHeaders(r.Headers)
 	switch {
 	case hasSpec:
 		return d.decodeBinary(r, "", false)
@@ -341,6 +329,17 @@ func (d *Decoder) decodeRegistryBinary(r Record) (Event, error) {
 	default:
 		return Event{}, decodeErr(ReasonMissingBinaryHeaders, "the record has no ce_ headers, and topic %s maps no type pointer: send CloudEvents binary-mode headers, or set the topic's type_pointer and subject_pointer", Excerpt(d.topic))
 	}
+}
+
+// ceHeaders reports whether headers has ce_ headers, and ce_specversion.
+func ceHeaders(headers []Header) (hasCE, hasSpec bool) {
+	for _, h := range headers {
+		if name, ok := strings.CutPrefix(h.Key, "ce_"); ok {
+			hasCE = true
+			hasSpec = hasSpec || name == "specversion"
+		}
+	}
+	return hasCE, hasSpec
 }
 
 // notJSON is the DecodeError of a parse failure of what: ReasonNotJSON,

@@ -256,10 +256,16 @@ func gaugeSum(t *testing.T, addr, name string) float64 {
 // state.
 func stateGauges(t *testing.T, addr, state string) float64 {
 	t.Helper()
+	return labeledGaugeSum(t, addr, "effectively_partition_state", "state", state)
+}
+
+// labeledGaugeSum sums a gauge family's series whose label is value.
+func labeledGaugeSum(t *testing.T, addr, name, label, value string) float64 {
+	t.Helper()
 	sum := 0.0
-	for _, m := range scrape(t, addr)["effectively_partition_state"].GetMetric() {
+	for _, m := range scrape(t, addr)[name].GetMetric() {
 		for _, l := range m.GetLabel() {
-			if l.GetName() == "state" && l.GetValue() == state {
+			if l.GetName() == label && l.GetValue() == value {
 				sum += m.GetGauge().GetValue()
 			}
 		}

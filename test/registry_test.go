@@ -506,7 +506,7 @@ func TestRegistryOutageWaitsAndRecovers(t *testing.T) {
 	stopped := time.Now()
 	produceAll(t, r.topic, s.records[s.firstV2:])
 	waitUntil(t, "a partition retries because of the registry", time.Minute, func(context.Context) bool {
-		return gaugeSum(t, httpAddr, "effectively_partition_retry_cause") > 0 && causeGauge(t, httpAddr, "schema_registry_unavailable") > 0
+		return gaugeSum(t, httpAddr, "effectively_partition_retry_cause") > 0 && labeledGaugeSum(t, httpAddr, "effectively_partition_retry_cause", "cause", "schema_registry_unavailable") > 0
 	})
 	for time.Since(stopped) < 30*time.Second {
 		require.Zero(t, r.db.Count(t, `SELECT count(*) FROM dead_letters`), "a registry outage dead-letters nothing")
@@ -524,20 +524,6 @@ func TestRegistryOutageWaitsAndRecovers(t *testing.T) {
 	require.Contains(t, w.stderr.String(), "schema_registry_unavailable")
 	verifyProducts(t, r.db, s)
 	waitUntil(t, "the lag gauge reads 0", time.Minute, func(context.Context) bool { return gaugeSum(t, httpAddr, "effectively_consumer_lag") == 0 })
-}
-
-// causeGauge is effectively_partition_retry_cause summed for one cause.
-func causeGauge(t *testing.T, addr, cause string) float64 {
-	t.Helper()
-	sum := 0.0
-	for _, m := range scrape(t, addr)["effectively_partition_retry_cause"].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "cause" && l.GetValue() == cause {
-				sum += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
 }
 
 const (
