@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/big"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -41,9 +42,14 @@ type avroReader struct {
 // errAvroShort is a payload that ends inside a value.
 var errAvroShort = errors.New("the payload ends inside a value (truncated?)")
 
-// maxDecimalBytes bounds a decimal's two's-complement bytes (a
-// precision of about 300 digits); more is not a decimal any schema needs.
-const maxDecimalBytes = 128
+// maxDecimalBytes bounds a decimal's two's-complement bytes, and
+// maxDecimalDigits its schema's precision (as many digits as 128 bytes
+// hold): more is not a decimal any schema needs, and a scale of a million
+// would pad every value with a million zeros.
+const (
+	maxDecimalBytes  = 128
+	maxDecimalDigits = 309
+)
 
 func newAvroCodec(text string, refs []reference) (*avroCodec, error) {
 	// A cache per schema: named types of one schema ID never meet another
@@ -280,6 +286,9 @@ func compileAvro(s avro.Schema, named map[string]*avroNode) (*avroNode, error) {
 			return branches[i].read(r)
 		}}, nil
 	case *avro.FixedSchema:
+		if err := checkDecimal(s.Logical()); err != nil {
+			return nil, err
+		}
 		size := s.Size()
 		conv := bytesConverter(s.Logical())
 		if l := s.Logical(); l != nil && l.Type() == avro.Duration {
@@ -377,8 +386,12 @@ func compilePrimitive(s *avro.PrimitiveSchema) (*avroNode, error) {
 		switch logical {
 		case avro.Date:
 			format = func(b []byte, v int32) ([]byte, error) {
+				t := time.Unix(int64(v)*86400, 0).UTC()
+				if y := t.Year(); y < 1 || y > 9999 {
+					return nil, fmt.Errorf("the date %d (days since 1970) is outside the years 1 to 9999", v)
+				}
 				b = append(b, '"')
-				b = time.Unix(int64(v)*86400, 0).UTC().AppendFormat(b, time.DateOnly)
+				b = t.AppendFormat(b, time.DateOnly)
 				return append(b, '"'), nil
 			}
 		case avro.TimeMillis:
@@ -451,6 +464,9 @@ func compilePrimitive(s *avro.PrimitiveSchema) (*avroNode, error) {
 			return r.str(b)
 		}}, nil
 	case avro.Bytes:
+		if err := checkDecimal(s.Logical()); err != nil {
+			return nil, err
+		}
 		conv := bytesConverter(s.Logical())
 		return &avroNode{read: func(r *avroReader) error {
 			b, err := r.bytes()
@@ -469,7 +485,11 @@ func compilePrimitive(s *avro.PrimitiveSchema) (*avroNode, error) {
 func bytesConverter(l avro.LogicalSchema) func([]byte, []byte) ([]byte, error) {
 	if d, ok := l.(*avro.DecimalLogicalSchema); ok {
 		scale := d.Scale()
-		return func(out, b []byte) ([]byte, error) { return appendDecimal(out, b, scale) }
+		return func(out, b []byte) ([]byte, error) {
+			out = append(out, '"')
+			out, err := appendDecimal(out, b, scale)
+			return append(out, '"'), err
+		}
 	}
 	return func(out, b []byte) ([]byte, error) {
 		out = append(out, '"')
@@ -479,7 +499,7 @@ func bytesConverter(l avro.LogicalSchema) func([]byte, []byte) ([]byte, error) {
 }
 
 // appendDecimal appends the two's-complement big-endian unscaled value b
-// with scale fractional digits as a JSON number.
+// with scale fractional digits: its exact digits, "-12345.67".
 func appendDecimal(out, b []byte, scale int) ([]byte, error) {
 	if len(b) == 0 {
 		return nil, errors.New("a decimal has no bytes")
@@ -496,12 +516,25 @@ func appendDecimal(out, b []byte, scale int) ([]byte, error) {
 	if scale <= 0 {
 		return append(out, digits...), nil
 	}
-	for len(digits) <= scale {
-		digits = "0" + digits
+	if pad := scale + 1 - len(digits); pad > 0 { // 0.05: at least one integer digit
+		digits = strings.Repeat("0", pad) + digits
 	}
 	out = append(out, digits[:len(digits)-scale]...)
 	out = append(out, '.')
 	return append(out, digits[len(digits)-scale:]...), nil
+}
+
+// checkDecimal refuses a decimal no value can need: more digits than
+// maxDecimalDigits, a scale outside 0 to its precision.
+func checkDecimal(l avro.LogicalSchema) error {
+	d, ok := l.(*avro.DecimalLogicalSchema)
+	if !ok {
+		return nil
+	}
+	if p, sc := d.Precision(), d.Scale(); p < 1 || p > maxDecimalDigits || sc < 0 || sc > p {
+		return fmt.Errorf("decimal(%d, %d): want a precision from 1 to %d and a scale from 0 to the precision", p, sc, maxDecimalDigits)
+	}
+	return nil
 }
 
 // appendDuration appends Avro's duration (three little-endian unsigned

@@ -2,8 +2,11 @@ package event
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -29,23 +32,37 @@ const jsonSchemaBase = "https://registry.effectively.invalid/"
 func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec, error) {
 	c := jsonschema.NewCompiler()
 	c.UseLoader(jsonschema.SchemeURLLoader{}) // load nothing
-	add := func(name, text string) error {
-		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
-		if err != nil {
-			return fmt.Errorf("%s is not JSON: %w", Excerpt(name), err)
+	root, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("the schema is not JSON: %w", err)
+	}
+	// References resolve against the root's $id, as Confluent's resolver
+	// does, else against a base of our own that no one can fetch.
+	base, _ := url.Parse(fmt.Sprintf("%sschema-%d.json", jsonSchemaBase, id))
+	if obj, ok := root.(map[string]any); ok {
+		if s, ok := obj["$id"].(string); ok {
+			if u, err := url.Parse(s); err == nil && u.IsAbs() {
+				base = u
+			}
 		}
-		return c.AddResource(name, doc)
 	}
 	for _, r := range refs {
-		if err := add(jsonSchemaBase+r.name, r.text); err != nil {
+		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(r.text))
+		if err != nil {
+			return nil, fmt.Errorf("reference %s is not JSON: %w", Excerpt(r.name), err)
+		}
+		ref, err := url.Parse(r.name)
+		if err != nil {
+			return nil, fmt.Errorf("reference %s is not a URI reference: %w", Excerpt(r.name), err)
+		}
+		if err := c.AddResource(base.ResolveReference(ref).String(), doc); err != nil {
 			return nil, err
 		}
 	}
-	root := fmt.Sprintf("%sschema-%d.json", jsonSchemaBase, id)
-	if err := add(root, text); err != nil {
+	if err := c.AddResource(base.String(), root); err != nil {
 		return nil, err
 	}
-	s, err := c.Compile(root)
+	s, err := c.Compile(base.String())
 	if err != nil {
 		return nil, err
 	}
@@ -57,13 +74,21 @@ func (c *jsonSchemaCodec) check(payload []byte) ([]byte, error) {
 	if !utf8.Valid(payload) {
 		return nil, decodeErr(ReasonInvalidUTF8, "the payload is not valid UTF-8 at byte %d", invalidUTF8Offset(payload))
 	}
-	if _, err := parseDocument(payload, MaxNesting); err != nil {
+	pd, err := parseDocument(payload, MaxNesting)
+	if err != nil {
 		return nil, notJSON("the payload", err)
+	}
+	if len(pd.d.issues) > 0 {
+		return nil, decodeErr(ReasonInvalidData, "the payload is not I-JSON: %s", pd.d.issues[0].msg)
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
 	if err != nil {
 		return nil, notJSON("the payload", err)
 	}
+	// The validator reads numbers as exact fractions: 1e-999999 would cost
+	// seconds. A number with a fraction or an exponent is validated as the
+	// double it is hashed as; integers keep their digits.
+	v = asDoubles(v)
 	if err := c.schema.Validate(v); err != nil {
 		var ve *jsonschema.ValidationError
 		msg := err.Error()
@@ -76,6 +101,28 @@ func (c *jsonSchemaCodec) check(payload []byte) ([]byte, error) {
 }
 
 var english = message.NewPrinter(language.English)
+
+// asDoubles replaces, in a value from jsonschema.UnmarshalJSON, every
+// number that is not a plain integer with its float64.
+func asDoubles(v any) any {
+	switch v := v.(type) {
+	case json.Number:
+		if strings.ContainsAny(string(v), ".eE") {
+			if f, err := strconv.ParseFloat(string(v), 64); err == nil {
+				return f
+			}
+		}
+	case map[string]any:
+		for k, x := range v {
+			v[k] = asDoubles(x)
+		}
+	case []any:
+		for i, x := range v {
+			v[i] = asDoubles(x)
+		}
+	}
+	return v
+}
 
 // firstCause is the innermost first cause of a validation error: where it
 // failed and why, in one line.

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
 )
 
@@ -23,9 +24,13 @@ const maxMessageIndexes = 32
 // well-known types) by protocompile, read as dynamic messages.
 type protoCodec struct {
 	file protoreflect.FileDescriptor
+	// types resolves the schema's own messages and extensions (an Any of
+	// one of them, a proto2 extension it declares).
+	types *dynamicpb.Types
 
 	mu       sync.Mutex
 	messages map[string]protoreflect.MessageDescriptor // by the indexes' text
+	base     map[protoreflect.FullName]int             // baseSize by message type
 }
 
 func newProtoCodec(ctx context.Context, id int, text string, refs []reference) (*protoCodec, error) {
@@ -49,7 +54,24 @@ func newProtoCodec(ctx context.Context, id int, text string, refs []reference) (
 	if files[0].Messages().Len() == 0 {
 		return nil, errors.New("the file defines no message")
 	}
-	return &protoCodec{file: files[0], messages: map[string]protoreflect.MessageDescriptor{}}, nil
+	reg := new(protoregistry.Files)
+	var register func(fd protoreflect.FileDescriptor) error
+	register = func(fd protoreflect.FileDescriptor) error {
+		if _, err := reg.FindFileByPath(fd.Path()); err == nil {
+			return nil
+		}
+		for i := range fd.Imports().Len() {
+			if err := register(fd.Imports().Get(i).FileDescriptor); err != nil {
+				return err
+			}
+		}
+		return reg.RegisterFile(fd)
+	}
+	if err := register(files[0]); err != nil {
+		return nil, err
+	}
+	return &protoCodec{file: files[0], types: dynamicpb.NewTypes(reg),
+		messages: map[string]protoreflect.MessageDescriptor{}, base: map[protoreflect.FullName]int{}}, nil
 }
 
 // message returns the message type at idx.
@@ -81,16 +103,22 @@ func (c *protoCodec) toJSON(idx []int, payload []byte, maxJSON int) ([]byte, err
 		return nil, err
 	}
 	m := dynamicpb.NewMessage(md)
-	if err := (proto.UnmarshalOptions{RecursionLimit: MaxNesting}).Unmarshal(payload, m); err != nil {
+	if err := (proto.UnmarshalOptions{RecursionLimit: MaxNesting, Resolver: c.types}).Unmarshal(payload, m); err != nil {
 		if strings.Contains(err.Error(), "recursion") || strings.Contains(err.Error(), "nesting") {
 			return nil, decodeErr(ReasonNestingTooDeep, "the message nests deeper than %d levels", MaxNesting)
 		}
 		return nil, decodeErr(ReasonSchemaMismatch, "the payload is not a %s message: %v", md.FullName(), err)
 	}
-	if path, ok := unknownFields(m.ProtoReflect()); ok {
+	budget := maxJSON
+	if path, ok := c.inspect(m.ProtoReflect(), &budget); ok {
 		return nil, decodeErr(ReasonSchemaMismatch, "the payload has fields its schema (%s) does not define, at %s: not a message of this schema", md.FullName(), path)
 	}
-	js, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+	if budget < 0 {
+		// Unset fields are written too: a few bytes of empty messages can
+		// be megabytes of JSON. Refused before it is built.
+		return nil, decodeErr(ReasonTooLarge, "the payload would decode to more than %d bytes of JSON", maxJSON)
+	}
+	js, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true, Resolver: c.types}.Marshal(m)
 	if err != nil {
 		return nil, decodeErr(ReasonSchemaMismatch, "the %s message has no JSON form: %v", md.FullName(), err)
 	}
@@ -100,32 +128,105 @@ func (c *protoCodec) toJSON(idx []int, payload []byte, maxJSON int) ([]byte, err
 	return js, nil
 }
 
-// unknownFields reports where m, or a message in it, holds fields its
-// descriptor does not define. The writer's schema is in the record, so a
+// inspect reports where m, or a message in it, holds fields its
+// descriptor does not define (the writer's schema is in the record, so a
 // writer never has fields its reader lacks: unknown fields are bytes that
-// only happened to parse.
-func unknownFields(m protoreflect.Message) (string, bool) {
+// only happened to parse), and takes from budget at least as many bytes
+// as m's JSON will have; it stops early once budget is spent.
+func (c *protoCodec) inspect(m protoreflect.Message, budget *int) (string, bool) {
 	if len(m.GetUnknown()) > 0 {
 		return string(m.Descriptor().FullName()), true
 	}
+	if m.Descriptor().FullName() == "google.protobuf.Any" {
+		// protojson writes an Any as the message it holds: inspect that.
+		fields := m.Descriptor().Fields()
+		url := m.Get(fields.ByName("type_url")).String()
+		mt, err := c.types.FindMessageByURL(url)
+		if err != nil {
+			return "", false // no JSON form; Marshal refuses it
+		}
+		inner := mt.New()
+		if err := (proto.UnmarshalOptions{RecursionLimit: MaxNesting, Resolver: c.types}).Unmarshal(m.Get(fields.ByName("value")).Bytes(), inner.Interface()); err != nil {
+			return string(m.Descriptor().FullName()) + " (" + url + ")", true
+		}
+		*budget -= len(url) + 12
+		return c.inspect(inner, budget)
+	}
+	*budget -= c.baseSize(m.Descriptor())
 	var path string
 	var found bool
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {
-		case fd.IsMap() && fd.MapValue().Message() != nil:
-			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-				path, found = unknownFields(mv.Message())
-				return !found
+		case fd.IsMap():
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				*budget -= valueSize(fd.MapKey(), k.Value()) + 2
+				if fd.MapValue().Message() != nil {
+					path, found = c.inspect(mv.Message(), budget)
+				} else {
+					*budget -= valueSize(fd.MapValue(), mv)
+				}
+				return !found && *budget >= 0
 			})
-		case fd.IsList() && fd.Message() != nil:
+		case fd.IsList():
 			l := v.List()
-			for i := 0; i < l.Len() && !found; i++ {
-				path, found = unknownFields(l.Get(i).Message())
+			for i := 0; i < l.Len() && !found && *budget >= 0; i++ {
+				*budget--
+				if fd.Message() != nil {
+					path, found = c.inspect(l.Get(i).Message(), budget)
+				} else {
+					*budget -= valueSize(fd, l.Get(i))
+				}
 			}
-		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
-			path, found = unknownFields(v.Message())
+		case fd.Message() != nil:
+			path, found = c.inspect(v.Message(), budget)
+		default:
+			*budget -= valueSize(fd, v)
 		}
-		return !found
+		return !found && *budget >= 0
 	})
 	return path, found
+}
+
+// baseSize is the JSON of a message of type md with every field unset:
+// each field's name and its zero value.
+func (c *protoCodec) baseSize(md protoreflect.MessageDescriptor) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n, ok := c.base[md.FullName()]; ok {
+		return n
+	}
+	n := 2
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		n += len(fd.Name()) + 4 // "name":,
+		switch {
+		case fd.IsList() || fd.IsMap():
+			n += 2
+		case fd.Message() != nil:
+			n += 4 // null
+		case fd.Enum() != nil && fd.Enum().Values().Len() > 0:
+			n += len(fd.Enum().Values().Get(0).Name()) + 2
+		default:
+			n += 5 // false, "", 0
+		}
+	}
+	c.base[md.FullName()] = n
+	return n
+}
+
+// valueSize bounds the JSON of one scalar value: a string's escapes take
+// up to six bytes per byte, base64 four per three.
+func valueSize(fd protoreflect.FieldDescriptor, v protoreflect.Value) int {
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		return 6*len(v.String()) + 2
+	case protoreflect.BytesKind:
+		return 4*len(v.Bytes())/3 + 6
+	case protoreflect.EnumKind:
+		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
+			return len(ev.Name()) + 2
+		}
+	}
+	return 26 // a quoted 64-bit integer, a float, a boolean
 }

@@ -65,7 +65,9 @@ func registryType(format string) sr.SchemaType {
 //
 //   - Avro: records and maps as objects, arrays as arrays, a union as its
 //     branch's value (null for null), enums as their symbol, bytes and fixed
-//     in base64; decimal as a JSON number with exactly its scale's digits,
+//     in base64; decimal as a string of its exact digits ("-12345.67": a
+//     JSON number would be hashed as a double, and two amounts could
+//     collide),
 //     uuid as its string, date as "2006-01-02", time-millis and
 //     time-micros as "15:04:05.000" and "15:04:05.000000",
 //     timestamp-millis and timestamp-micros as RFC 3339 UTC times,
@@ -73,10 +75,11 @@ func registryType(format string) sr.SchemaType {
 //     {"months", "days", "milliseconds"}; NaN and infinities as the
 //     strings "NaN", "Infinity" and "-Infinity".
 //   - Protobuf: the proto3 JSON mapping (protojson) with the fields' names
-//     as written in the .proto file and every field present (unset scalars
-//     as their zero value, unset messages as null): 64-bit integers as
-//     decimal strings, enums by name, bytes in base64, Timestamp as an
-//     RFC 3339 time, wrappers as their value.
+//     as written in the .proto file and unset fields written (scalars as
+//     their zero value, messages as null) except those with presence that
+//     are unset (proto3 optional, oneof members), which are absent: 64-bit
+//     integers as decimal strings, enums by name, bytes in base64,
+//     Timestamp as an RFC 3339 time, wrappers as their value.
 //   - JSON Schema: the payload itself, once valid against its schema.
 type Wire struct {
 	// Format is FormatAvro, FormatProtobuf or FormatJSONSchema.
@@ -106,6 +109,14 @@ type registryDecoder struct {
 	mu      sync.Mutex
 	schemas map[int]*registrySchema
 	refused map[int]refusal
+	loading map[int]*loading // schemas being fetched: one fetch per ID at a time
+}
+
+// loading is one fetch in flight; done closes when s and err are set.
+type loading struct {
+	done chan struct{}
+	s    *registrySchema
+	err  error
 }
 
 type refusal struct {
@@ -113,8 +124,13 @@ type refusal struct {
 	until time.Time
 }
 
-// refusalTTL is how long an unknown or unusable schema ID is remembered.
-const refusalTTL = time.Minute
+// refusalTTL is how long an unknown or unusable schema ID is remembered;
+// maxRefusals bounds how many are (a stream of random IDs must not grow
+// the decoder without end).
+const (
+	refusalTTL  = time.Minute
+	maxRefusals = 10_000
+)
 
 // registrySchema is one parsed writer's schema: exactly one of its codecs
 // is set, by the topic's format.
@@ -133,7 +149,7 @@ const (
 )
 
 func newRegistryDecoder(format string, registry SchemaRegistry) *registryDecoder {
-	return &registryDecoder{format: format, registry: registry, schemas: map[int]*registrySchema{}, refused: map[int]refusal{}}
+	return &registryDecoder{format: format, registry: registry, schemas: map[int]*registrySchema{}, refused: map[int]refusal{}, loading: map[int]*loading{}}
 }
 
 // transcode strips the wire-format header from value, finds the writer's
@@ -174,30 +190,64 @@ func (rd *registryDecoder) transcode(ctx context.Context, value []byte, maxJSON 
 	return js, w, nil
 }
 
-// schema returns the parsed schema id.
+// schema returns the parsed schema id: from the decoder's own, or fetched
+// once however many partitions ask for it at the same time.
 func (rd *registryDecoder) schema(ctx context.Context, id int) (*registrySchema, error) {
 	rd.mu.Lock()
-	s, ok := rd.schemas[id]
-	ref, refused := rd.refused[id]
-	rd.mu.Unlock()
-	switch {
-	case ok:
+	if s, ok := rd.schemas[id]; ok {
+		rd.mu.Unlock()
 		return s, nil
-	case refused && time.Now().Before(ref.until):
+	}
+	if ref, ok := rd.refused[id]; ok && time.Now().Before(ref.until) {
+		rd.mu.Unlock()
 		return nil, ref.err
 	}
-	s, err := rd.load(ctx, id)
+	l, inFlight := rd.loading[id]
+	if !inFlight {
+		l = &loading{done: make(chan struct{})}
+		rd.loading[id] = l
+	}
+	rd.mu.Unlock()
+	if inFlight {
+		select {
+		case <-l.done:
+			return l.s, l.err
+		case <-ctx.Done():
+			return nil, unavailable(fmt.Sprintf("waiting for schema %d", id), ctx.Err())
+		}
+	}
+
+	l.s, l.err = rd.load(ctx, id)
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
+	delete(rd.loading, id)
+	close(l.done)
 	var de *DecodeError
 	switch {
-	case err == nil:
-		rd.schemas[id] = s
+	case l.err == nil:
+		rd.schemas[id] = l.s
 		delete(rd.refused, id)
-	case errors.As(err, &de):
-		rd.refused[id] = refusal{err: de, until: time.Now().Add(refusalTTL)}
+	case errors.As(l.err, &de):
+		rd.refuse(id, de)
 	}
-	return s, err
+	return l.s, l.err
+}
+
+// refuse remembers that id cannot be read, within maxRefusals: expired
+// refusals go first, and past the bound nothing more is remembered (each
+// such record asks the registry again).
+func (rd *registryDecoder) refuse(id int, de *DecodeError) {
+	now := time.Now()
+	if len(rd.refused) >= maxRefusals {
+		for k, r := range rd.refused {
+			if !now.Before(r.until) {
+				delete(rd.refused, k)
+			}
+		}
+	}
+	if len(rd.refused) < maxRefusals {
+		rd.refused[id] = refusal{err: de, until: now.Add(refusalTTL)}
+	}
 }
 
 func (rd *registryDecoder) load(ctx context.Context, id int) (*registrySchema, error) {
@@ -225,6 +275,10 @@ func (rd *registryDecoder) load(ctx context.Context, id int) (*registrySchema, e
 		s.json, err = newJSONSchemaCodec(id, root.Schema, refs)
 	}
 	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			// Stopped, not refused: a revoke or a shutdown while compiling.
+			return nil, unavailable(fmt.Sprintf("compiling schema %d", id), err)
+		}
 		return nil, decodeErr(ReasonUnusableSchema, "schema %d cannot be used: %v", id, err)
 	}
 	return s, nil
@@ -276,10 +330,19 @@ func (rd *registryDecoder) references(ctx context.Context, id int, refs []sr.Sch
 }
 
 // notFound reports whether the registry answered that what was asked for
-// does not exist.
+// does not exist: a 404 with the registry's own error code (40401 subject,
+// 40402 version, 40403 schema not found). A 404 without one is a proxy or
+// a wrong URL path, not an answer about the schema.
 func notFound(err error) bool {
 	var re *sr.ResponseError
-	return errors.As(err, &re) && re.StatusCode == http.StatusNotFound
+	if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
+		return false
+	}
+	switch re.ErrorCode {
+	case 40401, 40402, 40403:
+		return true
+	}
+	return false
 }
 
 // unavailable wraps a registry failure in ErrSchemaRegistryUnavailable.

@@ -1,0 +1,247 @@
+package event
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Hostile records and schemas for the registry formats, from a review
+// whose brief was "break this". Each failed before its fix.
+
+func hostileDecoder(t *testing.T, reg SchemaRegistry, format string) *Decoder {
+	t.Helper()
+	d, err := NewDecoder(DecoderConfig{Topic: "t", Format: format, Registry: reg, KeyStrategy: StrategyContentHash, TypePointer: "/type", SubjectPointer: "/sku"})
+	require.NoError(t, err)
+	return d
+}
+
+// allocated is what f allocates, in bytes.
+func allocated(f func()) uint64 {
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	f()
+	runtime.ReadMemStats(&m1)
+	return m1.TotalAlloc - m0.TotalAlloc
+}
+
+// Protobuf writes unset fields: 10 KB of empty messages of a type with
+// 200 fields would be 150 MB of JSON. Refused before it is built.
+func TestProtobufUnsetFieldsCannotAmplify(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("syntax = \"proto3\";\nmessage Big {\n")
+	for i := 1; i <= 200; i++ {
+		fmt.Fprintf(&b, "  string field_with_a_longish_name_%03d = %d;\n", i, i)
+	}
+	b.WriteString("}\nmessage Top { string sku = 1; string type = 2; repeated Big items = 3; }\n")
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Type: sr.TypeProtobuf, Schema: b.String()})
+	d := hostileDecoder(t, reg, FormatProtobuf)
+	payload := []byte{0x0a, 1, 'a', 0x12, 1, 't'}
+	for range 5000 {
+		payload = append(payload, 0x1a, 0) // one empty Big
+	}
+	rec := Record{Key: []byte("a"), Value: wire(1, []int{1}, payload)}
+	_, _ = d.Decode(rec) // the schema, compiled
+	var err error
+	n := allocated(func() { _, err = d.Decode(rec) })
+	require.Equal(t, ReasonTooLarge, ReasonOf(err), "%v", err)
+	require.Less(t, n, uint64(32<<20), "a 10 KB record allocated %d MB before being refused", n>>20)
+
+	// The same through an Any of the schema's own type.
+	reg.add(2, "a", 1, sr.Schema{Type: sr.TypeProtobuf, Schema: b.String() + "import \"google/protobuf/any.proto\";\nmessage Wrap { string sku = 1; string type = 2; google.protobuf.Any x = 3; }\n"})
+	inner := []byte{}
+	for range 5000 {
+		inner = append(inner, 0x1a, 0)
+	}
+	anyb, err := proto.Marshal(&anypb.Any{TypeUrl: "type.googleapis.com/Top", Value: inner})
+	require.NoError(t, err)
+	wrap := append([]byte{0x0a, 1, 'a', 0x12, 1, 't', 0x1a}, protoLen(len(anyb))...)
+	rec = Record{Key: []byte("a"), Value: wire(2, []int{2}, append(wrap, anyb...))}
+	_, _ = d.Decode(rec)
+	n = allocated(func() { _, err = d.Decode(rec) })
+	require.Equal(t, ReasonTooLarge, ReasonOf(err), "%v", err)
+	require.Less(t, n, uint64(32<<20), "an Any of 10 KB allocated %d MB before being refused", n>>20)
+}
+
+func protoLen(n int) []byte {
+	var b []byte
+	for ; n >= 0x80; n >>= 7 {
+		b = append(b, byte(n)|0x80)
+	}
+	return append(b, byte(n))
+}
+
+// The JSON Schema validator reads numbers as exact fractions: 1e-999999
+// (a valid double: zero) cost seconds per kilobyte.
+func TestJSONSchemaHugeExponentsAreCheap(t *testing.T) {
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Type: sr.TypeJSON, Schema: `{"type":"object","properties":{"n":{"type":"array","items":{"type":"number","minimum":0}}}}`})
+	d := hostileDecoder(t, reg, FormatJSONSchema)
+	nums := strings.TrimSuffix(strings.Repeat("1e-999999,", 1000), ",")
+	start := time.Now()
+	_, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(`{"sku":"a","type":"t","n":[`+nums+`]}`))})
+	require.NoError(t, err)
+	// Not a performance bound: on HEAD before the fix this took minutes.
+	require.Less(t, time.Since(start), 30*time.Second)
+	_, err = d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(`{"sku":"a","type":"t","n":[1e999999]}`))})
+	require.Equal(t, ReasonInvalidData, ReasonOf(err), "%v", err)
+}
+
+// A decimal's precision bounds its scale: a scale of 100,000 padded each
+// value with 100,000 zeros, quadratically.
+func TestAvroDecimalOfAbsurdPrecisionIsUnusable(t *testing.T) {
+	s := `{"type":"record","name":"R","fields":[{"name":"sku","type":"string"},{"name":"type","type":"string"},{"name":"d","type":{"type":"bytes","logicalType":"decimal","precision":100000,"scale":100000}}]}`
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Schema: s})
+	d := hostileDecoder(t, reg, FormatAvro)
+	_, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte{2, 'a', 2, 't', 2, 1})})
+	require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "%v", err)
+}
+
+// Decimals are strings of their exact digits: as JSON numbers they were
+// hashed as doubles, and two amounts collided.
+func TestAvroDecimalDigitsReachTheHash(t *testing.T) {
+	s := `{"type":"record","name":"R","fields":[{"name":"sku","type":"string"},{"name":"type","type":"string"},{"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":20,"scale":2}}]}`
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Schema: s})
+	d := hostileDecoder(t, reg, FormatAvro)
+	var evs []Event
+	for _, a := range []string{"10000000000000000001/100", "10000000000000000002/100", "5/100"} {
+		r, _ := new(big.Rat).SetString(a)
+		ev, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, avroPayload(t, s, map[string]any{"sku": "a", "type": "t", "amount": r}))})
+		require.NoError(t, err)
+		evs = append(evs, ev)
+	}
+	require.NotEqual(t, evs[0].PayloadHash, evs[1].PayloadHash, "%s and %s hash alike", evs[0].Data, evs[1].Data)
+	require.Contains(t, string(evs[2].Data), `"amount":"0.05"`)
+}
+
+// A cancelled context (a revoke, a shutdown) while a schema compiles is
+// not the schema's fault, and must not be remembered as one.
+func TestCancelledCompileIsNotPermanent(t *testing.T) {
+	reg := newMemRegistry()
+	reg.add(30, "p", 1, sr.Schema{Schema: productProto, Type: sr.TypeProtobuf})
+	d := hostileDecoder(t, reg, FormatProtobuf)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rec := Record{Key: []byte("a"), Value: wire(30, []int{1}, []byte{0x0a, 1, 'a', 0x1a, 1, 't'})}
+	_, err := d.DecodeContext(ctx, rec)
+	require.False(t, IsPermanent(err), "a cancelled context dead-letters the record: %v", err)
+	require.ErrorIs(t, err, ErrSchemaRegistryUnavailable)
+	_, err = d.Decode(rec)
+	require.NoError(t, err, "the next record of the schema, with a live context")
+}
+
+type proxy404 struct{ *memRegistry }
+
+func (proxy404) SchemaByID(context.Context, int) (sr.Schema, error) {
+	return sr.Schema{}, &sr.ResponseError{StatusCode: http.StatusNotFound, Raw: []byte("<html>404 Not Found</html>")}
+}
+
+// A 404 without the registry's error code is a proxy or a wrong path,
+// not an answer about the schema: the partition waits.
+func TestA404FromAProxyIsNotUnknownSchema(t *testing.T) {
+	d := hostileDecoder(t, proxy404{}, FormatAvro)
+	_, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte{0})})
+	require.ErrorIs(t, err, ErrSchemaRegistryUnavailable)
+}
+
+func TestRefusalsAreBounded(t *testing.T) {
+	d := hostileDecoder(t, newMemRegistry(), FormatAvro)
+	for id := 1000; id < 1000+maxRefusals+500; id++ {
+		_, _ = d.Decode(Record{Key: []byte("a"), Value: wire(id, nil, []byte{0})})
+	}
+	require.LessOrEqual(t, len(d.registry.refused), maxRefusals)
+}
+
+// Concurrent first decodes of one schema fetch and compile it once.
+func TestConcurrentFirstDecodesFetchOnce(t *testing.T) {
+	reg := registryWith(t)
+	d, err := NewDecoder(withTopic(avroCfg(reg)))
+	require.NoError(t, err)
+	rec := Record{Key: []byte("sku-1"), Value: wire(1, nil, avroPayload(t, productAvro, product(nil)))}
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			_, err := d.Decode(rec)
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	require.Equal(t, 1, reg.requests)
+}
+
+// References resolve against the root's $id, as Confluent resolves them.
+func TestJSONSchemaReferenceResolvesAgainstRootID(t *testing.T) {
+	reg := newMemRegistry()
+	reg.add(100, "money", 1, sr.Schema{Type: sr.TypeJSON, Schema: `{"type":"object","properties":{"cents":{"type":"integer"}}}`})
+	reg.add(1, "o", 1, sr.Schema{Type: sr.TypeJSON,
+		Schema:     `{"$id":"https://example.com/schemas/order.json","type":"object","properties":{"price":{"$ref":"money.json"}}}`,
+		References: []sr.SchemaReference{{Name: "money.json", Subject: "money", Version: 1}}})
+	d := hostileDecoder(t, reg, FormatJSONSchema)
+	_, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(`{"sku":"a","type":"t","price":{"cents":5}}`))})
+	require.NoError(t, err)
+	_, err = d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(`{"sku":"a","type":"t","price":{"cents":"5"}}`))})
+	require.Equal(t, ReasonSchemaMismatch, ReasonOf(err), "%v", err)
+}
+
+// An Any of a type of the schema's own file, and a proto2 extension it
+// declares, are the schema's values.
+func TestProtobufAnyAndExtensionsOfTheSchema(t *testing.T) {
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Type: sr.TypeProtobuf, Schema: `syntax = "proto3";
+import "google/protobuf/any.proto";
+message M { string sku = 1; string type = 2; google.protobuf.Any extra = 3; }
+message Other { string x = 1; }`})
+	reg.add(2, "e", 1, sr.Schema{Type: sr.TypeProtobuf, Schema: `syntax = "proto2";
+message M { optional string sku = 1; optional string type = 2; extensions 100 to 200; }
+extend M { optional string ext = 100; }`})
+	d := hostileDecoder(t, reg, FormatProtobuf)
+	m := protoMessage(t, d, 1, []int{0})
+	o := protoMessage(t, d, 1, []int{1})
+	o.Set(o.Descriptor().Fields().ByName("x"), protoreflect.ValueOfString("y"))
+	ob, err := proto.Marshal(o)
+	require.NoError(t, err)
+	m.Set(m.Descriptor().Fields().ByName("sku"), protoreflect.ValueOfString("a"))
+	m.Set(m.Descriptor().Fields().ByName("type"), protoreflect.ValueOfString("t"))
+	m.Set(m.Descriptor().Fields().ByName("extra"), protoreflect.ValueOfMessage((&anypb.Any{TypeUrl: "type.googleapis.com/Other", Value: ob}).ProtoReflect()))
+	payload, err := proto.Marshal(m)
+	require.NoError(t, err)
+	ev, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, []int{0}, payload)})
+	require.NoError(t, err, "Any of a type in the schema")
+	require.Contains(t, string(ev.Data), `"x":"y"`)
+	ev, err = d.Decode(Record{Key: []byte("a"), Value: wire(2, []int{0}, []byte{0x0a, 1, 'a', 0x12, 1, 't', 0xa2, 0x06, 1, 'z'})})
+	require.NoError(t, err, "a proto2 extension declared in the schema")
+	require.Contains(t, string(ev.Data), `"z"`)
+}
+
+func TestAvroDateOutOfRange(t *testing.T) {
+	s := `{"type":"record","name":"R","fields":[{"name":"sku","type":"string"},{"name":"type","type":"string"},{"name":"d","type":{"type":"int","logicalType":"date"}}]}`
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Schema: s})
+	d := hostileDecoder(t, reg, FormatAvro)
+	for _, days := range []int64{2147483647, -800000} { // "5881580-07-11", "-0221-09-04"
+		payload := []byte{2, 'a', 2, 't'}
+		u := uint64(days<<1) ^ uint64(days>>63)
+		for ; u >= 0x80; u >>= 7 {
+			payload = append(payload, byte(u)|0x80)
+		}
+		payload = append(payload, byte(u))
+		ev, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, payload)})
+		require.Equal(t, ReasonSchemaMismatch, ReasonOf(err), "date %d became %s", days, ev.Data)
+	}
+}
