@@ -16,22 +16,26 @@
 //   - E-sink: the real binary as a config-only sink on an upsert-only topic
 //     with re-sends and disorder, checked against the newest version
 //     produced of every key (sink.go).
+//   - E-sink-avro: E-sink on the same stream encoded as Avro in the
+//     Confluent wire format, its schema in the registry (sinkavro.go);
+//     E-sink-avro / E-sink is what the encoding costs.
 //   - T (with -trace): E with tracing on, exporting over OTLP/HTTP to a
 //     sink in this process that discards what it receives; T/E is what
 //     tracing costs (E itself runs with tracing off, the default).
 //   - replay: after a first pass of E on a schema of its own, `effectively
 //     replay --replay-group` over the same range (every record a duplicate).
 //
-// The runs alternate (B1, B2, B0, B3, E, E-sink, B1, …) so that a noisy
-// neighbour hurts every kind alike; medians are compared. Then, with a caught-up worker, a
-// fixed offered rate measures the end-to-end latency from the worker's own
-// histogram.
+// The runs alternate (B1, B2, B0, B3, E, E-sink, E-sink-avro, B1, …) so
+// that a noisy neighbour hurts every kind alike; medians are compared.
+// Then, with a caught-up worker, a fixed offered rate measures the
+// end-to-end latency from the worker's own histogram.
 //
-// It reads EFFECTIVELY_TEST_POSTGRES_URL and EFFECTIVELY_TEST_KAFKA_BROKERS
-// (stack/with-stack.sh exports them) and runs bin/effectively from the
+// It reads EFFECTIVELY_TEST_POSTGRES_URL, EFFECTIVELY_TEST_KAFKA_BROKERS and
+// EFFECTIVELY_TEST_REGISTRY_URL (stack/with-stack.sh exports them; without
+// the registry E-sink-avro is skipped) and runs bin/effectively from the
 // current directory (make runs it from the repository root after `make
-// build`). Every topic, group and schema it creates is uniquely named and
-// removed at the end.
+// build`). Every topic, group, schema and registry subject it creates is
+// uniquely named and removed at the end.
 //
 // Three other modes replace the benchmark: -soak (make soak, soak.go), a
 // paced load at a share of the measured maximum for a long time with short
@@ -70,8 +74,8 @@ type options struct {
 	skip            map[string]bool
 	pruneClaims     int // -prune-claims: the pruning measurement (prune.go), off when 0
 	pruneRows       int // -prune-rows: the row-by-row retention measurement (prunerows.go), off when 0
-	sinkEvents      int // E-sink's records (0: -events)
-	sinkProducts    int // E-sink's products (0: a tenth of its records)
+	sinkEvents      int // E-sink's and E-sink-avro's records (0: -events)
+	sinkProducts    int // their products (0: a tenth of their records)
 	trace           bool
 	soak            soakOptions   // -soak: the soak (soak.go) instead of the benchmark
 	memory          memoryOptions // -memory: the memory per record (memory.go) instead of the benchmark
@@ -79,7 +83,7 @@ type options struct {
 }
 
 // kinds are the measurements, in the order a round runs them.
-var kinds = []string{"B1", "B2", "B0", "B3", "E", "E-sink", "T"}
+var kinds = []string{"B1", "B2", "B0", "B3", "E", "E-sink", "E-sink-avro", "T"}
 
 func parseFlags(args []string) (options, error) {
 	var o options
@@ -88,7 +92,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.events, "events", 1_000_000, "records in the pre-produced topic (re-sends included)")
 	fs.IntVar(&o.accounts, "accounts", 100_000, "accounts the workload opens")
 	fs.IntVar(&o.partitions, "partitions", 8, "partitions of the benchmark topics")
-	fs.IntVar(&o.runs, "runs", 3, "runs of each of B1, B2, B0, B3, E and E-sink (alternating); medians are reported")
+	fs.IntVar(&o.runs, "runs", 3, "runs of each of B1, B2, B0, B3, E, E-sink and E-sink-avro (alternating); medians are reported")
 	fs.IntVar(&o.naiveEvents, "naive-events", 100_000, "B3 stops once this many records of the topic are applied (a prefix)")
 	fs.IntVar(&o.latencyRate, "latency-rate", 5000, "offered rate of the latency run, events/s")
 	fs.DurationVar(&o.latencyDuration, "latency-duration", 30*time.Second, "length of the paced latency run")
@@ -97,8 +101,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.bin, "bin", "bin/effectively", "the worker binary (make bench builds it)")
 	fs.IntVar(&o.pruneClaims, "prune-claims", 0, "also measure retention's cost: the worker on a schema holding this many claims, in the open generation with the pruner off, then in two closed generations (one expired, dropped during the run) with the pruner rotating every 5 s, in -runs pairs (e.g. 5000000; 0: off)")
 	fs.IntVar(&o.pruneRows, "prune-rows", 0, "also measure the row-by-row retention of dead letters, outbox intents, parked history and tombstones: this many expired rows of each deleted by the pruner alone (e.g. 500000; 0: off)")
-	fs.IntVar(&o.sinkEvents, "sink-events", 0, "records in E-sink's upsert-only topic (re-sends included; 0: -events)")
-	fs.IntVar(&o.sinkProducts, "sink-products", 0, "products E-sink's topic updates (0: a tenth of -sink-events)")
+	fs.IntVar(&o.sinkEvents, "sink-events", 0, "records in the upsert-only topics of E-sink and E-sink-avro (re-sends included; 0: -events)")
+	fs.IntVar(&o.sinkProducts, "sink-products", 0, "products the E-sink and E-sink-avro topics update (0: a tenth of -sink-events)")
 	fs.BoolVar(&o.trace, "trace", false, "also run T: E with tracing on (OTLP/HTTP to a discarding sink), in each round")
 	o.soak.flags(fs)
 	o.memory.flags(fs)
@@ -115,7 +119,7 @@ func parseFlags(args []string) (options, error) {
 		}
 		return nil
 	})
-	fs.StringVar(&skip, "skip", "", "comma-separated measurements to skip: B1,B2,B0,B3,E,E-sink,T,latency,replay")
+	fs.StringVar(&skip, "skip", "", "comma-separated measurements to skip: B1,B2,B0,B3,E,E-sink,E-sink-avro,T,latency,replay")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

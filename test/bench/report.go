@@ -23,10 +23,10 @@ type measurement struct {
 	rss           int64
 	diag          string // what the run's own metrics say
 	// client is the CPU seconds of the process that drove the database:
-	// the worker (B3, E, E-sink) or this program (B0, B2); pg is this
-	// stack's PostgreSQL's (its postmaster and children).
+	// the worker (B3, E, E-sink, E-sink-avro) or this program (B0, B2);
+	// pg is this stack's PostgreSQL's (its postmaster and children).
 	client, pg float64
-	sink       *sinkCheck // E-sink's verification
+	sink       *sinkCheck // E-sink's and E-sink-avro's verification
 }
 
 // rate is the run's throughput: records over the time from the first
@@ -53,6 +53,9 @@ type report struct {
 	replay         *replayResult
 	sinkExpected   string
 	sinkTopic      string
+	sinkAvroTopic  string
+	sinkAvroSchema int    // the registered schema's ID
+	sinkAvroSkip   string // why E-sink-avro did not run, when it did not
 	pgScope        string // what the PostgreSQL CPU figures count
 }
 
@@ -81,12 +84,37 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 		}
 	}
 	if slices.Contains(todo, "E-sink") {
-		if err := b.produceSink(ctx); err != nil {
+		st, err := b.produceSinkJSON(ctx)
+		if err != nil {
 			return nil, err
 		}
-		rep.sinkTopic, rep.sinkExpected = b.sinkTopic, b.sinkExp.summary()
+		b.sinks["E-sink"] = st
+		rep.sinkTopic, rep.sinkExpected = st.topic, st.exp.summary()
 	}
-	if slices.ContainsFunc(todo, func(k string) bool { return k != "E-sink" }) || !b.opts.skip["replay"] {
+	if slices.Contains(todo, "E-sink-avro") {
+		// Without a registry E-sink-avro is skipped; the other kinds run.
+		skip := func(why string) {
+			rep.sinkAvroSkip = why
+			todo = slices.DeleteFunc(todo, func(k string) bool { return k == "E-sink-avro" })
+		}
+		if b.registryURL == "" {
+			skip(registryURLEnv + " is unset (stack/with-stack.sh exports it)")
+			progress("note: E-sink-avro skipped: %s", rep.sinkAvroSkip)
+		} else if st, id, err := b.produceSinkAvro(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			skip("its setup failed (see warnings)")
+			rep.warn("E-sink-avro skipped: %v", err)
+		} else {
+			b.sinks["E-sink-avro"] = st
+			rep.sinkAvroTopic, rep.sinkAvroSchema = st.topic, id
+			if rep.sinkExpected == "" {
+				rep.sinkExpected = st.exp.summary()
+			}
+		}
+	}
+	if slices.ContainsFunc(todo, func(k string) bool { return !strings.HasPrefix(k, "E-sink") }) || !b.opts.skip["replay"] {
 		if err := b.produceMain(ctx); err != nil {
 			return nil, err
 		}
@@ -220,8 +248,8 @@ func (b *bench) measure(ctx context.Context, kind string, data *memData, rep *re
 		return worker(b.runWorker(ctx, "t", int64(b.opts.events), true, "OTEL_EXPORTER_OTLP_ENDPOINT="+sink))
 	case "E":
 		return worker(b.runWorker(ctx, "e", int64(b.opts.events), true))
-	case "E-sink":
-		return worker(b.runSink(ctx))
+	case "E-sink", "E-sink-avro":
+		return worker(b.runSink(ctx, kind))
 	}
 	return measurement{}, fmt.Errorf("unknown kind %s", kind)
 }
@@ -313,7 +341,14 @@ func (r *report) print(out io.Writer) {
 		fmt.Fprintf(w, "E-sink\tthe stock binary, config only (a sinks section: %s → table %s, gated upsert), on its own topic %s: %s; seed %d, 10%% re-sends, 20%% of updates after the product's next\n",
 			sinkEventType, sinkTable, r.sinkTopic, r.sinkExpected, o.seed)
 	}
-	fmt.Fprintf(w, "method\t%d runs of each, alternating %s; events/s = records / steady time: B1 group assigned → all read, B2 and B0 whole run, B3, E and E-sink first record applied → done (stored positions polled every 100 ms)\n", o.runs, strings.Join(kinds, " "))
+	switch {
+	case r.sinkAvroTopic != "":
+		fmt.Fprintf(w, "E-sink-avro\tE-sink's stream (same seed, products, re-sends and disorder) with each value in Avro, Confluent wire format (schema ID %d, subject %s-value), no headers; the stock binary reads it as format avro (key_strategy field /id; type, subject, version by pointer) into E-sink's sink and table; on its own topic %s\n",
+			r.sinkAvroSchema, r.sinkAvroTopic, r.sinkAvroTopic)
+	case r.sinkAvroSkip != "":
+		fmt.Fprintf(w, "E-sink-avro\tskipped: %s\n", r.sinkAvroSkip)
+	}
+	fmt.Fprintf(w, "method\t%d runs of each, alternating %s; events/s = records / steady time: B1 group assigned → all read, B2 and B0 whole run, B3, E, E-sink and E-sink-avro first record applied → done (stored positions polled every 100 ms)\n", o.runs, strings.Join(kinds, " "))
 	if !o.skip["B0"] {
 		fmt.Fprintf(w, "B0\tE's statements from memory: per batch of %d (partitioned as Kafka did, one goroutine per partition, the worker's pool of 8), BEGIN, lock position, claim (unnest … ON CONFLICT DO NOTHING RETURNING), read earlier claims' hashes, gated upsert accounts + insert-once ledger_entries (handlers.Effects with precomputed rows), stale dispositions + advance, COMMIT\n",
 			def.Consumer.BatchMaxRecords)
@@ -331,11 +366,15 @@ func (r *report) print(out io.Writer) {
 	hdr += "\tmedian start→done\tmedian steady"
 	fmt.Fprintln(w, hdr)
 	names := map[string]string{"B1": "B1 consume-only", "B2": "B2 database ceiling (pipeline, no Kafka)", "B0": "B0 database limit (E's SQL only)",
-		"B3": "B3 naive worker", "E": "E effectively", "E-sink": "E-sink config-only sink", "T": "T effectively, tracing on"}
+		"B3": "B3 naive worker", "E": "E effectively", "E-sink": "E-sink config-only sink", "E-sink-avro": "E-sink-avro config-only sink, Avro", "T": "T effectively, tracing on"}
 	for _, k := range kinds {
 		ms := r.runs[k]
 		if len(ms) == 0 {
-			fmt.Fprintf(w, "%s\t%s\n", names[k], map[bool]string{true: "skipped", false: "no successful run"}[o.skip[k]])
+			why := map[bool]string{true: "skipped", false: "no successful run"}[o.skip[k]]
+			if k == "E-sink-avro" && r.sinkAvroSkip != "" {
+				why = "skipped: " + r.sinkAvroSkip
+			}
+			fmt.Fprintf(w, "%s\t%s\n", names[k], why)
 			continue
 		}
 		var totals, steadies []float64
@@ -364,7 +403,11 @@ func (r *report) print(out io.Writer) {
 			fmt.Fprintf(w, "%s\t%.0f ev/s\t≥ 40000\t%s\n", k, v, verdict(v >= 40000))
 		}
 	}
-	if ms := r.runs["E-sink"]; len(ms) > 0 {
+	for _, k := range []string{"E-sink", "E-sink-avro"} {
+		ms := r.runs[k]
+		if len(ms) == 0 {
+			continue
+		}
 		bad, checked := 0, 0
 		for _, m := range ms {
 			if m.sink != nil {
@@ -372,7 +415,12 @@ func (r *report) print(out io.Writer) {
 				bad += m.sink.Regressions
 			}
 		}
-		fmt.Fprintf(w, "E-sink version regressions\t%d (%d runs checked)\t0\t%s\n", bad, checked, verdict(bad == 0 && checked == len(ms)))
+		fmt.Fprintf(w, "%s version regressions\t%d (%d runs checked)\t0\t%s\n", k, bad, checked, verdict(bad == 0 && checked == len(ms)))
+	}
+	if j, a := r.medianRate("E-sink"), r.medianRate("E-sink-avro"); j > 0 && a > 0 {
+		fmt.Fprintf(w, "E-sink-avro / E-sink (ev/s)\t%.2f\t≥ 0.85\t%s\n", a/j, verdict(a/j >= 0.85))
+	} else if !o.skip["E-sink-avro"] {
+		fmt.Fprintf(w, "E-sink-avro / E-sink (ev/s)\t-\n")
 	}
 	for _, x := range []struct {
 		base   string
@@ -400,7 +448,7 @@ func (r *report) print(out io.Writer) {
 	w.Flush()
 
 	fmt.Fprintln(out)
-	for _, k := range []string{"E", "E-sink"} {
+	for _, k := range []string{"E", "E-sink", "E-sink-avro"} {
 		var peak int64
 		for _, m := range r.runs[k] {
 			peak = max(peak, m.rss)
@@ -461,7 +509,7 @@ func (r *report) print(out io.Writer) {
 
 	fmt.Fprintln(out)
 	if len(r.warnings) == 0 {
-		fmt.Fprintln(out, "warnings: none (each E, B2 and B0 run checked: claims = expected distinct events, ledger totals = expected; each E-sink run: every product at its newest produced version and columns)")
+		fmt.Fprintln(out, "warnings: none (each E, B2 and B0 run checked: claims = expected distinct events, ledger totals = expected; each E-sink and E-sink-avro run: every product at its newest produced version and columns, claims = distinct events)")
 	} else {
 		fmt.Fprintln(out, "warnings:")
 		for _, msg := range r.warnings {
@@ -475,25 +523,36 @@ func (r *report) print(out io.Writer) {
 // stack's PostgreSQL, medians over the runs.
 func (r *report) printCPU(w io.Writer) {
 	fmt.Fprintf(w, "CPU per event (medians)\tdriver µs\tPostgreSQL µs\tdriver\n")
-	for _, k := range []string{"B0", "B2", "E", "E-sink"} {
-		ms := r.runs[k]
-		if len(ms) == 0 {
-			continue
-		}
-		var client, pg []float64
-		for _, m := range ms {
+	perEvent := func(k string) (client, pg float64) {
+		var cs, ps []float64
+		for _, m := range r.runs[k] {
 			if m.records > 0 {
-				client = append(client, 1e6*m.client/float64(m.records))
-				pg = append(pg, 1e6*m.pg/float64(m.records))
+				cs = append(cs, 1e6*m.client/float64(m.records))
+				ps = append(ps, 1e6*m.pg/float64(m.records))
 			}
 		}
-		c, p := median(client), median(pg)
+		return median(cs), median(ps)
+	}
+	for _, k := range []string{"B0", "B2", "E", "E-sink", "E-sink-avro"} {
+		if len(r.runs[k]) == 0 {
+			continue
+		}
+		c, p := perEvent(k)
 		switch k {
+		case "E-sink-avro":
+			fmt.Fprintf(w, "%s\t%.1f\t%.1f\tthe worker process\n", k, c, p)
 		case "E", "E-sink":
 			fmt.Fprintf(w, "%s\t%.1f\t%.1f\tthe worker process; targets worker ≤ 12 µs %s, PostgreSQL ≤ 20 µs %s\n",
 				k, c, p, verdict(c <= 12), verdict(p <= 20))
 		default:
 			fmt.Fprintf(w, "%s\t%.1f\t%.1f\tthis program\n", k, c, p)
+		}
+	}
+	if len(r.runs["E-sink"]) > 0 && len(r.runs["E-sink-avro"]) > 0 {
+		jc, jp := perEvent("E-sink")
+		ac, ap := perEvent("E-sink-avro")
+		if jc > 0 && jp > 0 {
+			fmt.Fprintf(w, "E-sink-avro / E-sink\t%.2f\t%.2f\tthe ratios of the medians above: Avro over JSON\n", ac/jc, ap/jp)
 		}
 	}
 	fmt.Fprintf(w, "\tPostgreSQL: %s; per event = CPU seconds of the run / records (re-sends included)\n", r.pgScope)

@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/examples/accounts/workload"
 )
@@ -87,13 +89,32 @@ func (e sinkExpected) summary() string {
 // productID is the subject and record key of product p.
 func productID(p int) string { return fmt.Sprintf("prod-%06d", p) }
 
+// sinkRenderer writes the value of the seq-th original of the stream: a
+// product.updated event for product id at version p.Version, produced at
+// ts. generateSink calls it once per original; a re-send repeats its bytes.
+type sinkRenderer func(seed, seq uint64, id string, ts time.Time, p product) ([]byte, error)
+
+// renderJSON is E-sink's renderer: a CloudEvent in JSON structured mode.
+func renderJSON(seed, seq uint64, id string, ts time.Time, p product) ([]byte, error) {
+	return renderProduct(seed, seq, id, ts, p), nil
+}
+
+// appendEventID appends the event's id, "prd-<seed>-<seq>".
+func appendEventID(b []byte, seed, seq uint64) []byte {
+	b = append(b, "prd-"...)
+	b = strconv.AppendUint(b, seed, 10)
+	b = append(b, '-')
+	return strconv.AppendUint(b, seq, 10)
+}
+
 // generateSink emits the stream: each original updates a product chosen at
 // random to its next version; a share of them is held back and emitted
 // right after the product's next update (one held at a time per product,
 // so the held share q/(1+q) of updates equals OutOfOrder); a share of the
 // records re-send a recent original. Only emitted events count in the
-// expectation (a held update never released is never produced).
-func generateSink(c sinkWorkload, emit func(workload.Record) error) (sinkExpected, error) {
+// expectation (a held update never released is never produced). render
+// writes each original's value: the stream is the same whatever it is.
+func generateSink(c sinkWorkload, render sinkRenderer, emit func(workload.Record) error) (sinkExpected, error) {
 	exp := sinkExpected{Newest: map[string]product{}}
 	if c.Products < 1 || c.Events < 0 || c.Duplicates < 0 || c.Duplicates >= 1 || c.OutOfOrder < 0 || c.OutOfOrder >= 0.5 {
 		return exp, fmt.Errorf("sink workload %+v: want ≥ 1 product, duplicates in [0, 1), out-of-order in [0, 0.5)", c)
@@ -148,7 +169,11 @@ func generateSink(c sinkWorkload, emit func(workload.Record) error) (sinkExpecte
 			InStock:    rng.IntN(4) != 0,
 		}
 		seq++
-		r := workload.Record{Key: []byte(id), Value: renderProduct(c.Seed, seq, id, ts, p), Timestamp: ts}
+		v, err := render(c.Seed, seq, id, ts, p)
+		if err != nil {
+			return exp, fmt.Errorf("rendering %s version %d: %w", id, p.Version, err)
+		}
+		r := workload.Record{Key: []byte(id), Value: v, Timestamp: ts}
 		if h := held[i]; h.set {
 			held[i] = pending{}
 			if err := original(id, r, p, false); err != nil {
@@ -175,10 +200,8 @@ func generateSink(c sinkWorkload, emit func(workload.Record) error) (sinkExpecte
 // renderProduct writes a product.updated CloudEvent in JSON structured mode.
 func renderProduct(seed, seq uint64, id string, ts time.Time, p product) []byte {
 	b := make([]byte, 0, 320)
-	b = append(b, `{"specversion":"1.0","id":"prd-`...)
-	b = strconv.AppendUint(b, seed, 10)
-	b = append(b, '-')
-	b = strconv.AppendUint(b, seq, 10)
+	b = append(b, `{"specversion":"1.0","id":"`...)
+	b = appendEventID(b, seed, seq)
 	b = append(b, `","source":"`+sinkSource+`","type":"`+sinkEventType+`","subject":"`...)
 	b = append(b, id...)
 	b = append(b, `","time":"`...)
@@ -303,43 +326,77 @@ sinks:
 `, migrations, sinkEventType, topic, sinkTable)
 }
 
-// produceSink creates the E-sink topic and produces the sink workload to it.
-func (b *bench) produceSink(ctx context.Context) error {
-	topic, err := b.newTopic(ctx, "sink")
-	if err != nil {
-		return err
-	}
-	b.sinkTopic = topic
-	b.sinkCfg = sinkWorkload{
+// sinkStream is the sink workload produced to a topic of its own in one
+// encoding: E-sink's JSON CloudEvents or E-sink-avro's Avro records.
+type sinkStream struct {
+	topic string
+	exp   sinkExpected
+	// config is the worker's config file for the topic and the products
+	// migration's directory.
+	config func(topic, migrations string) string
+}
+
+// sinkWorkloadOf is the sink workload the flags ask for.
+func (b *bench) sinkWorkloadOf() sinkWorkload {
+	return sinkWorkload{
 		Products: b.opts.sinkProducts, Events: b.opts.sinkEvents,
 		Duplicates: 0.1, OutOfOrder: 0.2, Seed: b.opts.seed,
 	}
+}
+
+// produceSink produces the sink workload to topic for kind, each value
+// written by render; contentType is the records' header (none when empty).
+func (b *bench) produceSink(ctx context.Context, kind, topic string, render sinkRenderer, contentType string) (*sinkStream, error) {
 	cl, err := b.producer(topic)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer cl.Close()
 	p := &asyncProducer{cl: cl}
-	progress("producing %d upsert-only records to %s", b.sinkCfg.Events, topic)
-	b.sinkExp, err = generateSink(b.sinkCfg, func(r workload.Record) error {
-		p.produce(ctx, toKafka(r))
+	cfg := b.sinkWorkloadOf()
+	progress("producing %d upsert-only records to %s (%s)", cfg.Events, topic, kind)
+	exp, err := generateSink(cfg, render, func(r workload.Record) error {
+		rec := &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+		if contentType != "" {
+			rec.Headers = []kgo.RecordHeader{{Key: "content-type", Value: []byte(contentType)}}
+		}
+		p.produce(ctx, rec)
 		return ctx.Err()
 	})
 	if err != nil {
-		return fmt.Errorf("producing the sink workload: %w", err)
+		return nil, fmt.Errorf("producing the %s workload: %w", kind, err)
 	}
 	if err := p.flush(ctx); err != nil {
-		return fmt.Errorf("producing the sink workload: %w", err)
+		return nil, fmt.Errorf("producing the %s workload: %w", kind, err)
 	}
-	progress("produced %s", b.sinkExp.summary())
-	return nil
+	progress("produced %s", exp.summary())
+	return &sinkStream{topic: topic, exp: exp}, nil
 }
 
-// runSink runs the stock binary as a config-only sink over the sink topic
+// produceSinkJSON creates E-sink's topic and produces its stream: JSON
+// CloudEvents with the content-type the accounts workload's records carry.
+func (b *bench) produceSinkJSON(ctx context.Context) (*sinkStream, error) {
+	topic, err := b.newTopic(ctx, "esink")
+	if err != nil {
+		return nil, err
+	}
+	st, err := b.produceSink(ctx, "E-sink", topic, renderJSON, workload.ContentType)
+	if err != nil {
+		return nil, err
+	}
+	st.config = sinkConfigYAML
+	return st, nil
+}
+
+// runSink runs the stock binary as a config-only sink over kind's stream
 // (fresh schema, table and group) until every record is applied, then
 // checks the table.
-func (b *bench) runSink(ctx context.Context) (workerRun, error) {
+func (b *bench) runSink(ctx context.Context, kind string) (workerRun, error) {
 	var r workerRun
+	st := b.sinks[kind]
+	if st == nil {
+		return r, fmt.Errorf("%s: no stream produced", kind)
+	}
 	dir, err := os.MkdirTemp("", "effectively-bench-sink-")
 	if err != nil {
 		return r, err
@@ -353,30 +410,31 @@ func (b *bench) runSink(ctx context.Context) (workerRun, error) {
 	if err := os.WriteFile(filepath.Join(migrations, "00001_products.sql"), []byte(sinkMigration), 0o600); err != nil {
 		return r, err
 	}
-	if err := os.WriteFile(cfgPath, []byte(sinkConfigYAML(b.sinkTopic, migrations)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(st.config(st.topic, migrations)), 0o600); err != nil {
 		return r, err
 	}
-	d, err := b.newDB(ctx, "esink", migrateWorker, "--config", cfgPath)
+	short := strings.ToLower(strings.ReplaceAll(kind, "-", ""))
+	d, err := b.newDB(ctx, short, migrateWorker, "--config", cfgPath)
 	if err != nil {
 		return r, err
 	}
 	defer d.drop(context.WithoutCancel(ctx))
-	group := b.name("esink")
+	group := b.name(short)
 
 	before := takeCPUSnapshot()
-	w, err := b.startWorkerArgs(d, group, b.sinkTopic, []string{"--config", cfgPath})
+	w, err := b.startWorkerArgs(d, group, st.topic, []string{"--config", cfgPath})
 	if err != nil {
 		return r, err
 	}
 	defer w.stop(time.Minute)
-	if r, err = b.sampleWorker(ctx, w, d, group, b.sinkTopic, int64(b.sinkExp.Records), before); err != nil {
+	if r, err = b.sampleWorker(ctx, w, d, group, st.topic, int64(st.exp.Records), before); err != nil {
 		return r, err
 	}
 	got, err := readProducts(ctx, d)
 	if err != nil {
 		return r, err
 	}
-	chk := verifySink(got, b.sinkExp)
+	chk := verifySink(got, st.exp)
 	r.sink = &chk
 	if !chk.ok() {
 		r.problems = append(r.problems, chk.String())
@@ -385,8 +443,8 @@ func (b *bench) runSink(ctx context.Context) (workerRun, error) {
 	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM effectively_claims`).Scan(&claims); err != nil {
 		return r, fmt.Errorf("counting claims: %w", err)
 	}
-	if claims != int64(b.sinkExp.Originals) {
-		r.problems = append(r.problems, fmt.Sprintf("effectively_claims has %d rows, want %d (distinct events)", claims, b.sinkExp.Originals))
+	if claims != int64(st.exp.Originals) {
+		r.problems = append(r.problems, fmt.Sprintf("effectively_claims has %d rows, want %d (distinct events)", claims, st.exp.Originals))
 	}
 	return r, nil
 }

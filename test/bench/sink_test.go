@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
+	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/event"
@@ -42,7 +47,7 @@ type appliedEvent struct {
 func TestSinkWorkloadAndVerifier(t *testing.T) {
 	cfg := sinkWorkload{Products: 4_000, Events: 40_000, Duplicates: 0.1, OutOfOrder: 0.2, Seed: 7} // the default shape: a tenth as many products as records
 	var recs []workload.Record
-	exp, err := generateSink(cfg, func(r workload.Record) error {
+	exp, err := generateSink(cfg, renderJSON, func(r workload.Record) error {
 		recs = append(recs, r)
 		return nil
 	})
@@ -121,15 +126,54 @@ func TestSinkWorkloadAndVerifier(t *testing.T) {
 	}
 }
 
-// TestSinkConfigOnTheWorkload loads the config file E-sink hands the stock
-// binary, registers its sink in-process as the binary does (sink.Register,
-// the start-up check), creates the table from the same migration, and
-// applies the generated stream through the worker's pipeline, partitioned
-// and batched as Kafka and the worker would: every product ends at its
-// newest produced version, the re-sends are duplicates, the late updates
-// stale. It proves the config, the migration, the events and the check fit
-// together before E-sink runs the binary on them.
+// TestSinkConfigOnTheWorkload loads the config file E-sink (and
+// E-sink-avro) hands the stock binary, registers its sink in-process as the
+// binary does (sink.Register, the start-up check), creates the table from
+// the same migration, and applies the generated stream through the
+// worker's pipeline (decoders built from the topic's settings as the
+// binary builds them, Avro schemas from an in-memory registry),
+// partitioned and batched as Kafka and the worker would: every product
+// ends at its newest produced version, the re-sends are duplicates, the
+// late updates stale. It proves the config, the migration, the events and
+// the check fit together before E-sink runs the binary on them.
 func TestSinkConfigOnTheWorkload(t *testing.T) {
+	const schemaID = 7
+	render, err := avroRenderer(schemaID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, enc := range []struct {
+		kind   string
+		render sinkRenderer
+		config func(topic, migrations string) string
+	}{
+		{"E-sink", renderJSON, sinkConfigYAML},
+		{"E-sink-avro", render, func(topic, migrations string) string {
+			return sinkAvroConfigYAML(topic, migrations, "http://127.0.0.1:1/apis/ccompat/v7")
+		}},
+	} {
+		t.Run(enc.kind, func(t *testing.T) {
+			testSinkConfig(t, enc.render, enc.config, staticRegistry{schemaID: sinkAvroSchema})
+		})
+	}
+}
+
+// staticRegistry is a schema registry in memory: Avro schemas by ID.
+type staticRegistry map[int]string
+
+func (r staticRegistry) SchemaByID(_ context.Context, id int) (sr.Schema, error) {
+	s, ok := r[id]
+	if !ok {
+		return sr.Schema{}, &sr.ResponseError{StatusCode: 404, ErrorCode: 40403, Message: "schema not found"}
+	}
+	return sr.Schema{Schema: s, Type: sr.TypeAvro}, nil
+}
+
+func (staticRegistry) SchemaByVersion(context.Context, string, int) (sr.SubjectSchema, error) {
+	return sr.SubjectSchema{}, errors.New("not in a static registry")
+}
+
+func testSinkConfig(t *testing.T, render sinkRenderer, configYAML func(topic, migrations string) string, registry event.SchemaRegistry) {
 	ctx := context.Background()
 	const topic, partitions = "bench-sink", 4
 	dir := t.TempDir()
@@ -141,7 +185,7 @@ func TestSinkConfigOnTheWorkload(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgPath := filepath.Join(dir, "effectively.yaml")
-	if err := os.WriteFile(cfgPath, []byte(sinkConfigYAML(topic, migrations)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(configYAML(topic, migrations)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load(cfgPath, nil)
@@ -158,9 +202,18 @@ func TestSinkConfigOnTheWorkload(t *testing.T) {
 		t.Fatalf("the start-up check refuses the E-sink table: %v", err)
 	}
 	ts := cfg.TopicSettings(topic)
-	dec, err := event.NewDecoder(event.DecoderConfig{
-		Topic: topic, Format: ts.Format, KeyStrategy: ts.KeyStrategy, MaxPayloadBytes: cfg.Consumer.MaxPayloadBytes,
-	})
+	dc := event.DecoderConfig{ // as service.newDecoders builds it
+		Topic: topic, Format: ts.Format, KeyStrategy: ts.KeyStrategy, KeyPointer: ts.KeyPointer, NaturalKey: ts.NaturalKey,
+		IDPointer: ts.IDPointer, TypePointer: ts.TypePointer, SubjectPointer: ts.SubjectPointer, VersionPointer: ts.VersionPointer,
+		MaxPayloadBytes: cfg.Consumer.MaxPayloadBytes, RequireSubject: ts.RequireSubject,
+	}
+	if config.IsRegistryFormat(ts.Format) {
+		if cfg.SchemaRegistry.URL == "" {
+			t.Fatalf("topic format %s without schema_registry.url", ts.Format)
+		}
+		dc.Registry = registry
+	}
+	dec, err := event.NewDecoder(dc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +222,7 @@ func TestSinkConfigOnTheWorkload(t *testing.T) {
 	wl := sinkWorkload{Products: 300, Events: 6_000, Duplicates: 0.1, OutOfOrder: 0.2, Seed: 11}
 	part := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
 	parts := make([][]*kgo.Record, partitions)
-	exp, err := generateSink(wl, func(r workload.Record) error {
+	exp, err := generateSink(wl, render, func(r workload.Record) error {
 		rec := toKafka(r)
 		rec.Topic = topic
 		p := part.Partition(rec, partitions)
@@ -203,5 +256,86 @@ func TestSinkConfigOnTheWorkload(t *testing.T) {
 	}
 	if c := verifySink(got, exp); !c.ok() || c.Rows != len(exp.Newest) {
 		t.Errorf("after the sink: %s; want every product at its newest version", c)
+	}
+}
+
+// TestSinkAvroRenderer: the Avro stream is the JSON stream record for
+// record (keys, timestamps, re-sends, and every field the CloudEvent
+// carried, read back with hamba from the wire format), and each re-send is
+// byte-identical to its original in both.
+func TestSinkAvroRenderer(t *testing.T) {
+	const schemaID = 123456
+	cfg := sinkWorkload{Products: 500, Events: 20_000, Duplicates: 0.1, OutOfOrder: 0.2, Seed: 20260101}
+	render, err := avroRenderer(schemaID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := func(r sinkRenderer) ([]workload.Record, sinkExpected) {
+		var recs []workload.Record
+		exp, err := generateSink(cfg, r, func(r workload.Record) error {
+			recs = append(recs, r)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs, exp
+	}
+	jsonRecs, jsonExp := stream(renderJSON)
+	avroRecs, avroExp := stream(render)
+	if !reflect.DeepEqual(jsonExp, avroExp) {
+		t.Fatalf("the expectations differ: JSON %s, Avro %s", jsonExp.summary(), avroExp.summary())
+	}
+	if len(jsonRecs) != len(avroRecs) {
+		t.Fatalf("%d JSON records, %d Avro", len(jsonRecs), len(avroRecs))
+	}
+	schema := avro.MustParse(sinkAvroSchema)
+	header, err := (&sr.ConfluentHeader{}).AppendEncode(nil, schemaID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	originals := map[string][2][]byte{} // by event id: the JSON and Avro values
+	resends := 0
+	for i, j := range jsonRecs {
+		a := avroRecs[i]
+		if !bytes.Equal(a.Key, j.Key) || !a.Timestamp.Equal(j.Timestamp) || a.Resend != j.Resend {
+			t.Fatalf("record %d: Avro key %s, time %s, re-send %v; JSON %s, %s, %v", i, a.Key, a.Timestamp, a.Resend, j.Key, j.Timestamp, j.Resend)
+		}
+		var ev appliedEvent
+		if err := json.Unmarshal(j.Value, &ev); err != nil {
+			t.Fatalf("record %d is not JSON: %v", i, err)
+		}
+		if !bytes.HasPrefix(a.Value, header) {
+			t.Fatalf("record %d: Avro value starts % x, want the wire-format header % x", i, a.Value[:min(5, len(a.Value))], header)
+		}
+		var got avroProduct
+		if err := avro.Unmarshal(schema, a.Value[len(header):], &got); err != nil {
+			t.Fatalf("record %d: decoding the Avro: %v", i, err)
+		}
+		want := avroProduct{ID: ev.ID, Type: ev.Type, Subject: ev.Subject, Version: ev.ResourceVersion,
+			Name: ev.Data.Name, PriceCents: ev.Data.PriceCents, InStock: ev.Data.InStock}
+		if got != want {
+			t.Fatalf("record %d: Avro %+v, JSON %+v", i, got, want)
+		}
+		// Nothing but the record after the header: a reader of the
+		// writer's schema consumes the payload exactly.
+		if rest, err := avro.Marshal(schema, &got); err != nil || !bytes.Equal(rest, a.Value[len(header):]) {
+			t.Fatalf("record %d: the payload is not exactly one record (re-encoded %x, err %v; payload %x)", i, rest, err, a.Value[len(header):])
+		}
+		orig, seen := originals[ev.ID]
+		if seen != j.Resend {
+			t.Fatalf("record %d (%s): re-send %v, id seen before %v", i, ev.ID, j.Resend, seen)
+		}
+		if !seen {
+			originals[ev.ID] = [2][]byte{j.Value, a.Value}
+			continue
+		}
+		resends++
+		if !bytes.Equal(orig[0], j.Value) || !bytes.Equal(orig[1], a.Value) {
+			t.Fatalf("record %d re-sends %s with other bytes", i, ev.ID)
+		}
+	}
+	if resends == 0 || resends != jsonExp.Records-jsonExp.Originals {
+		t.Errorf("%d re-sends, the expectation says %d", resends, jsonExp.Records-jsonExp.Originals)
 	}
 }

@@ -58,11 +58,11 @@ type bench struct {
 	valueAvg    float64
 	produceTook time.Duration
 
-	// sinkTopic is E-sink's upsert-only topic, sinkExp the newest version
-	// of every product produced to it.
-	sinkTopic string
-	sinkCfg   sinkWorkload
-	sinkExp   sinkExpected
+	// sinks are the upsert-only streams of E-sink and E-sink-avro, by
+	// kind; registryURL is the schema registry E-sink-avro uses (empty:
+	// none, E-sink-avro is skipped).
+	sinks       map[string]*sinkStream
+	registryURL string
 
 	// pgPid is the postmaster of the benchmark's PostgreSQL (0 when it is
 	// not on this machine): its process tree's CPU is PostgreSQL's share.
@@ -92,7 +92,8 @@ func newBench(ctx context.Context, opts options) (*bench, error) {
 	}
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
-	b := &bench{opts: opts, pgURL: pgURL, brokers: strings.Split(brokers, ","), id: hex.EncodeToString(id)}
+	b := &bench{opts: opts, pgURL: pgURL, brokers: strings.Split(brokers, ","), id: hex.EncodeToString(id),
+		sinks: map[string]*sinkStream{}, registryURL: os.Getenv(registryURLEnv)}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
