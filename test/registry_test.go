@@ -295,7 +295,9 @@ func TestRegistryOutageWaitsAndRecovers(t *testing.T) {
 	t.Parallel()
 	reg, stackCmd := ownRegistry(t)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	r := newProductRig(t, 4, "avro", reg, "EFFECTIVELY_HTTP_ADDR="+httpAddr)
+	// A short longest backoff: the partition notices the registry's return
+	// within 5 s (the default, 30 s, is for a production registry).
+	r := newProductRig(t, 4, "avro", reg, "EFFECTIVELY_HTTP_ADDR="+httpAddr, "EFFECTIVELY_RETRY_MAX=5s")
 	cl := registryClient(t, reg)
 	subject := r.topic + "-value"
 	idV1 := register(t, cl, subject, sr.Schema{Schema: workload.AvroV1})
