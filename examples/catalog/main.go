@@ -42,10 +42,6 @@ func main() { newApp().Main() }
 // state at a version.
 const TypeProductUpdated = "product.updated"
 
-// ReasonInvalidProduct: a product event whose values the tables cannot
-// take (a price that is no decimal, a missing name).
-const ReasonInvalidProduct event.Reason = "invalid_product"
-
 func newApp() *service.App {
 	app := service.New("catalog")
 	app.HandleFunc(TypeProductUpdated, handleProduct)
@@ -144,8 +140,10 @@ func decode(ev event.Event) (product, error) {
 	return p, nil
 }
 
+// invalid is a product event whose values the tables cannot take (a price
+// that is no decimal, a missing name): dead-lettered as handler_error.
 func invalid(format string, args ...any) error {
-	return event.PermanentWithReason(ReasonInvalidProduct, fmt.Errorf(format, args...))
+	return event.Permanent(fmt.Errorf("invalid product: "+format, args...))
 }
 
 //go:embed migrations/*.sql

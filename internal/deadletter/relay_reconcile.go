@@ -111,11 +111,24 @@ func (s *session) ensureTopic(ctx context.Context, dlq, source string) (int32, e
 		return 0, fmt.Errorf("describing dead-letter topic %s: %w", dlq, td.Err)
 	}
 
+	// The source's partition count, or 1 when the source is gone. Any
+	// other failure to describe it (a timeout, a leader election on a
+	// young topic) is retried: a topic created with the wrong count keeps
+	// it, and dead letters would no longer land on their source's
+	// partition.
 	partitions := int32(1)
-	if sds, err := s.adm.ListTopics(ctx, source); err == nil {
-		if sd := sds[source]; sd.Err == nil && len(sd.Partitions) > 0 {
-			partitions = int32(len(sd.Partitions))
-		}
+	sds, err := s.adm.ListTopics(ctx, source)
+	if err != nil {
+		return 0, fmt.Errorf("describing topic %s, whose dead-letter topic %s is missing: %w", source, dlq, err)
+	}
+	switch sd := sds[source]; {
+	case sd.Err == nil && len(sd.Partitions) > 0:
+		partitions = int32(len(sd.Partitions))
+	case errors.Is(sd.Err, kerr.UnknownTopicOrPartition):
+	case sd.Err != nil:
+		return 0, fmt.Errorf("describing topic %s, whose dead-letter topic %s is missing: %w", source, dlq, sd.Err)
+	default:
+		return 0, fmt.Errorf("describing topic %s, whose dead-letter topic %s is missing: no partitions listed yet", source, dlq)
 	}
 	resp, err := s.adm.CreateTopic(ctx, partitions, -1, nil, dlq)
 	if err == nil {
