@@ -4,7 +4,8 @@
 // either into a type of its own (Event.Unmarshal: an Avro struct) or as
 // the generic value every format decodes to (Event.Document: the JSON
 // form), and writing a version-gated products table and one history row
-// per product version.
+// per product version (the tables of examples/products, whose migrations
+// it embeds).
 //
 // The topic's settings (format, pointers, key strategy) and the registry's
 // URL are configuration, as for the stock binary:
@@ -23,16 +24,14 @@ package main
 
 import (
 	"context"
-	"embed"
 	"fmt"
-	"io/fs"
 	"math/big"
 	"time"
 
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/event"
+	"github.com/effectively-io/effectively/examples/products"
 	"github.com/effectively-io/effectively/handlers"
-	"github.com/effectively-io/effectively/schema"
 	"github.com/effectively-io/effectively/service"
 )
 
@@ -47,7 +46,7 @@ func newApp() *service.App {
 	app.HandleFunc(TypeProductUpdated, handleProduct)
 	app.Table(productsTable)
 	app.Table(productEventsTable)
-	app.Migrations(migrations())
+	app.Migrations(products.Migrations("catalog"))
 	app.Defaults(func(c *config.Config) {
 		c.Kafka.Topics = []string{"catalog.products"}
 		c.Kafka.Group = "catalog"
@@ -144,17 +143,4 @@ func decode(ev event.Event) (product, error) {
 // that is no decimal, a missing name): dead-lettered as handler_error.
 func invalid(format string, args ...any) error {
 	return event.Permanent(fmt.Errorf("invalid product: "+format, args...))
-}
-
-//go:embed migrations/*.sql
-var migrationFiles embed.FS
-
-// migrations are the catalog's tables, applied by `catalog migrate` after
-// the engine's, with their own version table.
-func migrations() schema.Set {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err)
-	}
-	return schema.Set{Name: "catalog", Table: "catalog_schema_version", FS: sub}
 }
