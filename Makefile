@@ -67,7 +67,7 @@ chaos:
 demo: build
 	EFFECTIVELY_KEEP_STACK=1 stack/with-stack.sh test/demo.sh
 
-## bench: throughput of the worker (E) against consume-only (B1), the database ceiling (B2) and a naive worker (B3),
+## bench: throughput of the worker (E), the config-only sink on JSON and on Avro (E-sink, E-sink-avro) against consume-only (B1), the database ceiling (B2) and a naive worker (B3),
 ## end-to-end latency at a fixed rate, peak RSS, then the memory per record (bench-memory). Prints, never asserts.
 ## Flags: make bench BENCH_FLAGS='-runs 1 -events 50000'.
 BENCH_FLAGS ?=
