@@ -207,8 +207,8 @@ type Stream struct {
 type Config struct {
 	Products int
 	// Poison adds, for about one product version in twenty, a poison
-	// record of one kind: an unknown schema ID, bytes that are no value of
-	// the schema, a wrong magic byte.
+	// record of one kind: an unknown schema ID, a truncated payload, a
+	// wrong magic byte.
 	Poison bool
 	Seed   uint64
 }
@@ -296,9 +296,14 @@ func Generate(c Config, enc Encoder) (Stream, error) {
 			out.Records = append(out.Records, Record{Key: rec.Key, Value: bad})
 			out.Poison["unknown_schema"]++
 		case 1:
-			// Bytes that are no value of the schema: a truncated Avro
-			// string, a Protobuf field of a wire type that does not exist.
+			// Bytes that are no value of the schema: an Avro record cut
+			// short (its fields have no tags, so any cut leaves one
+			// unread), a Protobuf field whose tag runs off the end (a cut
+			// Protobuf message can be a shorter valid one).
 			bad := append(append([]byte(nil), value[:5+enc.prefix]...), 0xff, 0xff, 0xff, 0xff)
+			if enc.prefix == 0 {
+				bad = append([]byte(nil), value[:len(value)-3]...)
+			}
 			out.Records = append(out.Records, Record{Key: rec.Key, Value: bad})
 			out.Poison["schema_mismatch"]++
 		case 2:
