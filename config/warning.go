@@ -72,13 +72,14 @@ func saslUser(s KafkaSASL) string {
 // keys: the tools around the service read them, and a shell that runs those
 // tools also runs the service. They are never reported by [EnvWarnings].
 var nonConfigEnv = []string{
-	// stack/stack.sh and stack/kafka-security.sh: the local stack.
+	// stack/stack.sh, stack/kafka-security.sh and stack/cdc.sh: the local stack.
 	"EFFECTIVELY_STACK_DIR", "EFFECTIVELY_KEEP_STACK", "EFFECTIVELY_LOG_LINES",
 	"EFFECTIVELY_PG_PORT", "EFFECTIVELY_PG_TLS",
 	"EFFECTIVELY_KAFKA_PORT", "EFFECTIVELY_KAFKA_CONTROLLER_PORT", "EFFECTIVELY_KAFKA_SSL_PORT",
 	"EFFECTIVELY_KAFKA_SASL_SSL_PORT", "EFFECTIVELY_KAFKA_SECURITY", "EFFECTIVELY_KAFKA_HEAP",
 	"EFFECTIVELY_KAFKA_EXTRA_LISTENERS",
 	"EFFECTIVELY_REGISTRY_PORT", "EFFECTIVELY_REGISTRY_MGMT_PORT", "EFFECTIVELY_REGISTRY_JAVA",
+	"EFFECTIVELY_CDC_PG_PORT", "EFFECTIVELY_CONNECT_PORT", "EFFECTIVELY_CONNECT_HEAP",
 	// The test suites' knobs (test/, deploy/, examples/orders-go).
 	"EFFECTIVELY_MIGRATION_CLAIMS", "EFFECTIVELY_UPDATE_API", "EFFECTIVELY_UPDATE_SCREENSHOTS", "EFFECTIVELY_PRINT_MANIFESTS",
 	"EFFECTIVELY_ORDERS_SEED", "EFFECTIVELY_ORDERS_EVENTS",

@@ -6,11 +6,14 @@
 # Central (stack/pom.xml) and caches in ~/.m2, the registry from its Maven
 # Central distribution (stack/registry.sh; it needs Java 21+).
 #
-#   stack/stack.sh up|down|status|logs|env [pg|kafka|registry]   (default: all three)
-#   stack/stack.sh running [pg|kafka|registry]   exit 0 when every named service is up, 1 if not (no output)
+#   stack/stack.sh up|down|status|logs|env [pg|kafka|registry|cdc]   (default: all: the first three)
+#   stack/stack.sh running [pg|kafka|registry|cdc]   exit 0 when every named service is up, 1 if not (no output)
 #
 # `up` starts PostgreSQL, Kafka, then the registry; `down` stops them in the
-# reverse order.
+# reverse order. `cdc` is a change-data-capture source (stack/cdc.sh): a
+# PostgreSQL with logical replication and Kafka Connect with Debezium, against
+# the stack's Kafka. It is not part of `all`: `up cdc` and `down cdc` alone
+# start and stop it, and `env` prints its addresses only while it is up.
 #
 # Everything is idempotent: `up` on a running service is a no-op, `down` on a
 # stopped one too. Several instances can run side by side on other ports (the
@@ -22,6 +25,9 @@
 #   EFFECTIVELY_REGISTRY_PORT      schema registry HTTP port    (18081)
 #   EFFECTIVELY_REGISTRY_MGMT_PORT schema registry health port  (REGISTRY_PORT+1)
 #   EFFECTIVELY_REGISTRY_JAVA      a Java 21+ for the registry  (found: stack/registry.sh)
+#   EFFECTIVELY_CDC_PG_PORT        the CDC source PostgreSQL's port  (15433; stack/cdc.sh)
+#   EFFECTIVELY_CONNECT_PORT       Kafka Connect's REST port    (18083; stack/cdc.sh)
+#   EFFECTIVELY_CONNECT_HEAP       Kafka Connect's maximum heap (512m; stack/cdc.sh)
 #   EFFECTIVELY_STACK_DIR          data, logs and libs          (/var/tmp/effectively)
 #   EFFECTIVELY_KAFKA_SECURITY     sasl_ssl: add SASL_SSL and mTLS listeners and
 #                                  the standard authorizer (stack/kafka-security.sh)
@@ -36,8 +42,8 @@
 #
 # Data and logs live outside the checkout (as root, a checkout under /root is
 # unreadable to the postgres user), one folder per instance:
-# $EFFECTIVELY_STACK_DIR/pg-<port>/, $EFFECTIVELY_STACK_DIR/kafka-<port>/ and
-# $EFFECTIVELY_STACK_DIR/registry-<port>/.
+# $EFFECTIVELY_STACK_DIR/pg-<port>/, $EFFECTIVELY_STACK_DIR/kafka-<port>/,
+# $EFFECTIVELY_STACK_DIR/registry-<port>/ and (cdc) connect-<port>/.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -50,6 +56,10 @@ KAFKA_EXTRA_LISTENERS=${EFFECTIVELY_KAFKA_EXTRA_LISTENERS:-}
 PG_USER=effectively
 PG_PASSWORD=effectively
 PG_DB=effectively
+# PG_EXTRA_CONF: more postgresql.conf lines for the instance, rewritten with
+# the tuning at every start (empty for the stack's own PostgreSQL; stack/cdc.sh
+# sets wal_level=logical and the replication limits for its source instance).
+PG_EXTRA_CONF=
 
 PG_DIR=$STACK_DIR/pg-$PG_PORT
 KAFKA_DIR=$STACK_DIR/kafka-$KAFKA_PORT
@@ -67,6 +77,8 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 . "$here/pg-tls.sh"
 # shellcheck source=registry.sh
 . "$here/registry.sh"
+# shellcheck source=cdc.sh
+. "$here/cdc.sh"
 
 # ---------------------------------------------------------------- PostgreSQL
 
@@ -164,6 +176,7 @@ max_wal_size = 16GB
 checkpoint_timeout = 5min
 wal_compression = $compression
 log_autovacuum_min_duration = 1s
+$PG_EXTRA_CONF
 CONF
   grep -q "^include_if_exists = 'effectively-tuning.conf'" "$conf" \
     || echo "include_if_exists = 'effectively-tuning.conf'" | as_pg sh -c "cat >>'$conf'"
@@ -372,6 +385,7 @@ env_out() {
   registry_env_out
   if kafka_secure; then secure_env_out; fi
   if pg_tls_on; then pg_tls_env_out; fi
+  cdc_env_out
 }
 
 PGBIN=
@@ -382,16 +396,21 @@ case "$cmd:$what" in
   up:pg) pg_up ;;
   up:kafka) kafka_up ;;
   up:registry) registry_up ;;
+  up:cdc) cdc_up ;;
   down:all) registry_down; kafka_down; pg_down ;;
   down:pg) pg_down ;;
   down:kafka) kafka_down ;;
   down:registry) registry_down ;;
+  down:cdc) cdc_down ;;
+  status:cdc) PGBIN=$(pg_bindir); cdc_status ;;
   status:*) PGBIN=$(pg_bindir); status ;;
   running:all) PGBIN=$(pg_bindir); pg_running && kafka_running && registry_running ;;
   running:pg) PGBIN=$(pg_bindir); pg_running ;;
   running:kafka) kafka_running ;;
   running:registry) registry_running ;;
+  running:cdc) PGBIN=$(pg_bindir); cdc_running ;;
+  logs:cdc) cdc_logs ;;
   logs:*) logs ;;
   env:*) env_out ;;
-  *) die "usage: stack.sh up|down|status|running|logs|env [all|pg|kafka|registry]" ;;
+  *) die "usage: stack.sh up|down|status|running|logs|env [all|pg|kafka|registry|cdc]" ;;
 esac
