@@ -165,15 +165,32 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 		d.typePtr = ptr("type pointer", cfg.TypePointer)
 		d.subjectPtr = ptr("subject pointer", cfg.SubjectPointer)
 		d.versionPtr = ptr("version pointer", cfg.VersionPointer)
+	case FormatDebezium:
+		if d.strategy == "" {
+			d.strategy = StrategyPosition
+		}
+		if d.strategy != StrategyPosition {
+			return nil, fmt.Errorf("topic %s: format %q keys its events by their position in the source's log: key strategy %q (or none), not %q",
+				cfg.Topic, FormatDebezium, StrategyPosition, d.strategy)
+		}
+		for _, f := range [...]struct{ name, value string }{
+			{"id pointer", cfg.IDPointer}, {"type pointer", cfg.TypePointer},
+			{"subject pointer", cfg.SubjectPointer}, {"version pointer", cfg.VersionPointer},
+		} {
+			if f.value != "" {
+				return nil, fmt.Errorf("topic %s: %s: format %q maps every change event the same way (the row key, the log position, the table and op): remove it",
+					cfg.Topic, f.name, FormatDebezium)
+			}
+		}
 	default:
-		return nil, fmt.Errorf("topic %s: format %q: must be %q, %q, %q, %q or %q", cfg.Topic, cfg.Format,
-			FormatCloudEvents, FormatJSON, FormatAvro, FormatProtobuf, FormatJSONSchema)
+		return nil, fmt.Errorf("topic %s: format %q: must be %q, %q, %q, %q, %q or %q", cfg.Topic, cfg.Format,
+			FormatCloudEvents, FormatJSON, FormatAvro, FormatProtobuf, FormatJSONSchema, FormatDebezium)
 	}
 	if cfg.Registry != nil && d.registry == nil {
 		return nil, fmt.Errorf("topic %s: a schema registry is only for formats %q, %q and %q", cfg.Topic, FormatAvro, FormatProtobuf, FormatJSONSchema)
 	}
 	switch d.strategy {
-	case StrategyCloudEvents, StrategyContentHash:
+	case StrategyCloudEvents, StrategyContentHash, StrategyPosition:
 	case StrategyField:
 		if cfg.KeyPointer == "" {
 			return nil, fmt.Errorf("topic %s: key strategy %q needs a key pointer to the provider ID field", cfg.Topic, StrategyField)
@@ -250,6 +267,10 @@ func (d *Decoder) DecodeContext(ctx context.Context, r Record) (Event, error) {
 
 func (d *Decoder) decode(ctx context.Context, r Record) (Event, error) {
 	switch {
+	case d.format == FormatDebezium && d.maxBytes > 0 && len(r.Value) > d.maxBytes:
+		return Event{}, decodeErr(ReasonTooLarge, "the record value has %d bytes, more than the limit of %d", len(r.Value), d.maxBytes)
+	case d.format == FormatDebezium:
+		return d.decodeDebezium(r)
 	case len(r.Value) == 0:
 		return Event{}, decodeErr(ReasonEmptyValue, "the record value is empty (a tombstone?)")
 	case d.maxBytes > 0 && len(r.Value) > d.maxBytes:

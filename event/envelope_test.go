@@ -432,7 +432,7 @@ func decodeCases() []decodeCase {
 func TestDecode(t *testing.T) {
 	t.Parallel()
 	covered := make(map[Reason]bool)
-	for _, tc := range append(decodeCases(), registryDecodeCases()...) {
+	for _, tc := range append(append(decodeCases(), registryDecodeCases()...), debeziumDecodeCases()...) {
 		covered[tc.reason] = true
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -100,6 +100,10 @@ const (
 	// a union, an invalid JSON Schema instance, Protobuf fields the schema
 	// does not define.
 	ReasonSchemaMismatch Reason = "schema_mismatch"
+	// ReasonNotDebezium: for format debezium, the value is JSON but not a
+	// change event: not an object, no op or an unknown one, no source or
+	// no table in it.
+	ReasonNotDebezium Reason = "not_debezium"
 )
 
 // ReasonHandlerError: a handler failed permanently without a more specific
@@ -119,7 +123,7 @@ func DecodeReasons() []Reason {
 		ReasonInvalidVersion, ReasonUnsupportedData, ReasonInvalidData,
 		ReasonMissingKeyField, ReasonAttributeTooLong, ReasonResourceIDTooLong,
 		ReasonNestingTooDeep, ReasonNotWireFormat, ReasonUnknownSchema,
-		ReasonUnusableSchema, ReasonSchemaMismatch,
+		ReasonUnusableSchema, ReasonSchemaMismatch, ReasonNotDebezium,
 	}
 }
 

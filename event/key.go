@@ -38,6 +38,7 @@ const MaxKeyBytes = 512
 //	field         field:<len(source)>:<source>:<value>
 //	natural       natural:<len(source)>:<source>:<hex SHA-256 of the canonical JSON array of the values>
 //	content-hash  content:<len(source)>:<source>:<hex PayloadHash>
+//	position      position:<len(source)>:<source>:<lsn>:<row key>
 //
 // Keys are unique database-wide, so the three payload strategies are scoped
 // by source too: two providers' webhook topics may well both number their
@@ -100,6 +101,8 @@ func (d *Decoder) deriveKey(ev *Event, doc *jsonDoc, payload int) error {
 		k = scopedKey("natural", ev.Source, hex.EncodeToString(sum[:]))
 	case StrategyContentHash:
 		k = scopedKey("content", ev.Source, hex.EncodeToString(ev.PayloadHash[:]))
+	case StrategyPosition:
+		k = scopedKey("position", ev.Source, ev.ID)
 	}
 	ev.Key = boundKey(k)
 	ev.Strategy = d.strategy

@@ -1,0 +1,278 @@
+package event
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"unicode/utf8"
+)
+
+// FormatDebezium: Debezium change events, one per row change, in JSON with
+// or without the converter's schema envelope ({"schema": …, "payload": …}).
+//
+// An event is mapped once, the same for every table:
+//
+//   - Subject: the row's key, from the record key (Debezium keys each
+//     record by the row's primary key): the value of a one-column key
+//     ({"id": 42} → "42"), the canonical JSON of a wider one.
+//   - Version: the change's position in the source's log, source.lsn for
+//     PostgreSQL. A row's changes are serialised by its lock, so a later
+//     change of one row always has a higher LSN; a snapshot read carries
+//     the snapshot's LSN, below every change streamed after it.
+//   - Type: "<schema>.<table>.<create|update|delete|read>" from source and
+//     op (read: a snapshot row).
+//   - Source: "<connector name>.<schema>.<table>"; ID: "<lsn>:<subject>".
+//   - Key (StrategyPosition): the source, the position and the row: a
+//     change re-sent after the connector restarts from its last committed
+//     offset is a duplicate.
+//   - Data: {"op", "before", "after", "source", "transaction"} — the
+//     change without Debezium's processing times (ts_ms, ts_us, ts_ns),
+//     which differ between the first sending and a re-sending of the same
+//     change and would make it a conflict. Sinks and handlers read
+//     /after/<column> and /before/<column>.
+//
+// Tombstones (the null value after a delete, for log compaction) and
+// events that change no row (op "t" truncate, "m" message) are skipped:
+// Decode returns a *SkipError.
+const FormatDebezium = "debezium"
+
+// StrategyPosition keys a change event by its source, its position in the
+// source's log and its row.
+const StrategyPosition = "position"
+
+// SkipError reports a record that is not an event and needs no effect: a
+// Debezium tombstone. It is neither dead-lettered nor retried; the record
+// is acknowledged as skipped.
+type SkipError struct {
+	Why string
+}
+
+func (e *SkipError) Error() string { return "skipped: " + e.Why }
+
+// IsSkip reports whether err is, or wraps, a *SkipError.
+func IsSkip(err error) bool {
+	var se *SkipError
+	return errors.As(err, &se)
+}
+
+// debeziumVerbs are the row operations and their type suffixes.
+var debeziumVerbs = map[string]string{"c": "create", "u": "update", "d": "delete", "r": "read"}
+
+func (d *Decoder) decodeDebezium(r Record) (Event, error) {
+	if len(r.Value) == 0 {
+		return Event{}, &SkipError{Why: "a tombstone (the delete before it carries the change)"}
+	}
+	if !utf8.Valid(r.Value) {
+		return Event{}, decodeErr(ReasonInvalidUTF8, "the record value is not valid UTF-8 at byte %d", invalidUTF8Offset(r.Value))
+	}
+	// The envelope is two levels more than the row (payload, after).
+	pd, err := parseDocument(r.Value, MaxNesting+2)
+	if err != nil {
+		return Event{}, notJSON("the value", err)
+	}
+	doc := &pd.d
+	if len(doc.issues) > 0 {
+		return Event{}, decodeErr(ReasonInvalidData, "the change event is not I-JSON: %s", doc.issues[0].msg)
+	}
+	p, err := debeziumPayload(doc, doc.root)
+	switch {
+	case err != nil:
+		return Event{}, err
+	case p < 0:
+		return Event{}, &SkipError{Why: "a tombstone (a null payload)"}
+	}
+	member := func(name string) int {
+		v := -1
+		doc.eachMember(p, func(n, val int) bool {
+			if string(doc.strBytes(n)) == name {
+				v = val
+				return false
+			}
+			return true
+		})
+		return v
+	}
+	op := member("op")
+	if op < 0 || doc.kind(op) != KindString {
+		return Event{}, decodeErr(ReasonNotDebezium, "the change event has no op")
+	}
+	verb, ok := debeziumVerbs[doc.str(op)]
+	switch {
+	case !ok && (doc.str(op) == "t" || doc.str(op) == "m"):
+		return Event{}, &SkipError{Why: "op " + doc.str(op) + " changes no row"}
+	case !ok:
+		return Event{}, decodeErr(ReasonNotDebezium, "op %s: want c, u, d or r", Excerpt(doc.str(op)))
+	}
+	src := member("source")
+	if src < 0 || doc.kind(src) != KindObject {
+		return Event{}, decodeErr(ReasonNotDebezium, "the change event has no source")
+	}
+	text := func(name string) string {
+		v := -1
+		doc.eachMember(src, func(n, val int) bool {
+			if string(doc.strBytes(n)) == name {
+				v = val
+				return false
+			}
+			return true
+		})
+		if v < 0 || doc.kind(v) != KindString {
+			return ""
+		}
+		return doc.str(v)
+	}
+	table, schema, name := text("table"), text("schema"), text("name")
+	if table == "" {
+		return Event{}, decodeErr(ReasonNotDebezium, "the change event's source names no table")
+	}
+	var ev Event
+	ev.Version, err = debeziumPosition(doc, src)
+	if err != nil {
+		return Event{}, err
+	}
+	scope := table
+	if schema != "" {
+		scope = schema + "." + table
+	}
+	ev.Type = scope + "." + verb
+	ev.Source = scope
+	if name != "" {
+		ev.Source = name + "." + scope
+	}
+	if ev.Subject, err = debeziumSubject(r.Key); err != nil {
+		return Event{}, err
+	}
+	if err := checkResourceIDLength("the row key", ev.Subject); err != nil {
+		return Event{}, err
+	}
+	for _, f := range [...]struct{ name, value string }{{"source", ev.Source}, {"type", ev.Type}, {"row key", ev.Subject}} {
+		if err := checkChars(f.name, f.value); err != nil {
+			return Event{}, err
+		}
+	}
+	ev.ID = strconv.FormatInt(ev.Version, 10) + ":" + ev.Subject
+	if len(ev.ID) > MaxAttributeBytes {
+		sum := sha256.Sum256([]byte(ev.ID))
+		ev.ID = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	if err := checkAttributeLengths(ev.ID, ev.Source, ev.Type); err != nil {
+		return Event{}, err
+	}
+
+	// The change without the processing times.
+	data := make([]byte, 0, len(r.Value))
+	data = append(data, '{')
+	for i, m := range [...]string{"op", "before", "after", "source", "transaction"} {
+		if i > 0 {
+			data = append(data, ',')
+		}
+		data = append(data, '"')
+		data = append(data, m...)
+		data = append(data, '"', ':')
+		if v := member(m); v >= 0 {
+			data = append(data, doc.raw(v)...)
+		} else {
+			data = append(data, "null"...)
+		}
+	}
+	data = append(data, '}')
+	dd, err := parseDocument(data, MaxNesting+1)
+	if err != nil {
+		return Event{}, notJSON("the change", err)
+	}
+	ev.Data = data
+	if ev, err = d.finish(ev, &dd.d, dd.d.root); err != nil {
+		return Event{}, err
+	}
+	ev.TraceParent, ev.TraceState = traceContext(nil, r.Headers)
+	ev.doc = dd.keep(ev.Data, 0, dd.d.root)
+	return ev, nil
+}
+
+// debeziumPayload returns the change event in v: v itself, or its payload
+// under the JSON converter's schema envelope; -1 for a null payload.
+func debeziumPayload(doc *jsonDoc, v int) (int, error) {
+	if doc.kind(v) != KindObject {
+		return 0, decodeErr(ReasonNotDebezium, "the value is %s, not a change event object", article(doc.kind(v)))
+	}
+	payload, hasSchema := -1, false
+	doc.eachMember(v, func(n, val int) bool {
+		switch string(doc.strBytes(n)) {
+		case "payload":
+			payload = val
+		case "schema":
+			hasSchema = true
+		}
+		return true
+	})
+	if !hasSchema || payload < 0 {
+		return v, nil
+	}
+	switch doc.kind(payload) {
+	case KindNull:
+		return -1, nil
+	case KindObject:
+		return payload, nil
+	}
+	return 0, decodeErr(ReasonNotDebezium, "the payload is %s, not a change event object", article(doc.kind(payload)))
+}
+
+// debeziumPosition is the change's position: source.lsn, an integer ≥ 1.
+func debeziumPosition(doc *jsonDoc, src int) (int64, error) {
+	lsn := -1
+	doc.eachMember(src, func(n, val int) bool {
+		if string(doc.strBytes(n)) == "lsn" {
+			lsn = val
+			return false
+		}
+		return true
+	})
+	if lsn < 0 || doc.kind(lsn) == KindNull {
+		return 0, decodeErr(ReasonInvalidVersion, "the change event's source has no lsn: only PostgreSQL change events (debezium-connector-postgres) are read")
+	}
+	if !doc.isInteger(lsn) {
+		return 0, decodeErr(ReasonInvalidVersion, "source.lsn %s is not an integer", Excerpt(doc.head(lsn)))
+	}
+	return parseVersion(doc.integer(lsn))
+}
+
+// debeziumSubject is the row's key from the record key: the value of a
+// one-column key, the canonical JSON of a wider one.
+func debeziumSubject(key []byte) (string, error) {
+	if len(key) == 0 {
+		return "", decodeErr(ReasonMissingSubject, "the record has no key: the table has no primary key; give it one, or set the connector's message.key.columns")
+	}
+	if !utf8.Valid(key) {
+		return "", decodeErr(ReasonInvalidUTF8, "the record key is not valid UTF-8 at byte %d", invalidUTF8Offset(key))
+	}
+	pd, err := parseDocument(key, MaxNesting)
+	if err != nil {
+		return "", notJSON("the record key", err)
+	}
+	doc := &pd.d
+	k, err := debeziumPayload(doc, doc.root)
+	switch {
+	case err != nil:
+		return "", err
+	case k < 0 || doc.kind(k) != KindObject:
+		return "", decodeErr(ReasonMissingSubject, "the record key is not an object of the row's key columns")
+	}
+	n, only := 0, -1
+	doc.eachMember(k, func(_, val int) bool {
+		n++
+		only = val
+		return true
+	})
+	switch {
+	case n == 0:
+		return "", decodeErr(ReasonMissingSubject, "the record key has no columns")
+	case n == 1 && doc.kind(only) == KindString:
+		return doc.str(only), nil
+	case n == 1 && doc.isInteger(only):
+		return doc.integer(only), nil
+	}
+	w := canonWriter{doc: doc}
+	w.value(k)
+	return string(w.b), nil
+}

@@ -1,0 +1,125 @@
+package event
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Change events as Debezium 3.6.1's PostgreSQL connector writes them with
+// the JSON converter (captured from a real connector, stack/cdc.sh).
+const (
+	dbzSnapshot = `{"before":null,"after":{"id":1,"name":"customer 1","status":"new"},"source":{"version":"3.6.1.Final","connector":"postgresql","name":"src","ts_ms":1796324492002,"snapshot":"first","db":"source","sequence":"[null,\"24261168\"]","ts_us":1796324492002000,"ts_ns":1796324492002000000,"schema":"public","table":"customers","txId":746,"lsn":24261168,"xmin":null,"origin":null,"origin_lsn":null},"transaction":null,"op":"r","ts_ms":1796324492256,"ts_us":1796324492256000,"ts_ns":1796324492256000000}`
+	dbzUpdate   = `{"before":{"id":1,"name":"customer 1","status":"new"},"after":{"id":1,"name":"customer 1","status":"active"},"source":{"version":"3.6.1.Final","connector":"postgresql","name":"src","ts_ms":1796324500000,"snapshot":"false","db":"source","sequence":"[null,\"24263856\"]","schema":"public","table":"customers","txId":747,"lsn":24263856,"xmin":null},"transaction":null,"op":"u","ts_ms":1796324500123}`
+	dbzDelete   = `{"before":{"id":1,"name":"customer 1","status":"active"},"after":null,"source":{"version":"3.6.1.Final","connector":"postgresql","name":"src","ts_ms":1796324501000,"snapshot":"false","db":"source","schema":"public","table":"customers","txId":748,"lsn":24303536},"transaction":null,"op":"d","ts_ms":1796324501456}`
+	dbzKey      = `{"id":1}`
+)
+
+func dbzRecord(value string) Record {
+	return Record{Key: []byte(dbzKey), Value: []byte(value)}
+}
+
+func dbzDecoder(t *testing.T) *Decoder {
+	t.Helper()
+	d, err := NewDecoder(DecoderConfig{Topic: "src.public.customers", Format: FormatDebezium})
+	require.NoError(t, err)
+	return d
+}
+
+// debeziumDecodeCases are TestDecode's cases for format debezium.
+func debeziumDecodeCases() []decodeCase {
+	cfg := DecoderConfig{Format: FormatDebezium}
+	return []decodeCase{
+		{name: "debezium: snapshot read", cfg: cfg, rec: dbzRecord(dbzSnapshot), check: func(t *testing.T, ev Event) {
+			require.Equal(t, "public.customers.read", ev.Type)
+			require.Equal(t, "1", ev.Subject)
+			require.Equal(t, int64(24261168), ev.Version)
+			require.Equal(t, "src.public.customers", ev.Source)
+			require.Equal(t, StrategyPosition, ev.Strategy)
+		}},
+		{name: "debezium: an array", cfg: cfg, rec: dbzRecord(`[1]`), reason: ReasonNotDebezium},
+		{name: "debezium: no op", cfg: cfg, rec: dbzRecord(strings.Replace(dbzUpdate, `"op":"u"`, `"opx":"u"`, 1)), reason: ReasonNotDebezium},
+		{name: "debezium: unknown op", cfg: cfg, rec: dbzRecord(strings.Replace(dbzUpdate, `"op":"u"`, `"op":"x"`, 1)), reason: ReasonNotDebezium},
+		{name: "debezium: no lsn (another connector)", cfg: cfg, rec: dbzRecord(strings.Replace(dbzUpdate, `"lsn":24263856`, `"pos":1`, 1)), reason: ReasonInvalidVersion},
+		{name: "debezium: no key", cfg: cfg, rec: Record{Value: []byte(dbzUpdate)}, reason: ReasonMissingSubject},
+		{name: "debezium: not JSON", cfg: cfg, rec: dbzRecord(`{"op":`), reason: ReasonNotJSON},
+	}
+}
+
+func TestDebeziumChangeEvents(t *testing.T) {
+	d := dbzDecoder(t)
+	snap, err := d.Decode(dbzRecord(dbzSnapshot))
+	require.NoError(t, err)
+	up, err := d.Decode(dbzRecord(dbzUpdate))
+	require.NoError(t, err)
+	del, err := d.Decode(dbzRecord(dbzDelete))
+	require.NoError(t, err)
+
+	require.Equal(t, []string{"public.customers.read", "public.customers.update", "public.customers.delete"}, []string{snap.Type, up.Type, del.Type})
+	require.Less(t, snap.Version, up.Version, "a row's versions are its log positions: increasing")
+	require.Less(t, up.Version, del.Version)
+	require.NotEqual(t, snap.Key, up.Key)
+
+	// The change as Data: before, after, op, source; no processing times.
+	var data map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(up.Data, &data))
+	require.JSONEq(t, `{"id":1,"name":"customer 1","status":"new"}`, string(data["before"]))
+	require.JSONEq(t, `{"id":1,"name":"customer 1","status":"active"}`, string(data["after"]))
+	require.JSONEq(t, `"u"`, string(data["op"]))
+	require.NotContains(t, data, "ts_ms")
+	doc, err := up.Document()
+	require.NoError(t, err)
+	v, ok := doc.Get("after", "status")
+	require.True(t, ok)
+	require.Equal(t, "active", v.Text())
+
+	// Re-sent after the connector restarts: the same change with new
+	// processing times is the same event (a duplicate, not a conflict).
+	again, err := d.Decode(dbzRecord(strings.Replace(dbzUpdate, `"ts_ms":1796324500123`, `"ts_ms":1796329999999`, 1)))
+	require.NoError(t, err)
+	require.Equal(t, up.Key, again.Key)
+	require.Equal(t, up.PayloadHash, again.PayloadHash)
+
+	// The JSON converter's schema envelope changes nothing.
+	wrapped, err := d.Decode(Record{
+		Key:   []byte(`{"schema":{"type":"struct","fields":[{"type":"int64","optional":false,"field":"id"}],"optional":false,"name":"src.public.customers.Key"},"payload":{"id":1}}`),
+		Value: []byte(`{"schema":{"type":"struct","name":"src.public.customers.Envelope"},"payload":` + dbzUpdate + `}`),
+	})
+	require.NoError(t, err)
+	require.Equal(t, up.Key, wrapped.Key)
+	require.Equal(t, up.PayloadHash, wrapped.PayloadHash)
+	require.Equal(t, "1", wrapped.Subject)
+}
+
+func TestDebeziumSkipsWhatChangesNoRow(t *testing.T) {
+	d := dbzDecoder(t)
+	for name, r := range map[string]Record{
+		"tombstone":                {Key: []byte(dbzKey)},
+		"tombstone with schemas":   {Key: []byte(dbzKey), Value: []byte(`{"schema":null,"payload":null}`)},
+		"truncate":                 dbzRecord(strings.Replace(dbzUpdate, `"op":"u"`, `"op":"t"`, 1)),
+		"logical decoding message": dbzRecord(strings.Replace(dbzUpdate, `"op":"u"`, `"op":"m"`, 1)),
+	} {
+		_, err := d.Decode(r)
+		require.True(t, IsSkip(err), "%s: %v", name, err)
+		require.False(t, IsPermanent(err), name)
+	}
+}
+
+func TestDebeziumCompositeKey(t *testing.T) {
+	d := dbzDecoder(t)
+	ev, err := d.Decode(Record{Key: []byte(`{"tenant":"t1","id":7}`), Value: []byte(dbzUpdate)})
+	require.NoError(t, err)
+	require.Equal(t, `{"id":7,"tenant":"t1"}`, ev.Subject, "a wider key is its canonical JSON")
+	other, err := d.Decode(Record{Key: []byte(`{"id":7,"tenant":"t1"}`), Value: []byte(dbzUpdate)})
+	require.NoError(t, err)
+	require.Equal(t, ev.Key, other.Key, "the key's column order does not matter")
+}
+
+func TestDebeziumConfig(t *testing.T) {
+	_, err := NewDecoder(DecoderConfig{Topic: "t", Format: FormatDebezium, KeyStrategy: StrategyField, KeyPointer: "/id"})
+	require.ErrorContains(t, err, "position")
+	_, err = NewDecoder(DecoderConfig{Topic: "t", Format: FormatDebezium, TypePointer: "/op"})
+	require.ErrorContains(t, err, "type pointer")
+}
