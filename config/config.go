@@ -427,6 +427,9 @@ const (
 	// KeyStrategyContentHash keys by the hash of the canonical payload; the
 	// last resort, warned about at start-up.
 	KeyStrategyContentHash = "content-hash"
+	// KeyStrategyPosition keys a change event by its position in the
+	// source's log and its row (format debezium, and only it).
+	KeyStrategyPosition = "position"
 )
 
 // The consumer's enums, as the configuration spells them (the consumer's
@@ -459,9 +462,12 @@ type Topic struct {
 	// schemas from schema_registry). A registry format's payload, as JSON,
 	// is mapped by the pointers as format json's is; without type_pointer
 	// its records must be CloudEvents in binary mode (ce_ headers).
+	// "debezium" reads Debezium's PostgreSQL change events (JSON, with or
+	// without schemas), mapped the same for every table: no pointers.
 	Format string `mapstructure:"format"`
 	// KeyStrategy is "cloudevents" (default), "field", "natural" or
-	// "content-hash". Format json needs one of the last three.
+	// "content-hash". Format json needs one of the last three; format
+	// debezium takes "position" (its default) only.
 	KeyStrategy string `mapstructure:"key_strategy"`
 	// IDPointer selects the event ID (format json); with key strategy field
 	// it is the key unless KeyPointer is set.
@@ -565,6 +571,9 @@ func (c Config) TopicSettings(name string) Topic {
 	}
 	if t.KeyStrategy == "" {
 		t.KeyStrategy = KeyStrategyCloudEvents
+		if t.Format == FormatDebezium {
+			t.KeyStrategy = KeyStrategyPosition
+		}
 	}
 	if t.KeyStrategy == KeyStrategyField && t.KeyPointer == "" {
 		t.KeyPointer = t.IDPointer

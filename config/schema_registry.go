@@ -60,6 +60,8 @@ const (
 	FormatProtobuf = "protobuf"
 	// FormatJSONSchema is JSON validated by a JSON Schema.
 	FormatJSONSchema = "jsonschema"
+	// FormatDebezium is Debezium's change events (not a registry format).
+	FormatDebezium = "debezium"
 )
 
 // IsRegistryFormat reports whether format reads its schemas from

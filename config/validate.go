@@ -480,9 +480,9 @@ func (c Config) validateTopic(v *validator, prefix string, raw Topic) {
 
 	formatOK := true
 	switch t.Format {
-	case FormatCloudEvents, FormatJSON, FormatAvro, FormatProtobuf, FormatJSONSchema:
+	case FormatCloudEvents, FormatJSON, FormatAvro, FormatProtobuf, FormatJSONSchema, FormatDebezium:
 	default:
-		add("format", t.Format, "must be one of cloudevents, json, avro, protobuf, jsonschema", FormatCloudEvents)
+		add("format", t.Format, "must be one of cloudevents, json, avro, protobuf, jsonschema, debezium", FormatCloudEvents)
 		formatOK = false
 	}
 	// A registry format with a type pointer is mapped as format json; one
@@ -490,9 +490,17 @@ func (c Config) validateTopic(v *validator, prefix string, raw Topic) {
 	mapped := t.Format == FormatJSON || (IsRegistryFormat(t.Format) && t.TypePointer != "")
 	strategyOK := true
 	switch t.KeyStrategy {
-	case KeyStrategyCloudEvents, KeyStrategyField, KeyStrategyNatural, KeyStrategyContentHash:
+	case KeyStrategyCloudEvents, KeyStrategyField, KeyStrategyNatural, KeyStrategyContentHash, KeyStrategyPosition:
 	default:
-		add("key_strategy", t.KeyStrategy, "must be one of cloudevents, field, natural, content-hash", KeyStrategyField)
+		add("key_strategy", t.KeyStrategy, "must be one of cloudevents, field, natural, content-hash, position", KeyStrategyField)
+		strategyOK = false
+	}
+	if strategyOK && formatOK && (t.KeyStrategy == KeyStrategyPosition) != (t.Format == FormatDebezium) {
+		if t.Format == FormatDebezium {
+			add("key_strategy", t.KeyStrategy, "format debezium keys its events by their log position and row: position (the default)", `"" (remove it), or position`)
+		} else {
+			add("key_strategy", t.KeyStrategy, "position is only for format debezium", KeyStrategyField)
+		}
 		strategyOK = false
 	}
 
@@ -533,6 +541,12 @@ func (c Config) validateTopic(v *validator, prefix string, raw Topic) {
 				if p.value != "" {
 					add(p.field, p.value, fmt.Sprintf("format %s without type_pointer reads CloudEvents binary-mode headers, which carry id, type, subject and resourceversion", t.Format),
 						`"" (remove it), or set type_pointer and subject_pointer to map the payload`)
+				}
+			}
+		case t.Format == FormatDebezium:
+			for _, p := range pointers[:4] {
+				if p.value != "" {
+					add(p.field, p.value, "format debezium maps every change event the same way (the row key, the log position, the table and op)", `"" (remove it)`)
 				}
 			}
 		case t.Format == FormatCloudEvents:

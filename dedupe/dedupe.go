@@ -20,4 +20,9 @@ const (
 	Parked       Disposition = "parked"
 	DeadLettered Disposition = "dead_lettered"
 	Duplicate    Disposition = "duplicate"
+	// Skipped is a record that is no event and asks for no effect: a
+	// change-data-capture tombstone (the null value Debezium writes after a
+	// delete, for log compaction), a truncate. It has no claim and no dead
+	// letter; metrics count it, the audit derives it from the topic.
+	Skipped Disposition = "skipped"
 )

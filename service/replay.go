@@ -497,7 +497,7 @@ func printBoundedReport(w io.Writer, rep replay.Report) {
 		rep.Topic, rep.Group, state, rep.Records, rep.Elapsed.Round(time.Millisecond), rep.Rate)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DISPOSITION\tRECORDS")
-	for _, d := range []dedupe.Disposition{dedupe.Applied, dedupe.Duplicate, dedupe.Stale, dedupe.Parked, dedupe.DeadLettered} {
+	for _, d := range []dedupe.Disposition{dedupe.Applied, dedupe.Duplicate, dedupe.Stale, dedupe.Parked, dedupe.DeadLettered, dedupe.Skipped} {
 		fmt.Fprintf(tw, "%s\t%d\n", d, rep.Dispositions[string(d)])
 	}
 	_ = tw.Flush()

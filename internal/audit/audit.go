@@ -29,13 +29,16 @@ const (
 	Parked       = "parked"
 	DeadLettered = "dead_lettered"
 	Duplicate    = "duplicate"
+	// Skipped: a record that is no event (a change-data-capture
+	// tombstone), acknowledged with no effect.
+	Skipped      = "skipped"
 	Pruned       = "pruned"
 	NotProcessed = "not_processed"
 	Unaccounted  = "unaccounted"
 )
 
 // Outcomes are the audit's findings in the order they are printed.
-var Outcomes = []string{Applied, Stale, Parked, DeadLettered, Duplicate, Pruned, NotProcessed, Unaccounted}
+var Outcomes = []string{Applied, Stale, Parked, DeadLettered, Duplicate, Skipped, Pruned, NotProcessed, Unaccounted}
 
 // DB runs the audit's queries: a pool or a connection.
 type DB interface {
@@ -508,6 +511,10 @@ func (a *auditor) classify(it decoded, dls map[origin]deadLetter, claims map[str
 	r := it.rec
 	if !a.processed(r) {
 		a.rep.Counts[NotProcessed]++
+		return
+	}
+	if event.IsSkip(it.err) {
+		a.rep.Counts[Skipped]++
 		return
 	}
 	o := origin{r.Partition, r.Offset}

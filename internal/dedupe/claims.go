@@ -20,6 +20,7 @@ const (
 	Parked       = dedupe.Parked
 	DeadLettered = dedupe.DeadLettered
 	Duplicate    = dedupe.Duplicate
+	Skipped      = dedupe.Skipped
 )
 
 // Claim is one event key to claim.

@@ -262,6 +262,9 @@ func (a *Applier) decode(ctx context.Context, b consumer.Batch) ([]*item, error)
 			Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp,
 		})
 		switch {
+		case event.IsSkip(err):
+			it.disposition = dedupe.Skipped
+			continue
 		case errors.Is(err, event.ErrSchemaRegistryUnavailable):
 			return nil, consumer.WithRetryCause(consumer.CauseSchemaRegistryUnavailable,
 				fmt.Errorf("decoding %s/%d at %d: %w", r.Topic, r.Partition, r.Offset, err))

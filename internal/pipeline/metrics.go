@@ -24,7 +24,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "effectively_events_total",
-			Help: "Records by topic and disposition (applied, stale, duplicate, dead_lettered, parked).",
+			Help: "Records by topic and disposition (applied, stale, duplicate, dead_lettered, parked, skipped: a record that is no event, such as a change-data-capture tombstone).",
 		}, []string{"topic", "disposition"}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "effectively_dead_letters_total",
@@ -59,7 +59,7 @@ func (m *Metrics) InitTopic(topic string, reasons []event.Reason) {
 	if m == nil {
 		return
 	}
-	for _, d := range []dedupe.Disposition{dedupe.Applied, dedupe.Stale, dedupe.Parked, dedupe.DeadLettered, dedupe.Duplicate} {
+	for _, d := range []dedupe.Disposition{dedupe.Applied, dedupe.Stale, dedupe.Parked, dedupe.DeadLettered, dedupe.Duplicate, dedupe.Skipped} {
 		m.events.WithLabelValues(topic, string(d))
 	}
 	for _, r := range reasons {

@@ -1,0 +1,72 @@
+// Package customers_test tests the example's config-only sinks over
+// Debezium change events with the test kit.
+package customers_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/effectively-io/effectively/dedupe"
+	"github.com/effectively-io/effectively/effectivelytest"
+	"github.com/effectively-io/effectively/service"
+)
+
+// change is a Debezium change event of public.customers as the PostgreSQL
+// connector writes it (JSON converter, schemas off), at log position lsn,
+// processed at tsMs.
+func change(kit *effectivelytest.Kit, op string, id, lsn, tsMs int64, before, after map[string]any) effectivelytest.Record {
+	return effectivelytest.Record{Key: []byte(fmt.Sprintf(`{"id":%d}`, id)), Value: kit.JSON("", map[string]any{
+		"before": before, "after": after, "op": op, "ts_ms": tsMs, "transaction": nil,
+		"source": map[string]any{"version": "3.6.1.Final", "connector": "postgresql", "name": "src", "db": "source",
+			"schema": "public", "table": "customers", "lsn": lsn, "txId": lsn / 8, "snapshot": "false", "ts_ms": 1796324492002},
+	}).Value}
+}
+
+func row(id int64, status string) map[string]any {
+	return map[string]any{"id": id, "name": fmt.Sprintf("customer %d", id), "status": status}
+}
+
+func TestSinksOverChangeEvents(t *testing.T) {
+	t.Parallel()
+	app := service.New("customers")
+	cfg, err := app.LoadConfig("effectively.yaml")
+	require.NoError(t, err)
+	dir, err := filepath.Abs("migrations")
+	require.NoError(t, err)
+	cfg.Postgres.Migrations = []string{dir}
+	kit := effectivelytest.New(t, app, effectivelytest.Options{Config: &cfg, Topic: "src.public.customers"})
+
+	res := kit.Apply(
+		change(kit, "r", 1, 100, 1, nil, row(1, "new")),              // snapshot
+		change(kit, "r", 2, 100, 1, nil, row(2, "new")),              // snapshot
+		change(kit, "u", 1, 200, 2, row(1, "new"), row(1, "active")), // streamed
+		change(kit, "u", 1, 300, 3, row(1, "active"), row(1, "vip")), //
+		change(kit, "u", 1, 200, 9, row(1, "new"), row(1, "active")), // re-sent after a restart, new ts_ms: a duplicate
+		change(kit, "d", 2, 400, 4, row(2, "new"), nil),              // delete
+		effectivelytest.Record{Key: []byte(`{"id":2}`)},              // its tombstone: skipped
+		change(kit, "u", 2, 150, 5, row(2, "new"), row(2, "late")),   // older than the delete: stale
+		change(kit, "c", 3, 500, 6, nil, row(3, "new")),              // insert
+	)
+	require.Equal(t, 1, res.Counts[dedupe.Duplicate], "the re-sent change")
+	require.Equal(t, 1, res.Counts[dedupe.Skipped], "the tombstone")
+	require.Empty(t, res.DeadLetters)
+
+	rows, err := kit.Pool.Query(t.Context(), `SELECT id, version, status FROM customers ORDER BY id`)
+	require.NoError(t, err)
+	var got []string
+	for rows.Next() {
+		var id, version int64
+		var status string
+		require.NoError(t, rows.Scan(&id, &version, &status))
+		got = append(got, fmt.Sprintf("%d@%d:%s", id, version, status))
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"1@300:vip", "3@500:new"}, got, "each row at its newest change; the deleted one gone, not brought back by an older change")
+
+	var changes int
+	require.NoError(t, kit.Pool.QueryRow(t.Context(), `SELECT count(*) FROM customer_changes`).Scan(&changes))
+	require.Equal(t, 7, changes, "one history row per distinct change (the re-sent one and the tombstone write none)")
+}
