@@ -276,3 +276,36 @@ func debeziumSubject(key []byte) (string, error) {
 	w.value(k)
 	return string(w.b), nil
 }
+
+// Change is a change event's operation and row images, for a handler that
+// acts on transitions (status packed → shipped): the row as it was and as
+// it is, each a Value of the event's Data (KindNull where the operation
+// has none: before of a create or a read, after of a delete).
+type Change struct {
+	// Op is "c" (create), "u" (update), "d" (delete) or "r" (read: a
+	// snapshot row).
+	Op string
+	// Before and After are the row images; decode one into a struct with
+	// json.Unmarshal(c.After.Raw(), &row).
+	Before, After Value
+	// Source is Debezium's source block: db, schema, table, lsn, txId.
+	Source Value
+}
+
+// Change returns the change event's operation and row images. It fails
+// for an event that is no change event (another topic format).
+func (ev Event) Change() (Change, error) {
+	doc, err := ev.Document()
+	if err != nil {
+		return Change{}, err
+	}
+	op, ok := doc.Get("op")
+	if !ok || op.Kind() != KindString {
+		return Change{}, errors.New("the event is no change event (format debezium): its data has no op")
+	}
+	c := Change{Op: op.Text()}
+	c.Before, _ = doc.Get("before")
+	c.After, _ = doc.Get("after")
+	c.Source, _ = doc.Get("source")
+	return c, nil
+}

@@ -123,3 +123,32 @@ func TestDebeziumConfig(t *testing.T) {
 	_, err = NewDecoder(DecoderConfig{Topic: "t", Format: FormatDebezium, TypePointer: "/op"})
 	require.ErrorContains(t, err, "type pointer")
 }
+
+func TestDebeziumChangeForHandlers(t *testing.T) {
+	d := dbzDecoder(t)
+	up, err := d.Decode(dbzRecord(dbzUpdate))
+	require.NoError(t, err)
+	c, err := up.Change()
+	require.NoError(t, err)
+	require.Equal(t, "u", c.Op)
+	was, _ := c.Before.Get("status")
+	is, _ := c.After.Get("status")
+	require.Equal(t, []string{"new", "active"}, []string{was.Text(), is.Text()}, "a transition, as a handler sees it")
+	var row struct {
+		ID     int64  `json:"id"`
+		Status string `json:"status"`
+	}
+	require.NoError(t, json.Unmarshal(c.After.Raw(), &row))
+	require.Equal(t, int64(1), row.ID)
+	lsn, _ := c.Source.Get("lsn")
+	require.Equal(t, "24263856", lsn.Text())
+
+	del, err := d.Decode(dbzRecord(dbzDelete))
+	require.NoError(t, err)
+	c, err = del.Change()
+	require.NoError(t, err)
+	require.Equal(t, KindNull, c.After.Kind())
+
+	_, err = Event{Data: []byte(`{"a":1}`)}.Change()
+	require.Error(t, err)
+}
