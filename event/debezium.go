@@ -82,18 +82,13 @@ func (d *Decoder) decodeDebezium(r Record) (Event, error) {
 	case p < 0:
 		return Event{}, &SkipError{Why: "a tombstone (a null payload)"}
 	}
-	member := func(name string) int {
-		v := -1
-		doc.eachMember(p, func(n, val int) bool {
-			if string(doc.strBytes(n)) == name {
-				v = val
-				return false
-			}
-			return true
-		})
-		return v
+	member := func(obj int, name string) int {
+		if v, ok := doc.member(obj, name); ok {
+			return v
+		}
+		return -1
 	}
-	op := member("op")
+	op := member(p, "op")
 	if op < 0 || doc.kind(op) != KindString {
 		return Event{}, decodeErr(ReasonNotDebezium, "the change event has no op")
 	}
@@ -104,19 +99,12 @@ func (d *Decoder) decodeDebezium(r Record) (Event, error) {
 	case !ok:
 		return Event{}, decodeErr(ReasonNotDebezium, "op %s: want c, u, d or r", Excerpt(doc.str(op)))
 	}
-	src := member("source")
+	src := member(p, "source")
 	if src < 0 || doc.kind(src) != KindObject {
 		return Event{}, decodeErr(ReasonNotDebezium, "the change event has no source")
 	}
 	text := func(name string) string {
-		v := -1
-		doc.eachMember(src, func(n, val int) bool {
-			if string(doc.strBytes(n)) == name {
-				v = val
-				return false
-			}
-			return true
-		})
+		v := member(src, name)
 		if v < 0 || doc.kind(v) != KindString {
 			return ""
 		}
@@ -170,7 +158,7 @@ func (d *Decoder) decodeDebezium(r Record) (Event, error) {
 		data = append(data, '"')
 		data = append(data, m...)
 		data = append(data, '"', ':')
-		if v := member(m); v >= 0 {
+		if v := member(p, m); v >= 0 {
 			data = append(data, doc.raw(v)...)
 		} else {
 			data = append(data, "null"...)
@@ -220,14 +208,10 @@ func debeziumPayload(doc *jsonDoc, v int) (int, error) {
 
 // debeziumPosition is the change's position: source.lsn, an integer ≥ 1.
 func debeziumPosition(doc *jsonDoc, src int) (int64, error) {
-	lsn := -1
-	doc.eachMember(src, func(n, val int) bool {
-		if string(doc.strBytes(n)) == "lsn" {
-			lsn = val
-			return false
-		}
-		return true
-	})
+	lsn, ok := doc.member(src, "lsn")
+	if !ok {
+		lsn = -1
+	}
 	if lsn < 0 || doc.kind(lsn) == KindNull {
 		return 0, decodeErr(ReasonInvalidVersion, "the change event's source has no lsn: only PostgreSQL change events (debezium-connector-postgres) are read")
 	}
