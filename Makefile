@@ -14,6 +14,8 @@ FUZZTIME ?= 10m
 # make test's fuzz budget is an execution count: it cannot race the clock on a loaded machine.
 FUZZ_SHORT ?= 10000x
 
+
+.PHONY: cdc
 .PHONY: docs build closure test test-on-stack vet demo bench bench-on-stack bench-memory bench-memory-on-stack soak soak-on-stack scale scale-on-stack chaos fuzz stack-up stack-down stack-status stack-logs clean
 
 # The release: no crashpoint build tag (the fault suites build their binary with -tags crashpoint).
@@ -62,6 +64,16 @@ CHAOS_SEED ?=
 chaos:
 	stack/with-stack.sh env EFFECTIVELY_CHAOS_PROFILE=$(CHAOS_PROFILE) EFFECTIVELY_CHAOS_SEED=$(CHAOS_SEED) \
 	  $(GO) test -count=1 -v -timeout 60m -run '^TestChaos$$' ./test/
+
+## cdc: the change-data-capture suite against a real source: stack.sh up cdc starts a source PostgreSQL with logical replication and
+## Kafka Connect 4.4 with Debezium's PostgreSQL connector; a table is snapshotted and changed while Connect and the worker are
+## SIGKILLed; the replica must equal the source by digest, never regress, and keep one history row per change.
+## CDC_ROWS, CDC_CHANGES size it.
+CDC_ROWS ?= 100000
+CDC_CHANGES ?= 200000
+cdc:
+	stack/with-stack.sh bash -c 'stack/stack.sh up cdc && trap "stack/stack.sh down cdc" EXIT && eval "$$(stack/stack.sh env)" && \
+	  EFFECTIVELY_CDC_ROWS=$(CDC_ROWS) EFFECTIVELY_CDC_CHANGES=$(CDC_CHANGES) $(GO) test -count=1 -v -timeout 60m -run "^TestCDC" ./test/'
 
 ## demo: start the stack, migrate, run the worker (the main job).
 demo: build

@@ -1,0 +1,351 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/effectively-io/effectively/internal/kafkatest"
+	"github.com/effectively-io/effectively/internal/pgtest"
+)
+
+// Change data capture end to end: a real source PostgreSQL with logical
+// replication, the real Debezium PostgreSQL connector in a real Kafka
+// Connect (stack/stack.sh up cdc), the real broker, and the stock binary
+// with examples/customers' configuration. `make cdc` runs these; without a
+// CDC source (EFFECTIVELY_TEST_CDC_SOURCE_URL, EFFECTIVELY_TEST_CONNECT_URL)
+// they skip.
+
+// cdcSource is the CDC stack the suite runs against.
+type cdcSource struct {
+	url     string // the source database, as the replication role
+	connect string // Kafka Connect's REST API
+	pool    *pgxpool.Pool
+}
+
+func newCDCSource(t *testing.T) *cdcSource {
+	t.Helper()
+	src, conn := os.Getenv("EFFECTIVELY_TEST_CDC_SOURCE_URL"), os.Getenv("EFFECTIVELY_TEST_CONNECT_URL")
+	if src == "" || conn == "" {
+		t.Skip("no CDC source: `make cdc` starts one (stack/stack.sh up cdc: a source PostgreSQL with logical replication and Kafka Connect with Debezium) and runs this suite")
+	}
+	pool, err := pgxpool.New(context.Background(), src)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return &cdcSource{url: src, connect: conn, pool: pool}
+}
+
+// connector registers a Debezium PostgreSQL connector for table, writing
+// to <prefix>.public.<table>, and removes it, its slot and its
+// publication when the test ends.
+func (c *cdcSource) connector(t *testing.T, name, prefix, table string) {
+	t.Helper()
+	u, err := url.Parse(c.url)
+	require.NoError(t, err)
+	pw, _ := u.User.Password()
+	slot := strings.ReplaceAll(name, "-", "_")
+	cfg := map[string]string{
+		"connector.class":                           "io.debezium.connector.postgresql.PostgresConnector",
+		"database.hostname":                         u.Hostname(),
+		"database.port":                             u.Port(),
+		"database.user":                             u.User.Username(),
+		"database.password":                         pw,
+		"database.dbname":                           strings.TrimPrefix(u.Path, "/"),
+		"topic.prefix":                              prefix,
+		"plugin.name":                               "pgoutput",
+		"slot.name":                                 slot,
+		"publication.name":                          slot,
+		"publication.autocreate.mode":               "filtered",
+		"table.include.list":                        "public." + table,
+		"snapshot.mode":                             "initial",
+		"tombstones.on.delete":                      "true",
+		"topic.creation.default.partitions":         "4",
+		"topic.creation.default.replication.factor": "1",
+		"key.converter":                             "org.apache.kafka.connect.json.JsonConverter",
+		"key.converter.schemas.enable":              "false",
+		"value.converter":                           "org.apache.kafka.connect.json.JsonConverter",
+		"value.converter.schemas.enable":            "false",
+	}
+	body, err := json.Marshal(map[string]any{"name": name, "config": cfg})
+	require.NoError(t, err)
+	resp, err := http.Post(c.connect+"/connectors", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	var answer bytes.Buffer
+	_, _ = answer.ReadFrom(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "registering connector %s: %s", name, answer.String())
+	t.Cleanup(func() {
+		req, _ := http.NewRequest(http.MethodDelete, c.connect+"/connectors/"+name, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+		ctx := context.Background()
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+			if _, err := c.pool.Exec(ctx, `SELECT pg_drop_replication_slot($1) WHERE EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, slot); err == nil {
+				break
+			}
+		}
+		_, _ = c.pool.Exec(ctx, `DROP PUBLICATION IF EXISTS `+pgx.Identifier{slot}.Sanitize())
+		adm := kafkatest.Admin(t)
+		_, _ = adm.DeleteTopics(ctx, prefix+".public."+table)
+	})
+}
+
+// killConnect SIGKILLs the Kafka Connect worker and starts it again: its
+// connectors resume from their last committed offsets, re-sending what
+// they had sent since.
+func killConnect(t *testing.T) {
+	t.Helper()
+	u, err := url.Parse(os.Getenv("EFFECTIVELY_TEST_CONNECT_URL"))
+	require.NoError(t, err)
+	stackDir := os.Getenv("EFFECTIVELY_STACK_DIR")
+	if stackDir == "" {
+		stackDir = "/var/tmp/effectively"
+	}
+	b, err := os.ReadFile(filepath.Join(stackDir, "connect-"+u.Port(), "connect.pid"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	out, err := exec.Command("../stack/stack.sh", "up", "cdc").CombinedOutput()
+	require.NoError(t, err, "restarting Kafka Connect: %s", out)
+}
+
+// customersConfig is examples/customers' configuration for topic and
+// source table.
+func customersConfig(t *testing.T, topic, table string) string {
+	t.Helper()
+	b, err := os.ReadFile("../examples/customers/effectively.yaml")
+	require.NoError(t, err)
+	abs, err := filepath.Abs("../examples/customers/migrations")
+	require.NoError(t, err)
+	cfg := string(b)
+	for _, r := range [][2]string{
+		{"src.public.customers", topic},
+		{"public.customers.", "public." + table + "."},
+		{"migrations: [examples/customers/migrations]", "migrations: [" + abs + "]"},
+	} {
+		require.Contains(t, cfg, r[0])
+		cfg = strings.ReplaceAll(cfg, r[0], r[1])
+	}
+	path := filepath.Join(t.TempDir(), "effectively.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+	return path
+}
+
+const cdcDigestSQL = `SELECT count(*), coalesce(md5(string_agg(id::text || '|' || name || '|' || status, ',' ORDER BY id)), '') FROM %s`
+
+// A table snapshotted, then changed (updates, deletes, inserts, re-inserts
+// of deleted rows) while Kafka Connect and the worker are SIGKILLed and
+// restarted (Debezium re-sends from its last committed offset: duplicates
+// are certain): the replica equals the source row for row (by digest), it
+// never showed a row older than it had shown before, and the history has
+// exactly one row per change.
+func TestCDCReplicaThroughKills(t *testing.T) {
+	src := newCDCSource(t)
+	ctx := context.Background()
+	rows, ops := envInt("EFFECTIVELY_CDC_ROWS", 20_000), envInt("EFFECTIVELY_CDC_CHANGES", 40_000)
+	table := strings.ReplaceAll(kafkatest.Name(t, "customers"), ".", "_")
+	table = strings.ToLower(strings.ReplaceAll(table, "-", "_"))
+	if len(table) > 50 {
+		table = table[len(table)-50:]
+		table = "c" + strings.TrimLeft(table, "_0123456789")
+	}
+	ident := pgx.Identifier{table}.Sanitize()
+	_, err := src.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (id bigint PRIMARY KEY, name text NOT NULL, status text NOT NULL);
+ALTER TABLE %s REPLICA IDENTITY FULL;
+INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`, ident, ident, ident, rows))
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = src.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+ident) })
+
+	prefix := "cdc" + strconv.FormatUint(rand.Uint64()%1_000_000, 10)
+	topic := prefix + ".public." + table
+	src.connector(t, prefix, prefix, table)
+
+	db := pgtest.NewEmpty(t)
+	group := kafkatest.NewGroup(t)
+	config := customersConfig(t, topic, table)
+	env := []string{
+		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(t), ","),
+		"EFFECTIVELY_KAFKA_GROUP=" + group,
+		"EFFECTIVELY_POSTGRES_URL=" + db.URL,
+		"EFFECTIVELY_HTTP_ADDR=",
+		"EFFECTIVELY_KAFKA_INSTANCE_ID=" + prefix,
+		"EFFECTIVELY_KAFKA_SESSION_TIMEOUT=6s",
+	}
+	code, stdout, stderr := runCmd(t, env, "--config", config, "migrate")
+	require.Equal(t, 0, code, "migrate: %s\n%s", stdout, stderr)
+
+	// The snapshot reaches the topic before the changes begin, so that
+	// every change is streamed after it: the history's count is exact.
+	waitUntil(t, "the snapshot is on the topic", 3*time.Minute, func(context.Context) bool {
+		return topicRecords(t, topic) >= int64(rows)
+	})
+
+	var worker *proc
+	startWorker := func() { worker = start(t, env, "--config", config, "run") }
+	startWorker()
+	t.Cleanup(func() {
+		if !worker.exited() {
+			worker.signal(t, syscall.SIGKILL)
+			worker.wait(t, time.Minute)
+		}
+	})
+
+	// Sample the replica while it catches up: no row may ever go back to
+	// an older version than one it showed.
+	sampler := &versionSampler{seen: map[int64]int64{}}
+	stopSampling := sampler.run(t, db)
+
+	rng := rand.New(rand.NewPCG(29, 1))
+	changes := 0
+	nextID := int64(rows) + 1
+	statuses := []string{"active", "packed", "shipped", "vip", "closed"}
+	killsConnect, killsWorker := 0, 0
+	for done := 0; done < ops; {
+		tx, err := src.pool.Begin(ctx)
+		require.NoError(t, err)
+		for i := 0; i < 50 && done < ops; i++ {
+			done++
+			id := 1 + rng.Int64N(nextID-1)
+			var tag interface{ RowsAffected() int64 }
+			switch r := rng.IntN(100); {
+			case r < 70:
+				tag, err = tx.Exec(ctx, `UPDATE `+ident+` SET status = $2 WHERE id = $1`, id, statuses[rng.IntN(len(statuses))])
+			case r < 80:
+				tag, err = tx.Exec(ctx, `DELETE FROM `+ident+` WHERE id = $1`, id)
+			case r < 90:
+				// A deleted row inserted again (a no-op when it exists).
+				tag, err = tx.Exec(ctx, `INSERT INTO `+ident+` VALUES ($1::bigint, 'customer ' || $1::bigint, 'back') ON CONFLICT DO NOTHING`, id)
+			default:
+				tag, err = tx.Exec(ctx, `INSERT INTO `+ident+` VALUES ($1::bigint, 'customer ' || $1::bigint, 'new')`, nextID)
+				nextID++
+			}
+			require.NoError(t, err)
+			changes += int(tag.RowsAffected())
+		}
+		require.NoError(t, tx.Commit(ctx))
+		switch {
+		case done == ops/2:
+			killConnect(t)
+			killsConnect++
+		case done%(ops/4) == 0:
+			worker.signal(t, syscall.SIGKILL)
+			worker.wait(t, time.Minute)
+			killsWorker++
+			startWorker()
+		}
+	}
+
+	want := cdcDigest(t, src.pool, ident)
+	waitUntil(t, "the replica equals the source", 5*time.Minute, func(context.Context) bool {
+		return cdcDigest(t, db.Pool, "customers") == want || worker.exited()
+	})
+	require.False(t, worker.exited(), "the worker exited: %s", tail(worker.stderr.String(), 20))
+	samples := stopSampling()
+	require.Equal(t, want, cdcDigest(t, db.Pool, "customers"), "the replica equals the source row for row")
+	require.Zero(t, sampler.regressions(), "a row went back to an older version than one the replica had shown")
+
+	var history, distinct int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT (id, lsn)) FROM customer_changes`).Scan(&history, &distinct))
+	t.Logf("%d rows snapshotted, %d changes (%d kills of Connect, %d of the worker), %d records on the topic, %d version samples; history %d",
+		rows, changes, killsConnect, killsWorker, topicRecords(t, topic), samples, history)
+	require.Equal(t, int64(rows+changes), history, "one history row per change: the snapshot's rows and every change")
+	require.Equal(t, history, distinct)
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM dead_letters`))
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// cdcDigest is the count and the md5 of a customers table's rows in id order.
+func cdcDigest(t *testing.T, pool *pgxpool.Pool, table string) string {
+	t.Helper()
+	var n int64
+	var sum string
+	require.NoError(t, pool.QueryRow(context.Background(), fmt.Sprintf(cdcDigestSQL, table)).Scan(&n, &sum))
+	return fmt.Sprintf("%d rows, md5 %s", n, sum)
+}
+
+// topicRecords is the records on topic: the sum of its partitions' end
+// offsets (nothing is deleted during a test).
+func topicRecords(t *testing.T, topic string) int64 {
+	t.Helper()
+	ends, err := kafkatest.Admin(t).ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n
+}
+
+// versionSampler watches the replica's versions.
+type versionSampler struct {
+	mu      sync.Mutex
+	seen    map[int64]int64
+	samples int
+	bad     int
+}
+
+func (s *versionSampler) run(t *testing.T, db pgtest.DB) (stop func() int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			rows, err := db.Pool.Query(ctx, `SELECT id, version FROM customers TABLESAMPLE SYSTEM (5)`)
+			if err == nil {
+				for rows.Next() {
+					var id, v int64
+					if rows.Scan(&id, &v) == nil {
+						s.mu.Lock()
+						if v < s.seen[id] {
+							s.bad++
+						}
+						s.seen[id] = max(s.seen[id], v)
+						s.samples++
+						s.mu.Unlock()
+					}
+				}
+				rows.Close()
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	return func() int {
+		cancel()
+		<-done
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.samples
+	}
+}
+
+func (s *versionSampler) regressions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bad
+}
