@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -125,6 +126,20 @@ func killConnect(t *testing.T) {
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	require.NoError(t, err)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	// Gone, and its port free, before a new worker takes the port.
+	waitUntil(t, "the killed Connect worker is gone", time.Minute, func(context.Context) bool {
+		if syscall.Kill(pid, 0) == nil {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err != nil || !strings.Contains(string(b), ") Z ") {
+				return false
+			}
+		}
+		c, err := net.DialTimeout("tcp", u.Host, time.Second)
+		if err == nil {
+			c.Close()
+			return false
+		}
+		return true
+	})
 	out, err := exec.Command("../stack/stack.sh", "up", "cdc").CombinedOutput()
 	require.NoError(t, err, "restarting Kafka Connect: %s", out)
 }
