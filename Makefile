@@ -70,7 +70,7 @@ chaos:
 ## SIGKILLed; the replica must equal the source by digest, never regress, and keep one history row per change.
 ## CDC_ROWS, CDC_CHANGES size it.
 CDC_ROWS ?= 100000
-CDC_CHANGES ?= 200000
+CDC_CHANGES ?= 240000
 cdc:
 	stack/with-stack.sh bash -c 'stack/stack.sh up cdc && trap "stack/stack.sh down cdc" EXIT && eval "$$(stack/stack.sh env)" && \
 	  EFFECTIVELY_CDC_ROWS=$(CDC_ROWS) EFFECTIVELY_CDC_CHANGES=$(CDC_CHANGES) $(GO) test -count=1 -v -timeout 60m -run "^TestCDC" ./test/'

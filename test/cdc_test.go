@@ -234,7 +234,7 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 	changes := 0
 	nextID := int64(rows) + 1
 	statuses := []string{"active", "packed", "shipped", "vip", "closed"}
-	killsConnect, killsWorker := 0, 0
+	killsConnect, killsWorker, deletes := 0, 0, 0
 	for done := 0; done < ops; {
 		tx, err := src.pool.Begin(ctx)
 		require.NoError(t, err)
@@ -247,6 +247,9 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 				tag, err = tx.Exec(ctx, `UPDATE `+ident+` SET status = $2 WHERE id = $1`, id, statuses[rng.IntN(len(statuses))])
 			case r < 80:
 				tag, err = tx.Exec(ctx, `DELETE FROM `+ident+` WHERE id = $1`, id)
+				if err == nil {
+					deletes += int(tag.RowsAffected())
+				}
 			case r < 90:
 				// A deleted row inserted again (a no-op when it exists).
 				tag, err = tx.Exec(ctx, `INSERT INTO `+ident+` VALUES ($1::bigint, 'customer ' || $1::bigint, 'back') ON CONFLICT DO NOTHING`, id)
@@ -259,7 +262,7 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 		}
 		require.NoError(t, tx.Commit(ctx))
 		switch {
-		case done == ops/2:
+		case done == ops/3 || done == 2*ops/3:
 			killConnect(t)
 			killsConnect++
 		case done%(ops/4) == 0:
@@ -281,8 +284,13 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 
 	var history, distinct int64
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT (id, lsn)) FROM customer_changes`).Scan(&history, &distinct))
-	t.Logf("%d rows snapshotted, %d changes (%d kills of Connect, %d of the worker), %d records on the topic, %d version samples; history %d",
-		rows, changes, killsConnect, killsWorker, topicRecords(t, topic), samples, history)
+	records := topicRecords(t, topic)
+	// Every change once, a tombstone after each delete, and what Connect
+	// sent again after its kills.
+	resent := records - int64(rows+changes+deletes)
+	t.Logf("%d rows snapshotted, %d changes (%d deletes), %d kills of Connect, %d of the worker; %d records on the topic (%d re-sent by Connect); %d version samples; history %d",
+		rows, changes, deletes, killsConnect, killsWorker, records, resent, samples, history)
+	require.Positive(t, resent, "Connect's kills must re-send changes (duplicates are certain)")
 	require.Equal(t, int64(rows+changes), history, "one history row per change: the snapshot's rows and every change")
 	require.Equal(t, history, distinct)
 	require.Zero(t, db.Count(t, `SELECT count(*) FROM dead_letters`))
