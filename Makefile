@@ -73,7 +73,7 @@ CDC_ROWS ?= 100000
 CDC_CHANGES ?= 240000
 cdc:
 	stack/with-stack.sh bash -c 'stack/stack.sh up cdc && trap "stack/stack.sh down cdc" EXIT && eval "$$(stack/stack.sh env)" && \
-	  EFFECTIVELY_CDC_ROWS=$(CDC_ROWS) EFFECTIVELY_CDC_CHANGES=$(CDC_CHANGES) $(GO) test -count=1 -v -timeout 60m -run "^TestCDC" ./test/'
+	  EFFECTIVELY_TEST_CDC_ROWS=$(CDC_ROWS) EFFECTIVELY_TEST_CDC_CHANGES=$(CDC_CHANGES) $(GO) test -count=1 -v -timeout 60m -run "^TestCDC" ./test/'
 
 ## demo: start the stack, migrate, run the worker (the main job).
 demo: build

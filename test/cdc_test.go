@@ -177,7 +177,7 @@ const cdcDigestSQL = `SELECT count(*), coalesce(md5(string_agg(id::text || '|' |
 func TestCDCReplicaThroughKills(t *testing.T) {
 	src := newCDCSource(t)
 	ctx := context.Background()
-	rows, ops := envInt("EFFECTIVELY_CDC_ROWS", 20_000), envInt("EFFECTIVELY_CDC_CHANGES", 40_000)
+	rows, ops := envInt("EFFECTIVELY_TEST_CDC_ROWS", 20_000), envInt("EFFECTIVELY_TEST_CDC_CHANGES", 40_000)
 	table := strings.ReplaceAll(kafkatest.Name(t, "customers"), ".", "_")
 	table = strings.ToLower(strings.ReplaceAll(table, "-", "_"))
 	if len(table) > 50 {

@@ -18,6 +18,7 @@ import (
 	"github.com/effectively-io/effectively/examples/accounts/workload"
 	"github.com/effectively-io/effectively/internal/kafkatest"
 	"github.com/effectively-io/effectively/internal/pgtest"
+	"github.com/effectively-io/effectively/internal/proctest"
 )
 
 // The network lies: each test here puts a fault between a worker and one of
@@ -229,7 +230,8 @@ func TestNetZombieCutFromTheBroker(t *testing.T) {
 	r := ownBrokerRig(t, admin)
 	db := r.db
 	pgA := lab.link(t, "pg-a", hostOf(t, db.URL))
-	addrA, addrB := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	ports := proctest.FreePorts(t, 2)
+	addrA, addrB := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 	recs, exp := r.records(t, testWorkload(8000, 300, 45))
 	a := r.worker(t, "EFFECTIVELY_KAFKA_BROKERS="+strings.Join(perClient[0], ","),
 		"EFFECTIVELY_POSTGRES_URL="+via(t, db.URL, pgA, "4s"), "EFFECTIVELY_HTTP_ADDR="+addrA)

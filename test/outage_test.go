@@ -276,9 +276,10 @@ func labeledGaugeSum(t *testing.T, addr, name, label, value string) float64 {
 // ownKafka starts a Kafka broker of the test's own.
 func ownKafka(t *testing.T) (brokers []string, stackCmd func(args ...string)) {
 	t.Helper()
-	port := strconv.Itoa(freePort(t))
+	ports := proctest.FreePorts(t, 2)
+	port := strconv.Itoa(ports[0])
 	stackCmd = stackInstance(t, "kafka", "kafka-"+port, "EFFECTIVELY_KAFKA_PORT="+port,
-		"EFFECTIVELY_KAFKA_CONTROLLER_PORT="+strconv.Itoa(freePort(t)), "EFFECTIVELY_KAFKA_HEAP=384m")
+		"EFFECTIVELY_KAFKA_CONTROLLER_PORT="+strconv.Itoa(ports[1]), "EFFECTIVELY_KAFKA_HEAP=384m")
 	return []string{"127.0.0.1:" + port}, stackCmd
 }
 
@@ -288,11 +289,13 @@ func ownKafka(t *testing.T) (brokers []string, stackCmd func(args ...string)) {
 // every connection it opens. admin is the plain listener, direct.
 func ownKafkaProxied(t *testing.T, lab *netLab, clients int) (admin []string, perClient [][]string, links []*link, stackCmd func(args ...string)) {
 	t.Helper()
-	port := strconv.Itoa(freePort(t))
+	// The broker's, the controller's, and two per client: all distinct.
+	ports := proctest.FreePorts(t, 2+2*clients)
+	port := strconv.Itoa(ports[0])
 	extra := make([]string, 0, clients)
 	for i := range clients {
-		listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
-		k := lab.linkOn(t, fmt.Sprintf("kafka-%s-c%d", port, i), "127.0.0.1:"+strconv.Itoa(freePort(t)), listen)
+		listen := "127.0.0.1:" + strconv.Itoa(ports[2+2*i])
+		k := lab.linkOn(t, fmt.Sprintf("kafka-%s-c%d", port, i), "127.0.0.1:"+strconv.Itoa(ports[3+2*i]), listen)
 		_, advertised, _ := strings.Cut(k.Addr, ":")
 		_, listenPort, _ := strings.Cut(listen, ":")
 		extra = append(extra, fmt.Sprintf("C%d:%s:%s", i, listenPort, advertised))
@@ -300,7 +303,7 @@ func ownKafkaProxied(t *testing.T, lab *netLab, clients int) (admin []string, pe
 		links = append(links, k)
 	}
 	stackCmd = stackInstance(t, "kafka", "kafka-"+port, "EFFECTIVELY_KAFKA_PORT="+port,
-		"EFFECTIVELY_KAFKA_CONTROLLER_PORT="+strconv.Itoa(freePort(t)), "EFFECTIVELY_KAFKA_HEAP=384m",
+		"EFFECTIVELY_KAFKA_CONTROLLER_PORT="+strconv.Itoa(ports[1]), "EFFECTIVELY_KAFKA_HEAP=384m",
 		"EFFECTIVELY_KAFKA_EXTRA_LISTENERS="+strings.Join(extra, " "))
 	return []string{"127.0.0.1:" + port}, perClient, links, stackCmd
 }

@@ -280,7 +280,8 @@ func TestRegistryAvroSinkThroughKills(t *testing.T) {
 // Confluent API's URL and the stack command that stops and starts it.
 func ownRegistry(t *testing.T) (url string, stackCmd func(args ...string)) {
 	t.Helper()
-	port, mgmt := strconv.Itoa(freePort(t)), strconv.Itoa(freePort(t))
+	ports := proctest.FreePorts(t, 2)
+	port, mgmt := strconv.Itoa(ports[0]), strconv.Itoa(ports[1])
 	stackCmd = stackInstance(t, "registry", "registry-"+port, "EFFECTIVELY_REGISTRY_PORT="+port, "EFFECTIVELY_REGISTRY_MGMT_PORT="+mgmt)
 	return "http://127.0.0.1:" + port + "/apis/ccompat/v7", stackCmd
 }

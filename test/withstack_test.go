@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strconv"
 	"testing"
+
+	"github.com/effectively-io/effectively/internal/proctest"
 )
 
 // stack/with-stack.sh, which make test, make chaos and make bench run under,
@@ -14,10 +16,13 @@ import (
 func TestWithStackKeepsWhatWasUp(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command("../stack/with-stack_test.sh")
+	ports := proctest.FreePorts(t, 5)
 	cmd.Env = append(os.Environ(),
-		"WITH_STACK_TEST_PG_PORT="+strconv.Itoa(freePort(t)),
-		"WITH_STACK_TEST_KAFKA_PORT="+strconv.Itoa(freePort(t)),
-		"WITH_STACK_TEST_CONTROLLER_PORT="+strconv.Itoa(freePort(t)),
+		"WITH_STACK_TEST_PG_PORT="+strconv.Itoa(ports[0]),
+		"WITH_STACK_TEST_KAFKA_PORT="+strconv.Itoa(ports[1]),
+		"WITH_STACK_TEST_CONTROLLER_PORT="+strconv.Itoa(ports[2]),
+		"WITH_STACK_TEST_REGISTRY_PORT="+strconv.Itoa(ports[3]),
+		"WITH_STACK_TEST_REGISTRY_MGMT_PORT="+strconv.Itoa(ports[4]),
 	)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -131,6 +131,23 @@ func FreePort(t TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// FreePorts returns n distinct free ports: each is held open until all
+// are chosen, so two calls in a row cannot hand out one port twice (the
+// kernel may reuse a port FreePort has just released).
+func FreePorts(t TB, n int) []int {
+	t.Helper()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("finding a free port: %v", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
 // Tail is the last n lines of s.
 func Tail(s string, n int) string {
 	lines := strings.Split(s, "\n")
