@@ -160,12 +160,20 @@ func Load(path string, fs *pflag.FlagSet, exts ...Extension) (Config, error) {
 	// mechanism; what Load returns uses one spelling, so every comparison
 	// downstream is exact.
 	c.Kafka.SASL.Mechanism = NormalizeSASLMechanism(c.Kafka.SASL.Mechanism)
-	topics, topicErrs := parseTopics(v.Get("topics"))
-	c.Topics = topics
-	errs = append(errs, topicErrs...)
-	sinks, sinkErrs := parseSinks(v.Get("sinks"))
-	c.Sinks = sinks
-	errs = append(errs, sinkErrs...)
+	// The file's topics: and sinks: lists replace the build's defaults;
+	// without them a build's defaults stand.
+	defaulted := def.Interface().(Config).clone()
+	c.Topics, c.Sinks = defaulted.Topics, defaulted.Sinks
+	if raw := v.Get("topics"); raw != nil {
+		topics, topicErrs := parseTopics(raw)
+		c.Topics = topics
+		errs = append(errs, topicErrs...)
+	}
+	if raw := v.Get("sinks"); raw != nil {
+		sinks, sinkErrs := parseSinks(raw)
+		c.Sinks = sinks
+		errs = append(errs, sinkErrs...)
+	}
 	targets, targetErrs := loadTargets(path, file, exts)
 	c.Targets = targets
 	errs = append(errs, targetErrs...)

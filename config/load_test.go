@@ -453,3 +453,21 @@ func FuzzLoadYAML(f *testing.F) {
 		}
 	})
 }
+
+// A build's default topic settings and sinks stand unless the file lists
+// its own, which replace them.
+func TestBuildDefaultTopicsAndSinks(t *testing.T) {
+	ext := Extension{Defaults: func(c *Config) {
+		c.Kafka.Topics = []string{"src.public.customers"}
+		c.Topics = []Topic{{Name: "src.public.customers", Format: FormatDebezium}}
+	}}
+	c, err := Load("", nil, ext)
+	require.NoError(t, err)
+	require.Equal(t, FormatDebezium, c.TopicSettings("src.public.customers").Format)
+	require.Equal(t, KeyStrategyPosition, c.TopicSettings("src.public.customers").KeyStrategy)
+
+	c, err = Load(writeConfig(t, "topics:\n  - {name: src.public.customers, format: json, key_strategy: content-hash, type_pointer: /t, subject_pointer: /s}\n"), nil, ext)
+	require.NoError(t, err)
+	require.Equal(t, FormatJSON, c.TopicSettings("src.public.customers").Format, "the file's list replaces the build's")
+	require.Len(t, c.Topics, 1)
+}

@@ -11,23 +11,17 @@ import (
 
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/effectivelytest"
+	"github.com/effectively-io/effectively/examples/customers"
 	"github.com/effectively-io/effectively/service"
 )
 
-// change is a Debezium change event of public.customers as the PostgreSQL
-// connector writes it (JSON converter, schemas off), at log position lsn,
-// processed at tsMs.
-func change(kit *effectivelytest.Kit, op string, id, lsn, tsMs int64, before, after map[string]any) effectivelytest.Record {
-	return effectivelytest.Record{Key: []byte(fmt.Sprintf(`{"id":%d}`, id)), Value: kit.JSON("", map[string]any{
-		"before": before, "after": after, "op": op, "ts_ms": tsMs, "transaction": nil,
-		"source": map[string]any{"version": "3.6.1.Final", "connector": "postgresql", "name": "src", "db": "source",
-			"schema": "public", "table": "customers", "lsn": lsn, "txId": lsn / 8, "snapshot": "false", "ts_ms": 1796324492002},
-	}).Value}
+// change is a change event of public.customers as a kit record.
+func change(op string, id, lsn, tsMs int64, before, after map[string]any) effectivelytest.Record {
+	key, value := customers.Change(op, id, lsn, tsMs, before, after)
+	return effectivelytest.Record{Key: key, Value: value}
 }
 
-func row(id int64, status string) map[string]any {
-	return map[string]any{"id": id, "name": fmt.Sprintf("customer %d", id), "status": status}
-}
+var row = customers.Row
 
 func TestSinksOverChangeEvents(t *testing.T) {
 	t.Parallel()
@@ -40,15 +34,15 @@ func TestSinksOverChangeEvents(t *testing.T) {
 	kit := effectivelytest.New(t, app, effectivelytest.Options{Config: &cfg, Topic: "src.public.customers"})
 
 	res := kit.Apply(
-		change(kit, "r", 1, 100, 1, nil, row(1, "new")),              // snapshot
-		change(kit, "r", 2, 100, 1, nil, row(2, "new")),              // snapshot
-		change(kit, "u", 1, 200, 2, row(1, "new"), row(1, "active")), // streamed
-		change(kit, "u", 1, 300, 3, row(1, "active"), row(1, "vip")), //
-		change(kit, "u", 1, 200, 9, row(1, "new"), row(1, "active")), // re-sent after a restart, new ts_ms: a duplicate
-		change(kit, "d", 2, 400, 4, row(2, "new"), nil),              // delete
-		effectivelytest.Record{Key: []byte(`{"id":2}`)},              // its tombstone: skipped
-		change(kit, "u", 2, 150, 5, row(2, "new"), row(2, "late")),   // older than the delete: stale
-		change(kit, "c", 3, 500, 6, nil, row(3, "new")),              // insert
+		change("r", 1, 100, 1, nil, row(1, "new")),              // snapshot
+		change("r", 2, 100, 1, nil, row(2, "new")),              // snapshot
+		change("u", 1, 200, 2, row(1, "new"), row(1, "active")), // streamed
+		change("u", 1, 300, 3, row(1, "active"), row(1, "vip")), //
+		change("u", 1, 200, 9, row(1, "new"), row(1, "active")), // re-sent after a restart, new ts_ms: a duplicate
+		change("d", 2, 400, 4, row(2, "new"), nil),              // delete
+		effectivelytest.Record{Key: []byte(`{"id":2}`)},         // its tombstone: skipped
+		change("u", 2, 150, 5, row(2, "new"), row(2, "late")),   // older than the delete: stale
+		change("c", 3, 500, 6, nil, row(3, "new")),              // insert
 	)
 	require.Equal(t, 1, res.Counts[dedupe.Duplicate], "the re-sent change")
 	require.Equal(t, 1, res.Counts[dedupe.Skipped], "the tombstone")
