@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/effectively-io/effectively/internal/kafkatest"
 	"github.com/effectively-io/effectively/internal/pgtest"
+	"github.com/effectively-io/effectively/internal/proctest"
 )
 
 // Change data capture end to end: a real source PostgreSQL with logical
@@ -169,25 +171,27 @@ func customersConfig(t *testing.T, topic, table string) string {
 const cdcDigestSQL = `SELECT count(*), coalesce(md5(string_agg(id::text || '|' || name || '|' || status, ',' ORDER BY id)), '') FROM %s`
 
 // A table snapshotted, then changed (updates, deletes, inserts, re-inserts
-// of deleted rows) while Kafka Connect and the worker are SIGKILLed and
+// of deleted rows) while Kafka Connect and the workers are SIGKILLed and
 // restarted (Debezium re-sends from its last committed offset: duplicates
-// are certain): the replica equals the source row for row (by digest), it
-// never showed a row older than it had shown before, and the history has
-// exactly one row per change.
+// are certain), into two targets: the stock binary with examples/customers'
+// config-only sinks, and examples/customers-go's Go build, whose handler
+// also notifies each transition to shipped through the outbox. Each
+// replica equals the source row for row (by digest) and never showed a row
+// older than it had shown before; each history has exactly one row per
+// change; and the Go build recorded exactly one notification per
+// transition, each delivered.
 func TestCDCReplicaThroughKills(t *testing.T) {
 	src := newCDCSource(t)
 	ctx := context.Background()
 	rows, ops := envInt("EFFECTIVELY_TEST_CDC_ROWS", 20_000), envInt("EFFECTIVELY_TEST_CDC_CHANGES", 40_000)
-	table := strings.ReplaceAll(kafkatest.Name(t, "customers"), ".", "_")
-	table = strings.ToLower(strings.ReplaceAll(table, "-", "_"))
-	if len(table) > 50 {
-		table = table[len(table)-50:]
-		table = "c" + strings.TrimLeft(table, "_0123456789")
-	}
+	// The Go build handles public.customers' change events: the source
+	// table has that name (one run at a time per source database).
+	const table = "customers"
 	ident := pgx.Identifier{table}.Sanitize()
-	_, err := src.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (id bigint PRIMARY KEY, name text NOT NULL, status text NOT NULL);
+	_, err := src.pool.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %s;
+CREATE TABLE %s (id bigint PRIMARY KEY, name text NOT NULL, status text NOT NULL);
 ALTER TABLE %s REPLICA IDENTITY FULL;
-INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`, ident, ident, ident, rows))
+INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`, ident, ident, ident, ident, rows))
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = src.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+ident) })
 
@@ -195,46 +199,37 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 	topic := prefix + ".public." + table
 	src.connector(t, prefix, prefix, table)
 
-	db := pgtest.NewEmpty(t)
-	group := kafkatest.NewGroup(t)
-	config := customersConfig(t, topic, table)
-	env := []string{
-		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(t), ","),
-		"EFFECTIVELY_KAFKA_GROUP=" + group,
-		"EFFECTIVELY_POSTGRES_URL=" + db.URL,
-		"EFFECTIVELY_HTTP_ADDR=",
-		"EFFECTIVELY_KAFKA_INSTANCE_ID=" + prefix,
-		"EFFECTIVELY_KAFKA_SESSION_TIMEOUT=6s",
-	}
-	code, stdout, stderr := runCmd(t, env, "--config", config, "migrate")
-	require.Equal(t, 0, code, "migrate: %s\n%s", stdout, stderr)
+	stock := newCDCTarget(t, binary, customersConfig(t, topic, table), prefix)
+	notify := newNotifyReceiver(t)
+	goConfig := filepath.Join(t.TempDir(), "customers-go.yaml")
+	require.NoError(t, os.WriteFile(goConfig, fmt.Appendf(nil, "kafka:\n  topics: [%s]\ntopics:\n  - {name: %s, format: debezium}\n", topic, topic), 0o600))
+	goBuild := newCDCTarget(t, exampleBuild(t, "customers-go"), goConfig, prefix+"-go",
+		"EFFECTIVELY_TARGETS_NOTIFY_URL="+notify.URL,
+		// Short outbox leases: a call caught by a kill is made again soon
+		// (with the same idempotency key).
+		"EFFECTIVELY_OUTBOX_CALL_TIMEOUT=2s", "EFFECTIVELY_OUTBOX_LEASE_GRACE=2s")
+	targets := []*cdcTarget{stock, goBuild}
 
 	// The snapshot reaches the topic before the changes begin, so that
 	// every change is streamed after it: the history's count is exact.
 	waitUntil(t, "the snapshot is on the topic", 3*time.Minute, func(context.Context) bool {
 		return topicRecords(t, topic) >= int64(rows)
 	})
-
-	var worker *proc
-	startWorker := func() { worker = start(t, env, "--config", config, "run") }
-	startWorker()
-	t.Cleanup(func() {
-		if !worker.exited() {
-			worker.signal(t, syscall.SIGKILL)
-			worker.wait(t, time.Minute)
-		}
-	})
-
-	// Sample the replica while it catches up: no row may ever go back to
-	// an older version than one it showed.
-	sampler := &versionSampler{seen: map[int64]int64{}}
-	stopSampling := sampler.run(t, db)
+	for _, tg := range targets {
+		tg.start(t)
+	}
 
 	rng := rand.New(rand.NewPCG(29, 1))
 	changes := 0
 	nextID := int64(rows) + 1
 	statuses := []string{"active", "packed", "shipped", "vip", "closed"}
-	killsConnect, killsWorker, deletes := 0, 0, 0
+	// The source's statuses as the test made them, to count the
+	// transitions to shipped the Go build must notify.
+	status := make(map[int64]string, rows)
+	for id := int64(1); id <= int64(rows); id++ {
+		status[id] = "new"
+	}
+	killsConnect, killsWorker, deletes, shipped := 0, 0, 0, 0
 	for done := 0; done < ops; {
 		tx, err := src.pool.Begin(ctx)
 		require.NoError(t, err)
@@ -244,17 +239,29 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 			var tag interface{ RowsAffected() int64 }
 			switch r := rng.IntN(100); {
 			case r < 70:
-				tag, err = tx.Exec(ctx, `UPDATE `+ident+` SET status = $2 WHERE id = $1`, id, statuses[rng.IntN(len(statuses))])
+				to := statuses[rng.IntN(len(statuses))]
+				tag, err = tx.Exec(ctx, `UPDATE `+ident+` SET status = $2 WHERE id = $1`, id, to)
+				if from, ok := status[id]; ok && err == nil {
+					if from != "shipped" && to == "shipped" {
+						shipped++
+					}
+					status[id] = to
+				}
 			case r < 80:
 				tag, err = tx.Exec(ctx, `DELETE FROM `+ident+` WHERE id = $1`, id)
 				if err == nil {
 					deletes += int(tag.RowsAffected())
+					delete(status, id)
 				}
 			case r < 90:
 				// A deleted row inserted again (a no-op when it exists).
 				tag, err = tx.Exec(ctx, `INSERT INTO `+ident+` VALUES ($1::bigint, 'customer ' || $1::bigint, 'back') ON CONFLICT DO NOTHING`, id)
+				if _, ok := status[id]; !ok && err == nil {
+					status[id] = "back"
+				}
 			default:
 				tag, err = tx.Exec(ctx, `INSERT INTO `+ident+` VALUES ($1::bigint, 'customer ' || $1::bigint, 'new')`, nextID)
+				status[nextID] = "new"
 				nextID++
 			}
 			require.NoError(t, err)
@@ -266,34 +273,148 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 			killConnect(t)
 			killsConnect++
 		case done%(ops/4) == 0:
-			worker.signal(t, syscall.SIGKILL)
-			worker.wait(t, time.Minute)
+			for _, tg := range targets {
+				tg.kill(t)
+				tg.start(t)
+			}
 			killsWorker++
-			startWorker()
 		}
 	}
 
 	want := cdcDigest(t, src.pool, ident)
-	waitUntil(t, "the replica equals the source", 5*time.Minute, func(context.Context) bool {
-		return cdcDigest(t, db.Pool, "customers") == want || worker.exited()
-	})
-	require.False(t, worker.exited(), "the worker exited: %s", tail(worker.stderr.String(), 20))
-	samples := stopSampling()
-	require.Equal(t, want, cdcDigest(t, db.Pool, "customers"), "the replica equals the source row for row")
-	require.Zero(t, sampler.regressions(), "a row went back to an older version than one the replica had shown")
-
-	var history, distinct int64
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT (id, lsn)) FROM customer_changes`).Scan(&history, &distinct))
+	for _, tg := range targets {
+		waitUntil(t, tg.name+"'s replica equals the source", 5*time.Minute, func(context.Context) bool {
+			return cdcDigest(t, tg.db.Pool, "customers") == want || tg.worker.Exited()
+		})
+		require.False(t, tg.worker.Exited(), "%s's worker exited: %s", tg.name, tail(tg.worker.Stderr.String(), 20))
+	}
 	records := topicRecords(t, topic)
 	// Every change once, a tombstone after each delete, and what Connect
 	// sent again after its kills.
 	resent := records - int64(rows+changes+deletes)
-	t.Logf("%d rows snapshotted, %d changes (%d deletes), %d kills of Connect, %d of the worker; %d records on the topic (%d re-sent by Connect); %d version samples; history %d",
-		rows, changes, deletes, killsConnect, killsWorker, records, resent, samples, history)
+	t.Logf("%d rows snapshotted, %d changes (%d deletes, %d transitions to shipped), %d kills of Connect, %d of each worker; %d records on the topic (%d re-sent by Connect)",
+		rows, changes, deletes, shipped, killsConnect, killsWorker, records, resent)
 	require.Positive(t, resent, "Connect's kills must re-send changes (duplicates are certain)")
-	require.Equal(t, int64(rows+changes), history, "one history row per change: the snapshot's rows and every change")
-	require.Equal(t, history, distinct)
-	require.Zero(t, db.Count(t, `SELECT count(*) FROM dead_letters`))
+	for _, tg := range targets {
+		samples := tg.stopSampling()
+		require.Equal(t, want, cdcDigest(t, tg.db.Pool, "customers"), "%s: the replica equals the source row for row", tg.name)
+		require.Zero(t, tg.sampler.regressions(), "%s: a row went back to an older version than one the replica had shown", tg.name)
+		var history, distinct int64
+		require.NoError(t, tg.db.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT (id, lsn)) FROM customer_changes`).Scan(&history, &distinct))
+		t.Logf("%s: %d version samples, history %d", tg.name, samples, history)
+		require.Equal(t, int64(rows+changes), history, "%s: one history row per change: the snapshot's rows and every change", tg.name)
+		require.Equal(t, history, distinct, tg.name)
+		require.Zero(t, tg.db.Count(t, `SELECT count(*) FROM customer_change_counts c
+FULL JOIN (SELECT id, count(*) AS n FROM customer_changes GROUP BY id) h USING (id) WHERE c.changes IS DISTINCT FROM h.n`),
+			"%s: each customer's total equals its history rows: every change counted once", tg.name)
+		require.Zero(t, tg.db.Count(t, `SELECT count(*) FROM dead_letters`), tg.name)
+	}
+
+	// One notification per transition: recorded once, delivered, and
+	// received under one idempotency key each.
+	require.Positive(t, shipped)
+	waitUntil(t, "every notification is sent", 2*time.Minute, func(context.Context) bool {
+		return goBuild.db.Count(t, `SELECT count(*) FROM outbox WHERE state = 'sent'`) == int64(shipped)
+	})
+	var intents, distinctIntents int64
+	require.NoError(t, goBuild.db.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT event_key) FROM outbox WHERE operation = 'customer.shipped'`).Scan(&intents, &distinctIntents))
+	t.Logf("notifications: %d transitions, %d intents, %d calls received under %d idempotency keys", shipped, intents, notify.calls(), notify.distinctKeys())
+	require.Equal(t, int64(shipped), intents, "one notification intent per transition to shipped")
+	require.Equal(t, intents, distinctIntents)
+	require.Equal(t, shipped, notify.distinctKeys(), "each transition reached the notify API under an idempotency key of its own")
+}
+
+// cdcTarget is one worker (the stock binary or a Go build) replicating the
+// change stream into a database of its own, and the sampler watching its
+// replica.
+type cdcTarget struct {
+	name, bin string
+	env, args []string
+	db        pgtest.DB
+	worker    *proctest.Proc
+	sampler   *versionSampler
+	// stopSampling stops the sampler; it returns the samples taken.
+	stopSampling func() int
+}
+
+// newCDCTarget migrates a fresh database with bin's migrations and
+// config's, as the consumer group of its own; start runs the worker.
+func newCDCTarget(t *testing.T, bin, config, instance string, extraEnv ...string) *cdcTarget {
+	t.Helper()
+	tg := &cdcTarget{name: filepath.Base(bin), bin: bin, db: pgtest.NewEmpty(t), sampler: &versionSampler{seen: map[int64]int64{}}}
+	tg.env = append([]string{
+		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(t), ","),
+		"EFFECTIVELY_KAFKA_GROUP=" + kafkatest.NewGroup(t),
+		"EFFECTIVELY_POSTGRES_URL=" + tg.db.URL,
+		"EFFECTIVELY_HTTP_ADDR=",
+		"EFFECTIVELY_KAFKA_INSTANCE_ID=" + instance,
+		"EFFECTIVELY_KAFKA_SESSION_TIMEOUT=6s",
+	}, extraEnv...)
+	tg.args = []string{"--config", config}
+	code, stdout, stderr := proctest.Run(t, bin, tg.env, append(tg.args, "migrate")...)
+	require.Equal(t, 0, code, "%s migrate: %s\n%s", tg.name, stdout, stderr)
+	// Sample the replica while it catches up: no row may ever go back to
+	// an older version than one it showed.
+	tg.stopSampling = tg.sampler.run(t, tg.db)
+	t.Cleanup(func() {
+		if tg.worker != nil && !tg.worker.Exited() {
+			tg.kill(t)
+		}
+	})
+	return tg
+}
+
+func (tg *cdcTarget) start(t *testing.T) {
+	t.Helper()
+	tg.worker = proctest.Start(t, tg.bin, tg.env, append(tg.args, "run")...)
+}
+
+// kill SIGKILLs the worker and waits for it to be gone.
+func (tg *cdcTarget) kill(t *testing.T) {
+	t.Helper()
+	tg.worker.Signal(t, syscall.SIGKILL)
+	tg.worker.Wait(t, time.Minute)
+}
+
+// notifyReceiver is the notify API: it honours Idempotency-Key, counting
+// the calls made under each.
+type notifyReceiver struct {
+	*httptest.Server
+	mu   sync.Mutex
+	keys map[string]int
+}
+
+func newNotifyReceiver(t *testing.T) *notifyReceiver {
+	n := &notifyReceiver{keys: map[string]int{}}
+	n.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		if r.Method != http.MethodPost || r.URL.Path != "/notifications" || key == "" {
+			http.Error(w, "want POST /notifications with an Idempotency-Key", http.StatusBadRequest)
+			return
+		}
+		n.mu.Lock()
+		n.keys[key]++
+		n.mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(n.Close)
+	return n
+}
+
+func (n *notifyReceiver) distinctKeys() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.keys)
+}
+
+func (n *notifyReceiver) calls() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	total := 0
+	for _, c := range n.keys {
+		total += c
+	}
+	return total
 }
 
 func envInt(name string, def int) int {

@@ -362,30 +362,35 @@ func TestRegistryProtobufSinkThroughKills(t *testing.T) {
 	verifyProducts(t, r.db, s)
 }
 
-var (
-	catalogOnce sync.Once
-	catalogBin  string
-	catalogErr  error
-)
+// builtExample is one example's Go build, made once per test binary.
+type builtExample struct {
+	once sync.Once
+	bin  string
+	err  error
+}
 
-// catalogBuild builds examples/catalog, a Go build with handlers, once,
+var exampleBuilds sync.Map // example name → *builtExample
+
+// exampleBuild builds examples/<name>, a Go build with handlers, once,
 // with the crash-point hook.
-func catalogBuild(t *testing.T) string {
+func exampleBuild(t *testing.T, name string) string {
 	t.Helper()
-	catalogOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "catalog-build-")
+	b, _ := exampleBuilds.LoadOrStore(name, &builtExample{})
+	e := b.(*builtExample)
+	e.once.Do(func() {
+		dir, err := os.MkdirTemp("", name+"-build-")
 		if err != nil {
-			catalogErr = err
+			e.err = err
 			return
 		}
-		catalogBin = filepath.Join(dir, "catalog")
-		out, err := exec.Command("go", "build", "-tags", "crashpoint", "-o", catalogBin, "../examples/catalog").CombinedOutput()
+		e.bin = filepath.Join(dir, name)
+		out, err := exec.Command("go", "build", "-tags", "crashpoint", "-o", e.bin, "../examples/"+name).CombinedOutput()
 		if err != nil {
-			catalogErr = fmt.Errorf("building examples/catalog: %w: %s", err, out)
+			e.err = fmt.Errorf("building examples/%s: %w: %s", name, err, out)
 		}
 	})
-	require.NoError(t, catalogErr)
-	return catalogBin
+	require.NoError(t, e.err)
+	return e.bin
 }
 
 // The Go build of examples/catalog, its handlers reading Avro records into
@@ -395,7 +400,7 @@ func catalogBuild(t *testing.T) string {
 // binary's sinks make.
 func TestRegistryGoBuildThroughKills(t *testing.T) {
 	t.Parallel()
-	bin := catalogBuild(t)
+	bin := exampleBuild(t, "catalog")
 	reg := registryURL(t)
 	cl := registryClient(t, reg)
 	for _, format := range []string{"avro", "protobuf"} {

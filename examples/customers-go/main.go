@@ -93,11 +93,14 @@ var customersTable = &handlers.Table{
 	Deletes: true,
 }
 
-// changesTable is the history: one row per change, keyed by its event key.
+// changesTable is the history: one row per change, keyed by its event key,
+// and from it each customer's number of changes (each row adds its 1 once).
 var changesTable = &handlers.Table{
 	Name:    "customer_changes",
 	Key:     []string{"event_key"},
-	Columns: []string{"id", "lsn", "op", "status"},
+	Columns: []string{"id", "lsn", "op", "status", "changes"},
+	Totals: []*handlers.Total{{Name: "customer_change_counts", Key: []string{"id"},
+		Column: "changes", Delta: "changes", Touch: []string{"updated_at"}}},
 }
 
 // customer is a row image of the source table.
@@ -143,7 +146,7 @@ func handleChange(_ context.Context, fx *handlers.Effects, ev event.Event) error
 	if id == nil {
 		id = before
 	}
-	if err := fx.InsertOnce(changesTable, ev.Key, id.ID, ev.Version, ch.Op, status); err != nil {
+	if err := fx.InsertOnce(changesTable, ev.Key, id.ID, ev.Version, ch.Op, status, 1); err != nil {
 		return err
 	}
 	if ch.Op == "u" && after.Status == StatusShipped && (before == nil || before.Status != StatusShipped) {

@@ -64,6 +64,16 @@ func TestChangesWithTheKit(t *testing.T) {
 	var changes int
 	require.NoError(t, kit.Pool.QueryRow(t.Context(), `SELECT count(*) FROM customer_changes`).Scan(&changes))
 	require.Equal(t, 7, changes, "one history row per distinct change")
+	var counts []string
+	rows, err = kit.Pool.Query(t.Context(), `SELECT id, changes FROM customer_change_counts ORDER BY id`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id, n int64
+		require.NoError(t, rows.Scan(&id, &n))
+		counts = append(counts, fmt.Sprintf("%d:%d", id, n))
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"1:3", "2:3", "3:1"}, counts, "each customer's changes, each counted once")
 
 	intents := kit.Intents()
 	require.Len(t, intents, 2, "one notification per transition to shipped")
