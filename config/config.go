@@ -58,7 +58,8 @@ type Config struct {
 	// each gets the keys targets.<name>.url and so on.
 	Targets map[string]Target `mapstructure:"targets"`
 	// SchemaRegistry is where topics of format avro, protobuf and
-	// jsonschema find their writers' schemas.
+	// jsonschema (and debezium, for a registry converter's change events)
+	// find their writers' schemas.
 	SchemaRegistry SchemaRegistry `mapstructure:"schema_registry"`
 	// Topics are per-topic settings (file only, the topics: list). A topic in
 	// kafka.topics without an entry gets the defaults; see [Config.TopicSettings].
@@ -463,7 +464,9 @@ type Topic struct {
 	// is mapped by the pointers as format json's is; without type_pointer
 	// its records must be CloudEvents in binary mode (ce_ headers).
 	// "debezium" reads Debezium's PostgreSQL change events (JSON, with or
-	// without schemas), mapped the same for every table: no pointers.
+	// without schemas; with schema_registry.url also a registry
+	// converter's Avro, Protobuf or JSON Schema, value and key), mapped the
+	// same for every table: no pointers.
 	Format string `mapstructure:"format"`
 	// KeyStrategy is "cloudevents" (default), "field", "natural" or
 	// "content-hash". Format json needs one of the last three; format

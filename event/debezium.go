@@ -1,6 +1,7 @@
 package event
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -59,9 +60,24 @@ func IsSkip(err error) bool {
 // debeziumVerbs are the row operations and their type suffixes.
 var debeziumVerbs = map[string]string{"c": "create", "u": "update", "d": "delete", "r": "read"}
 
-func (d *Decoder) decodeDebezium(r Record) (Event, error) {
+func (d *Decoder) decodeDebezium(ctx context.Context, r Record) (Event, error) {
 	if len(r.Value) == 0 {
 		return Event{}, &SkipError{Why: "a tombstone (the delete before it carries the change)"}
+	}
+	var wire *Wire
+	if isWireFormat(r.Value) {
+		js, w, err := d.debeziumWire(ctx, "value", r.Value)
+		if err != nil {
+			return Event{}, err
+		}
+		r.Value, wire = js, w
+	}
+	if isWireFormat(r.Key) {
+		js, _, err := d.debeziumWire(ctx, "key", r.Key)
+		if err != nil {
+			return Event{}, err
+		}
+		r.Key = js
 	}
 	if !utf8.Valid(r.Value) {
 		return Event{}, decodeErr(ReasonInvalidUTF8, "the record value is not valid UTF-8 at byte %d", invalidUTF8Offset(r.Value))
@@ -175,7 +191,22 @@ func (d *Decoder) decodeDebezium(r Record) (Event, error) {
 	}
 	ev.TraceParent, ev.TraceState = traceContext(nil, r.Headers)
 	ev.doc = dd.keep(ev.Data, 0, dd.d.root)
+	ev.Wire = wire
 	return ev, nil
+}
+
+// isWireFormat reports whether b starts with the Confluent wire format's
+// magic byte, which no JSON text does.
+func isWireFormat(b []byte) bool { return len(b) > 0 && b[0] == 0 }
+
+// debeziumWire decodes a change event's value or key written by a
+// registry converter (Avro, Protobuf or JSON Schema in the Confluent wire
+// format) to the JSON the rest of the mapping reads.
+func (d *Decoder) debeziumWire(ctx context.Context, what string, b []byte) ([]byte, *Wire, error) {
+	if d.registry == nil {
+		return nil, nil, decodeErr(ReasonNotDebezium, "the record %s is in the Confluent wire format (Avro, Protobuf or JSON Schema through a schema registry), and no registry is configured: set schema_registry.url", what)
+	}
+	return d.registry.transcode(ctx, b, maxExpansion*len(b)+maxExpansionSlack)
 }
 
 // debeziumPayload returns the change event in v: v itself, or its payload
@@ -215,10 +246,14 @@ func debeziumPosition(doc *jsonDoc, src int) (int64, error) {
 	if lsn < 0 || doc.kind(lsn) == KindNull {
 		return 0, decodeErr(ReasonInvalidVersion, "the change event's source has no lsn: only PostgreSQL change events (debezium-connector-postgres) are read")
 	}
-	if !doc.isInteger(lsn) {
-		return 0, decodeErr(ReasonInvalidVersion, "source.lsn %s is not an integer", Excerpt(doc.head(lsn)))
+	switch {
+	case doc.isInteger(lsn):
+		return parseVersion(doc.integer(lsn))
+	case doc.kind(lsn) == KindString && isDigits(doc.str(lsn)):
+		// A 64-bit integer in Protobuf's JSON mapping.
+		return parseVersion(doc.str(lsn))
 	}
-	return parseVersion(doc.integer(lsn))
+	return 0, decodeErr(ReasonInvalidVersion, "source.lsn %s is not an integer", Excerpt(doc.head(lsn)))
 }
 
 // debeziumSubject is the row's key from the record key: the value of a

@@ -2,10 +2,14 @@ package event
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 // Change events as Debezium 3.6.1's PostgreSQL connector writes them with
@@ -151,4 +155,108 @@ func TestDebeziumChangeForHandlers(t *testing.T) {
 
 	_, err = Event{Data: []byte(`{"a":1}`)}.Change()
 	require.Error(t, err)
+}
+
+// Debezium's envelope as a registry converter writes it in Avro (the
+// shape of Debezium's own Avro schemas: unions with null for the row
+// images and the optional source fields), and the key's record.
+const (
+	dbzEnvelopeAvro = `{"type":"record","name":"Envelope","namespace":"src.public.customers","fields":[
+	{"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+		{"name":"id","type":"long"},{"name":"name","type":"string"},{"name":"status","type":"string"}]}],"default":null},
+	{"name":"after","type":["null","Value"],"default":null},
+	{"name":"source","type":{"type":"record","name":"Source","namespace":"io.debezium.connector.postgresql","fields":[
+		{"name":"version","type":"string"},{"name":"connector","type":"string"},{"name":"name","type":"string"},
+		{"name":"ts_ms","type":"long"},{"name":"snapshot","type":["string","null"],"default":"false"},
+		{"name":"db","type":"string"},{"name":"schema","type":"string"},{"name":"table","type":"string"},
+		{"name":"txId","type":["null","long"],"default":null},{"name":"lsn","type":["null","long"],"default":null}]}},
+	{"name":"op","type":"string"},
+	{"name":"ts_ms","type":["null","long"],"default":null},
+	{"name":"transaction","type":["null",{"type":"record","name":"block","namespace":"event","fields":[
+		{"name":"id","type":"string"},{"name":"total_order","type":"long"},{"name":"data_collection_order","type":"long"}]}],"default":null}]}`
+	dbzKeyAvro = `{"type":"record","name":"Key","namespace":"src.public.customers","fields":[{"name":"id","type":"long"}]}`
+)
+
+// dbzAvroUpdate is dbzUpdate in Avro, processed at tsMs.
+func dbzAvroUpdate(tsMs int64) Record {
+	row := func(status string) map[string]any {
+		return map[string]any{"src.public.customers.Value": map[string]any{"id": int64(1), "name": "customer 1", "status": status}}
+	}
+	value := avroPayload(nil, dbzEnvelopeAvro, map[string]any{
+		"before": row("new"), "after": row("active"),
+		"source": map[string]any{"version": "3.6.1.Final", "connector": "postgresql", "name": "src", "ts_ms": int64(1796324500000),
+			"snapshot": map[string]any{"string": "false"}, "db": "source", "schema": "public", "table": "customers",
+			"txId": map[string]any{"long": int64(747)}, "lsn": map[string]any{"long": int64(24263856)}},
+		"op": "u", "ts_ms": map[string]any{"long": tsMs}, "transaction": nil,
+	})
+	return Record{Key: wire(11, nil, avroPayload(nil, dbzKeyAvro, map[string]any{"id": int64(1)})), Value: wire(10, nil, value)}
+}
+
+// Change events written by a registry converter: the same mapping as the
+// JSON converter's, the value and the key decoded with the writer's
+// schemas; a re-sent change (a new ts_ms) is the same event.
+func TestDebeziumThroughARegistry(t *testing.T) {
+	reg := newMemRegistry()
+	reg.add(10, "src.public.customers-value", 1, sr.Schema{Schema: dbzEnvelopeAvro})
+	reg.add(11, "src.public.customers-key", 1, sr.Schema{Schema: dbzKeyAvro})
+	reg.add(12, "pb-value", 1, sr.Schema{Type: sr.TypeProtobuf, Schema: `syntax = "proto3";
+message Envelope { Value before = 1; Value after = 2; Source source = 3; string op = 4; int64 ts_ms = 5; }
+message Value { int64 id = 1; string name = 2; string status = 3; }
+message Source { string name = 1; string schema = 2; string table = 3; int64 lsn = 4; }`})
+	reg.add(13, "pb-key", 1, sr.Schema{Type: sr.TypeProtobuf, Schema: `syntax = "proto3"; message Key { int64 id = 1; }`})
+	d, err := NewDecoder(DecoderConfig{Topic: "src.public.customers", Format: FormatDebezium, Registry: reg})
+	require.NoError(t, err)
+
+	fromJSON, err := d.Decode(dbzRecord(dbzUpdate))
+	require.NoError(t, err, "JSON change events still read beside the registry's")
+	ev, err := d.Decode(dbzAvroUpdate(1796324500123))
+	require.NoError(t, err)
+	require.Equal(t, "public.customers.update", ev.Type)
+	require.Equal(t, "1", ev.Subject)
+	require.Equal(t, int64(24263856), ev.Version)
+	require.Equal(t, fromJSON.Key, ev.Key, "the same change, whichever converter wrote it, is one event")
+	require.Equal(t, FormatAvro, ev.Wire.Format)
+	require.Equal(t, 10, ev.Wire.SchemaID)
+	ch, err := ev.Change()
+	require.NoError(t, err)
+	require.Equal(t, "u", ch.Op)
+	status, _ := ch.After.Get("status")
+	require.Equal(t, "active", status.Text())
+	before, _ := ch.Before.Get("status")
+	require.Equal(t, "new", before.Text())
+
+	again, err := d.Decode(dbzAvroUpdate(1796324599999))
+	require.NoError(t, err)
+	require.Equal(t, ev.Key, again.Key)
+	require.Equal(t, string(ev.Data), string(again.Data), "a re-sent change differs only in its processing time, which is not data")
+
+	pbValue, pbKey := protoMessage(t, d, 12, []int{0}), protoMessage(t, d, 13, []int{0})
+	require.NoError(t, protojson.Unmarshal([]byte(`{"after":{"id":"7","name":"customer 7","status":"new"},"source":{"name":"src","schema":"public","table":"customers","lsn":"24270000"},"op":"c","ts_ms":"1"}`), pbValue))
+	require.NoError(t, protojson.Unmarshal([]byte(`{"id":"7"}`), pbKey))
+	value, err := proto.Marshal(pbValue)
+	require.NoError(t, err)
+	key, err := proto.Marshal(pbKey)
+	require.NoError(t, err)
+	ev, err = d.Decode(Record{Key: wire(13, []int{0}, key), Value: wire(12, []int{0}, value)})
+	require.NoError(t, err)
+	require.Equal(t, []any{"public.customers.create", "7", int64(24270000), FormatProtobuf},
+		[]any{ev.Type, ev.Subject, ev.Version, ev.Wire.Format}, "Protobuf: the int64 position is a decimal string in its JSON mapping")
+
+	// The record's fault: an unknown schema; not the record's: the
+	// registry down.
+	unknown := dbzAvroUpdate(1)
+	unknown.Value = wire(99, nil, unknown.Value[5:])
+	_, err = d.Decode(unknown)
+	require.Equal(t, ReasonUnknownSchema, ReasonOf(err), "%v", err)
+	reg.setDown(errors.New("connection refused"))
+	fresh, err := NewDecoder(DecoderConfig{Topic: "t", Format: FormatDebezium, Registry: reg})
+	require.NoError(t, err)
+	_, err = fresh.Decode(dbzAvroUpdate(1))
+	require.ErrorIs(t, err, ErrSchemaRegistryUnavailable)
+	require.False(t, IsPermanent(err))
+
+	// Without a registry, a wire-format record says what to configure.
+	_, err = dbzDecoder(t).Decode(dbzAvroUpdate(1))
+	require.Equal(t, ReasonNotDebezium, ReasonOf(err), "%v", err)
+	require.ErrorContains(t, err, "schema_registry.url")
 }

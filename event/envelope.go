@@ -39,7 +39,9 @@ type DecoderConfig struct {
 	// wire format, whatever its content-type says).
 	Format string
 	// Registry is where a registry format's schemas are fetched (required
-	// for those formats, and only for them).
+	// for those formats). For format debezium it is optional: with it,
+	// change events in the wire format (a registry converter's) are read
+	// beside JSON ones.
 	Registry SchemaRegistry
 	// KeyStrategy is StrategyCloudEvents (the default for format
 	// cloudevents, and invalid for format json, whose events have no
@@ -169,6 +171,11 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 		if d.strategy == "" {
 			d.strategy = StrategyPosition
 		}
+		if cfg.Registry != nil {
+			// Change events written by a registry converter (Avro,
+			// Protobuf, JSON Schema) beside JSON ones.
+			d.registry = newRegistryDecoder(FormatDebezium, cfg.Registry)
+		}
 		if d.strategy != StrategyPosition {
 			return nil, fmt.Errorf("topic %s: format %q keys its events by their position in the source's log: key strategy %q (or none), not %q",
 				cfg.Topic, FormatDebezium, StrategyPosition, d.strategy)
@@ -187,7 +194,7 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 			FormatCloudEvents, FormatJSON, FormatAvro, FormatProtobuf, FormatJSONSchema, FormatDebezium)
 	}
 	if cfg.Registry != nil && d.registry == nil {
-		return nil, fmt.Errorf("topic %s: a schema registry is only for formats %q, %q and %q", cfg.Topic, FormatAvro, FormatProtobuf, FormatJSONSchema)
+		return nil, fmt.Errorf("topic %s: a schema registry is only for formats %q, %q, %q and %q", cfg.Topic, FormatAvro, FormatProtobuf, FormatJSONSchema, FormatDebezium)
 	}
 	switch d.strategy {
 	case StrategyCloudEvents, StrategyContentHash, StrategyPosition:
@@ -270,7 +277,7 @@ func (d *Decoder) decode(ctx context.Context, r Record) (Event, error) {
 	case d.format == FormatDebezium && d.maxBytes > 0 && len(r.Value) > d.maxBytes:
 		return Event{}, decodeErr(ReasonTooLarge, "the record value has %d bytes, more than the limit of %d", len(r.Value), d.maxBytes)
 	case d.format == FormatDebezium:
-		return d.decodeDebezium(r)
+		return d.decodeDebezium(ctx, r)
 	case len(r.Value) == 0:
 		return Event{}, decodeErr(ReasonEmptyValue, "the record value is empty (a tombstone?)")
 	case d.maxBytes > 0 && len(r.Value) > d.maxBytes:

@@ -48,6 +48,17 @@ func isRegistryFormat(format string) bool {
 	return format == FormatAvro || format == FormatProtobuf || format == FormatJSONSchema
 }
 
+// schemaFormat is the registry format of a schema type.
+func schemaFormat(t sr.SchemaType) string {
+	switch t {
+	case sr.TypeProtobuf:
+		return FormatProtobuf
+	case sr.TypeJSON:
+		return FormatJSONSchema
+	}
+	return FormatAvro
+}
+
 // registryType is the registry's schema type for a format.
 func registryType(format string) sr.SchemaType {
 	switch format {
@@ -133,12 +144,13 @@ const (
 )
 
 // registrySchema is one parsed writer's schema: exactly one of its codecs
-// is set, by the topic's format.
+// is set, by its format.
 type registrySchema struct {
-	id    int
-	avro  *avroCodec
-	proto *protoCodec
-	json  *jsonSchemaCodec
+	id     int
+	format string // FormatAvro, FormatProtobuf or FormatJSONSchema
+	avro   *avroCodec
+	proto  *protoCodec
+	json   *jsonSchemaCodec
 }
 
 // Limits of a schema's references: how deep they nest and how many one
@@ -167,7 +179,7 @@ func (rd *registryDecoder) transcode(ctx context.Context, value []byte, maxJSON 
 	if err != nil {
 		return nil, nil, err
 	}
-	w := &Wire{Format: rd.format, SchemaID: id, schema: s}
+	w := &Wire{Format: s.format, SchemaID: id, schema: s}
 	var js []byte
 	switch {
 	case s.avro != nil:
@@ -258,15 +270,21 @@ func (rd *registryDecoder) load(ctx context.Context, id int) (*registrySchema, e
 		}
 		return nil, unavailable(fmt.Sprintf("fetching schema %d", id), err)
 	}
-	if want := registryType(rd.format); root.Type != want {
+	format := rd.format
+	if format == FormatDebezium {
+		// Change events come in whatever the connector's converter
+		// writes: the schema says which.
+		format = schemaFormat(root.Type)
+	}
+	if want := registryType(format); root.Type != want {
 		return nil, decodeErr(ReasonUnusableSchema, "schema %d is a %s schema; the topic's format %s reads %s schemas", id, typeName(root.Type), rd.format, typeName(want))
 	}
 	refs, err := rd.references(ctx, id, root.References)
 	if err != nil {
 		return nil, err
 	}
-	s := &registrySchema{id: id}
-	switch rd.format {
+	s := &registrySchema{id: id, format: format}
+	switch format {
 	case FormatAvro:
 		s.avro, err = newAvroCodec(root.Schema, refs)
 	case FormatProtobuf:

@@ -345,7 +345,9 @@ func newDecoders(cfg config.Config, log *zap.Logger) (map[string]*event.Decoder,
 			IDPointer: t.IDPointer, TypePointer: t.TypePointer, SubjectPointer: t.SubjectPointer, VersionPointer: t.VersionPointer,
 			MaxPayloadBytes: cfg.Consumer.MaxPayloadBytes, RequireSubject: t.RequireSubject,
 		}
-		if config.IsRegistryFormat(t.Format) {
+		// Change events may come from a registry converter too, when a
+		// registry is configured.
+		if config.IsRegistryFormat(t.Format) || (t.Format == config.FormatDebezium && cfg.SchemaRegistry.URL != "") {
 			if registry == nil {
 				cl, err := broker.SchemaRegistry(cfg.SchemaRegistry, "effectively", log.Named("schema_registry"))
 				if err != nil {
