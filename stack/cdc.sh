@@ -25,7 +25,10 @@
 #     provides, plus the Kafka 4.3 clients Debezium needs a class of) and the
 #     Debezium JDBC sink (its plugin archive from Maven Central, which carries
 #     its own dependencies; 3.6.1 was never published there, so
-#     debezium.jdbc.version of stack/connect-pom.xml is 3.6.0.Final).
+#     debezium.jdbc.version of stack/connect-pom.xml is 3.6.0.Final), and
+#     Apicurio's Avro converter 2.6.13.Final (stack/connect-pom.xml says why),
+#     which writes the Confluent wire format when a connector configures it
+#     so (docs/guides/change-data-capture.md has the settings).
 #
 # `stack.sh env` prints EFFECTIVELY_TEST_CDC_SOURCE_URL (the source database,
 # as `cdc`) while the source PostgreSQL is up and EFFECTIVELY_TEST_CONNECT_URL
@@ -66,6 +69,7 @@ connect_pom_prop() { sed -n "s:.*<$1>\(.*\)</$1>.*:\1:p" "$here/connect-pom.xml"
 connect_version=$(connect_pom_prop kafka.version)
 debezium_version=$(connect_pom_prop debezium.version)
 debezium_jdbc_version=$(connect_pom_prop debezium.jdbc.version)
+apicurio_converter_version=$(connect_pom_prop apicurio.converter.version)
 CONNECT_LIBS=$STACK_DIR/connect-libs-$connect_version
 CONNECT_PLUGINS=$STACK_DIR/connect-plugins-${debezium_version%.Final}
 
@@ -206,6 +210,40 @@ connect_plugin_jdbc() {
   rm -rf "$tmp"
 }
 
+# connect_plugin_apicurio resolves Apicurio's Avro converter once
+# (profile apicurio-converter; stack/connect-pom.xml says why 2.6). Its jar
+# declares no ServiceLoader entry, and this worker discovers plugins by
+# service loading alone (plugin.discovery=service_load, the fast start):
+# a jar of one META-INF/services file declares the converter.
+connect_plugin_apicurio() {
+  local dest=$CONNECT_PLUGINS/apicurio-converter tmp jar
+  [ -f "$dest/.complete" ] && return
+  command -v python3 >/dev/null 2>&1 || die "python3 not found: it writes the Apicurio converter's service declaration"
+  tmp=$dest.tmp.$$
+  log "resolving Apicurio's Avro converter $apicurio_converter_version from Maven Central into $dest"
+  mkdir -p "$CONNECT_PLUGINS"
+  rm -rf "$tmp"
+  if ! mvn -B -q -Dstyle.color=never -f "$here/connect-pom.xml" -P apicurio-converter dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$tmp" >&2; then
+    rm -rf "$tmp"
+    die "maven could not resolve io.apicurio:apicurio-registry-utils-converter:$apicurio_converter_version (see output above)"
+  fi
+  for jar in apicurio-registry-utils-converter apicurio-registry-serdes-avro-serde avro; do
+    ls "$tmp"/$jar-*.jar >/dev/null 2>&1 || { rm -rf "$tmp"; die "the resolved Apicurio converter lacks $jar (stack/connect-pom.xml is wrong)"; }
+  done
+  for jar in kafka-clients connect-api slf4j-api jackson-databind; do
+    if ls "$tmp"/$jar-*.jar >/dev/null 2>&1; then rm -rf "$tmp"; die "the resolved Apicurio converter holds $jar, which Connect provides (stack/connect-pom.xml is wrong)"; fi
+  done
+  python3 - "$tmp/effectively-converter-services.jar" <<'PY' || { rm -rf "$tmp"; die "could not write the converter's service declaration"; }
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1], "w") as z:
+    z.writestr("META-INF/services/org.apache.kafka.connect.storage.Converter",
+               "io.apicurio.registry.utils.converter.AvroConverter\n")
+PY
+  touch "$tmp/.complete"
+  connect_plugin_install apicurio-converter "$tmp"
+}
+
 connect_pid() { [ -f "$CONNECT_DIR/connect.pid" ] && cat "$CONNECT_DIR/connect.pid"; }
 
 # connect_alive PID: PID is live and is this instance's worker (a stale pid
@@ -258,6 +296,7 @@ connect_up() {
   connect_libs
   connect_plugin_postgres
   connect_plugin_jdbc
+  connect_plugin_apicurio
   mkdir -p "$CONNECT_DIR"
   sed -e "s|@KAFKA@|127.0.0.1:$KAFKA_PORT|g" -e "s|@PORT@|$CONNECT_PORT|g" -e "s|@GROUP@|$CONNECT_GROUP|g" \
     -e "s|@PLUGINS@|$CONNECT_PLUGINS|g" "$here/connect.properties" >"$CONNECT_DIR/connect.properties"
