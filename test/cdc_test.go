@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -57,9 +58,9 @@ func newCDCSource(t *testing.T) *cdcSource {
 }
 
 // connector registers a Debezium PostgreSQL connector for table, writing
-// to <prefix>.public.<table>, and removes it, its slot and its
-// publication when the test ends.
-func (c *cdcSource) connector(t *testing.T, name, prefix, table string) {
+// to <prefix>.public.<table> with converters (nil: JSON without schemas),
+// and removes it, its slot and its publication when the test ends.
+func (c *cdcSource) connector(t *testing.T, name, prefix, table string, converters map[string]string) {
 	t.Helper()
 	u, err := url.Parse(c.url)
 	require.NoError(t, err)
@@ -87,6 +88,7 @@ func (c *cdcSource) connector(t *testing.T, name, prefix, table string) {
 		"value.converter":                           "org.apache.kafka.connect.json.JsonConverter",
 		"value.converter.schemas.enable":            "false",
 	}
+	maps.Copy(cfg, converters)
 	body, err := json.Marshal(map[string]any{"name": name, "config": cfg})
 	require.NoError(t, err)
 	resp, err := http.Post(c.connect+"/connectors", "application/json", bytes.NewReader(body))
@@ -146,6 +148,34 @@ func killConnect(t *testing.T) {
 	require.NoError(t, err, "restarting Kafka Connect: %s", out)
 }
 
+// avroConverters are a connector's converters for Avro through the
+// stack's registry in the Confluent wire format: Apicurio's converter
+// (stack/cdc.sh) with 4-byte content IDs and no headers, as Confluent's
+// AvroConverter writes, registering the schemas it writes.
+func avroConverters(t *testing.T) map[string]string {
+	t.Helper()
+	reg := os.Getenv("EFFECTIVELY_TEST_REGISTRY_URL")
+	if reg == "" {
+		t.Skip("no schema registry: stack/stack.sh up registry (make cdc starts one)")
+	}
+	cfg := map[string]string{}
+	for _, side := range []string{"key", "value"} {
+		for k, v := range map[string]string{
+			"":                                   "io.apicurio.registry.utils.converter.AvroConverter",
+			".apicurio.registry.url":             strings.TrimSuffix(reg, "/apis/ccompat/v7") + "/apis/registry/v2",
+			".apicurio.registry.auto-register":   "true",
+			".apicurio.registry.find-latest":     "true",
+			".apicurio.registry.as-confluent":    "true",
+			".apicurio.registry.use-id":          "contentId",
+			".apicurio.registry.headers.enabled": "false",
+			".apicurio.registry.id-handler":      "io.apicurio.registry.serde.Legacy4ByteIdHandler",
+		} {
+			cfg[side+".converter"+k] = v
+		}
+	}
+	return cfg
+}
+
 // customersConfig is examples/customers' configuration for topic and
 // source table.
 func customersConfig(t *testing.T, topic, table string) string {
@@ -182,8 +212,24 @@ const cdcDigestSQL = `SELECT count(*), coalesce(md5(string_agg(id::text || '|' |
 // transition, each delivered.
 func TestCDCReplicaThroughKills(t *testing.T) {
 	src := newCDCSource(t)
+	cdcReplicaThroughKills(t, src, envInt("EFFECTIVELY_TEST_CDC_ROWS", 20_000), envInt("EFFECTIVELY_TEST_CDC_CHANGES", 40_000), nil, nil)
+}
+
+// The same with Avro change events through the schema registry (Apicurio's
+// converter, the Confluent wire format, value and key), a fifth of the
+// size.
+func TestCDCAvroReplicaThroughKills(t *testing.T) {
+	src := newCDCSource(t)
+	converters := avroConverters(t)
+	cdcReplicaThroughKills(t, src, envInt("EFFECTIVELY_TEST_CDC_ROWS", 20_000)/5, envInt("EFFECTIVELY_TEST_CDC_CHANGES", 40_000)/5,
+		converters, []string{"EFFECTIVELY_SCHEMA_REGISTRY_URL=" + os.Getenv("EFFECTIVELY_TEST_REGISTRY_URL")})
+}
+
+// cdcReplicaThroughKills runs the kill test with rows snapshotted and ops
+// changes, the connector's converters (nil: JSON) and the workers'
+// extra environment.
+func cdcReplicaThroughKills(t *testing.T, src *cdcSource, rows, ops int, converters map[string]string, workerEnv []string) {
 	ctx := context.Background()
-	rows, ops := envInt("EFFECTIVELY_TEST_CDC_ROWS", 20_000), envInt("EFFECTIVELY_TEST_CDC_CHANGES", 40_000)
 	// The Go build handles public.customers' change events: the source
 	// table has that name (one run at a time per source database).
 	const table = "customers"
@@ -197,17 +243,17 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 
 	prefix := "cdc" + strconv.FormatUint(rand.Uint64()%1_000_000, 10)
 	topic := prefix + ".public." + table
-	src.connector(t, prefix, prefix, table)
+	src.connector(t, prefix, prefix, table, converters)
 
-	stock := newCDCTarget(t, binary, customersConfig(t, topic, table), prefix)
+	stock := newCDCTarget(t, binary, customersConfig(t, topic, table), prefix, workerEnv...)
 	notify := newNotifyReceiver(t)
 	goConfig := filepath.Join(t.TempDir(), "customers-go.yaml")
 	require.NoError(t, os.WriteFile(goConfig, fmt.Appendf(nil, "kafka:\n  topics: [%s]\ntopics:\n  - {name: %s, format: debezium}\n", topic, topic), 0o600))
-	goBuild := newCDCTarget(t, exampleBuild(t, "customers-go"), goConfig, prefix+"-go",
-		"EFFECTIVELY_TARGETS_NOTIFY_URL="+notify.URL,
+	goBuild := newCDCTarget(t, exampleBuild(t, "customers-go"), goConfig, prefix+"-go", append([]string{
+		"EFFECTIVELY_TARGETS_NOTIFY_URL=" + notify.URL,
 		// Short outbox leases: a call caught by a kill is made again soon
 		// (with the same idempotency key).
-		"EFFECTIVELY_OUTBOX_CALL_TIMEOUT=2s", "EFFECTIVELY_OUTBOX_LEASE_GRACE=2s")
+		"EFFECTIVELY_OUTBOX_CALL_TIMEOUT=2s", "EFFECTIVELY_OUTBOX_LEASE_GRACE=2s"}, workerEnv...)...)
 	targets := []*cdcTarget{stock, goBuild}
 
 	// The snapshot reaches the topic before the changes begin, so that
@@ -295,6 +341,12 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 	t.Logf("%d rows snapshotted, %d changes (%d deletes, %d transitions to shipped), %d kills of Connect, %d of each worker; %d records on the topic (%d re-sent by Connect)",
 		rows, changes, deletes, shipped, killsConnect, killsWorker, records, resent)
 	require.Positive(t, resent, "Connect's kills must re-send changes (duplicates are certain)")
+	if converters != nil {
+		for _, r := range kafkatest.ReadCommitted(t, topic, 10, time.Minute) {
+			require.True(t, len(r.Value) == 0 || r.Value[0] == 0, "a change event not in the wire format: %q", r.Value)
+			require.Zero(t, r.Key[0], "a key not in the wire format: %q", r.Key)
+		}
+	}
 	for _, tg := range targets {
 		samples := tg.stopSampling()
 		require.Equal(t, want, cdcDigest(t, tg.db.Pool, "customers"), "%s: the replica equals the source row for row", tg.name)
