@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -19,8 +20,10 @@ import (
 //     ({"id": 42} → "42"), the canonical JSON of a wider one.
 //   - Version: the change's position in the source's log, source.lsn for
 //     PostgreSQL. A row's changes are serialised by its lock, so a later
-//     change of one row always has a higher LSN; a snapshot read carries
-//     the snapshot's LSN, below every change streamed after it.
+//     change of one row always has a higher LSN. A snapshot read carries
+//     the snapshot's LSN: for the initial snapshot on a new replication
+//     slot, below every change streamed after it (creating the slot waits
+//     for the transactions in flight, which the snapshot then sees).
 //   - Type: "<schema>.<table>.<create|update|delete|read>" from source and
 //     op (read: a snapshot row).
 //   - Source: "<connector name>.<schema>.<table>"; ID: "<lsn>:<subject>".
@@ -28,10 +31,11 @@ import (
 //     change re-sent after the connector restarts from its last committed
 //     offset is a duplicate.
 //   - Data: {"op", "before", "after", "source", "transaction"} — the
-//     change without Debezium's processing times (ts_ms, ts_us, ts_ns),
-//     which differ between the first sending and a re-sending of the same
-//     change and would make it a conflict. Sinks and handlers read
-//     /after/<column> and /before/<column>.
+//     change without what differs between the first sending and a
+//     re-sending of the same change and would make it a conflict:
+//     Debezium's processing times (ts_ms, ts_us, ts_ns) and all of source
+//     but db, schema, table, lsn and txId (lsn and txId as numbers).
+//     Sinks and handlers read /after/<column> and /before/<column>.
 //
 // Tombstones (the null value after a delete, for log compaction) and
 // events that change no row (op "t" truncate, "m" message) are skipped:
@@ -66,14 +70,14 @@ func (d *Decoder) decodeDebezium(ctx context.Context, r Record) (Event, error) {
 	}
 	var wire *Wire
 	if isWireFormat(r.Value) {
-		js, w, err := d.debeziumWire(ctx, "value", r.Value)
+		js, w, err := d.debeziumWire(ctx, "record value", r.Value)
 		if err != nil {
 			return Event{}, err
 		}
 		r.Value, wire = js, w
 	}
 	if isWireFormat(r.Key) {
-		js, _, err := d.debeziumWire(ctx, "key", r.Key)
+		js, _, err := d.debeziumWire(ctx, "record key", r.Key)
 		if err != nil {
 			return Event{}, err
 		}
@@ -164,7 +168,11 @@ func (d *Decoder) decodeDebezium(ctx context.Context, r Record) (Event, error) {
 		return Event{}, err
 	}
 
-	// The change without the processing times.
+	// The change itself: what a re-sending repeats exactly. Debezium's
+	// processing times and the rest of its source block (its version, the
+	// snapshot marker, the sequence, times in other units) may differ
+	// between a first sending and a re-sending — across an upgrade of the
+	// connector, say — and would make the same change a conflict.
 	data := make([]byte, 0, len(r.Value))
 	data = append(data, '{')
 	for i, m := range [...]string{"op", "before", "after", "source", "transaction"} {
@@ -174,9 +182,13 @@ func (d *Decoder) decodeDebezium(ctx context.Context, r Record) (Event, error) {
 		data = append(data, '"')
 		data = append(data, m...)
 		data = append(data, '"', ':')
-		if v := member(p, m); v >= 0 {
+		v := member(p, m)
+		switch {
+		case m == "source":
+			data = appendDebeziumSource(data, doc, src, ev.Version)
+		case v >= 0:
 			data = append(data, doc.raw(v)...)
-		} else {
+		default:
 			data = append(data, "null"...)
 		}
 	}
@@ -195,6 +207,35 @@ func (d *Decoder) decodeDebezium(ctx context.Context, r Record) (Event, error) {
 	return ev, nil
 }
 
+// appendDebeziumSource appends the stable part of a change's source block:
+// where the change was made (db, schema, table) and its position (lsn,
+// the version, as a number whatever the converter wrote; txId likewise).
+func appendDebeziumSource(b []byte, doc *jsonDoc, src int, lsn int64) []byte {
+	b = append(b, '{')
+	for _, name := range [...]string{"db", "schema", "table"} {
+		if v, ok := doc.member(src, name); ok && doc.kind(v) == KindString {
+			b = append(b, '"')
+			b = append(b, name...)
+			b = append(b, '"', ':')
+			b = append(b, doc.raw(v)...)
+			b = append(b, ',')
+		}
+	}
+	b = append(b, `"lsn":`...)
+	b = strconv.AppendInt(b, lsn, 10)
+	if v, ok := doc.member(src, "txId"); ok {
+		switch {
+		case doc.isInteger(v):
+			b = append(b, `,"txId":`...)
+			b = append(b, doc.integer(v)...)
+		case doc.kind(v) == KindString && isDigits(doc.str(v)):
+			b = append(b, `,"txId":`...)
+			b = append(b, doc.str(v)...)
+		}
+	}
+	return append(b, '}')
+}
+
 // isWireFormat reports whether b starts with the Confluent wire format's
 // magic byte, which no JSON text does.
 func isWireFormat(b []byte) bool { return len(b) > 0 && b[0] == 0 }
@@ -204,9 +245,16 @@ func isWireFormat(b []byte) bool { return len(b) > 0 && b[0] == 0 }
 // format) to the JSON the rest of the mapping reads.
 func (d *Decoder) debeziumWire(ctx context.Context, what string, b []byte) ([]byte, *Wire, error) {
 	if d.registry == nil {
-		return nil, nil, decodeErr(ReasonNotDebezium, "the record %s is in the Confluent wire format (Avro, Protobuf or JSON Schema through a schema registry), and no registry is configured: set schema_registry.url", what)
+		return nil, nil, decodeErr(ReasonNotDebezium, "the %s is in the Confluent wire format (Avro, Protobuf or JSON Schema through a schema registry), and no registry is configured: set schema_registry.url", what)
 	}
-	return d.registry.transcode(ctx, b, maxExpansion*len(b)+maxExpansionSlack)
+	js, w, err := d.registry.transcode(ctx, what, b, maxExpansion*len(b)+maxExpansionSlack)
+	var de *DecodeError
+	if errors.As(err, &de) && !strings.HasPrefix(de.Msg, "the "+what) {
+		// Say which of the two it was (a copy: the registry keeps its
+		// refusals).
+		err = &DecodeError{Reason: de.Reason, Msg: "the " + what + ": " + de.Msg}
+	}
+	return js, w, err
 }
 
 // debeziumPayload returns the change event in v: v itself, or its payload
@@ -270,6 +318,9 @@ func debeziumSubject(key []byte) (string, error) {
 		return "", notJSON("the record key", err)
 	}
 	doc := &pd.d
+	if len(doc.issues) > 0 {
+		return "", decodeErr(ReasonInvalidData, "the record key is not I-JSON: %s", doc.issues[0].msg)
+	}
 	k, err := debeziumPayload(doc, doc.root)
 	switch {
 	case err != nil:

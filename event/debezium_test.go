@@ -260,3 +260,67 @@ message Source { string name = 1; string schema = 2; string table = 3; int64 lsn
 	require.Equal(t, ReasonNotDebezium, ReasonOf(err), "%v", err)
 	require.ErrorContains(t, err, "schema_registry.url")
 }
+
+// A change re-sent by another Debezium (an upgrade between the first
+// sending and the re-sending: another version, other processing times, a
+// sequence, the position as a string) is the same change: a duplicate,
+// never a conflict.
+func TestDebeziumReSentAcrossUpgradesIsTheSameChange(t *testing.T) {
+	d := dbzDecoder(t)
+	first, err := d.Decode(dbzRecord(dbzUpdate))
+	require.NoError(t, err)
+	for name, edit := range map[string][2]string{
+		"connector version": {`"version":"3.6.1.Final"`, `"version":"3.7.0.Final"`},
+		"source times":      {`"ts_ms":1796324500000`, `"ts_ms":1796324500999,"ts_us":1796324500999000,"ts_ns":1796324500999000000`},
+		"snapshot marker":   {`"snapshot":"false"`, `"snapshot":"last"`},
+		"sequence":          {`"sequence":"[null,\"24263856\"]"`, `"sequence":"[\"24263000\",\"24263856\"]"`},
+		"position a string": {`"lsn":24263856`, `"lsn":"24263856"`},
+		"txId a string":     {`"txId":747`, `"txId":"747"`},
+	} {
+		again, err := d.Decode(dbzRecord(strings.Replace(dbzUpdate, edit[0], edit[1], 1)))
+		require.NoError(t, err, name)
+		require.Equal(t, first.Key, again.Key, name)
+		require.Equal(t, string(first.Data), string(again.Data), name)
+	}
+	src, _ := first.Document()
+	got, _ := src.Get("source")
+	require.JSONEq(t, `{"db":"source","schema":"public","table":"customers","lsn":24263856,"txId":747}`, string(got.Raw()))
+}
+
+func TestDebeziumHostileKeys(t *testing.T) {
+	d := dbzDecoder(t)
+	for name, key := range map[string]string{
+		"a duplicate member": `{"id":1,"id":2}`,
+		"a lone surrogate":   `{"id":"\ud800"}`,
+	} {
+		_, err := d.Decode(Record{Key: []byte(key), Value: []byte(dbzUpdate)})
+		require.Equal(t, ReasonInvalidData, ReasonOf(err), "%s: %v", name, err)
+	}
+
+	// A key in the wire format says it is the key that is wrong.
+	reg := newMemRegistry()
+	d, err := NewDecoder(DecoderConfig{Topic: "t", Format: FormatDebezium, Registry: reg})
+	require.NoError(t, err)
+	_, err = d.Decode(Record{Key: []byte{0, 1}, Value: []byte(dbzUpdate)})
+	require.Equal(t, ReasonNotWireFormat, ReasonOf(err))
+	require.ErrorContains(t, err, "the record key has 2 bytes")
+	_, err = d.Decode(Record{Key: wire(77, nil, []byte{2}), Value: []byte(dbzUpdate)})
+	require.Equal(t, ReasonUnknownSchema, ReasonOf(err))
+	require.ErrorContains(t, err, "the record key: ")
+}
+
+// A JSON Schema change event whose schema refers to another JSON Schema
+// (the referring schema's type, not Avro's, is what references must be).
+func TestDebeziumJSONSchemaWithReferences(t *testing.T) {
+	reg := newMemRegistry()
+	reg.add(20, "row", 1, sr.Schema{Type: sr.TypeJSON, Schema: `{"$id":"https://example.com/row.json","type":"object","required":["id"]}`})
+	reg.add(21, "src.public.customers-value", 1, sr.Schema{Type: sr.TypeJSON,
+		Schema:     `{"type":"object","properties":{"after":{"$ref":"https://example.com/row.json"}}}`,
+		References: []sr.SchemaReference{{Name: "https://example.com/row.json", Subject: "row", Version: 1}}})
+	d, err := NewDecoder(DecoderConfig{Topic: "t", Format: FormatDebezium, Registry: reg})
+	require.NoError(t, err)
+	ev, err := d.Decode(Record{Key: []byte(dbzKey), Value: wire(21, nil, []byte(dbzUpdate))})
+	require.NoError(t, err)
+	require.Equal(t, FormatJSONSchema, ev.Wire.Format)
+	require.Equal(t, "public.customers.update", ev.Type)
+}

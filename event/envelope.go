@@ -325,7 +325,7 @@ const (
 // JSON, then the envelope from the pointers (as format json) or from the
 // CloudEvents binary-mode headers.
 func (d *Decoder) decodeRegistry(ctx context.Context, r Record) (Event, error) {
-	js, wire, err := d.registry.transcode(ctx, r.Value, maxExpansion*len(r.Value)+maxExpansionSlack)
+	js, wire, err := d.registry.transcode(ctx, "value", r.Value, maxExpansion*len(r.Value)+maxExpansionSlack)
 	if err != nil {
 		return Event{}, err
 	}

@@ -164,15 +164,16 @@ func newRegistryDecoder(format string, registry SchemaRegistry) *registryDecoder
 	return &registryDecoder{format: format, registry: registry, schemas: map[int]*registrySchema{}, refused: map[int]refusal{}, loading: map[int]*loading{}}
 }
 
-// transcode strips the wire-format header from value, finds the writer's
-// schema and returns the payload as JSON with its Wire.
-func (rd *registryDecoder) transcode(ctx context.Context, value []byte, maxJSON int) ([]byte, *Wire, error) {
+// transcode strips the wire-format header from value (the record's value
+// or key, as what says), finds the writer's schema and returns the
+// payload as JSON with its Wire.
+func (rd *registryDecoder) transcode(ctx context.Context, what string, value []byte, maxJSON int) ([]byte, *Wire, error) {
 	var h sr.ConfluentHeader
 	if len(value) < 5 || value[0] != 0 {
 		if len(value) > 0 && value[0] != 0 {
-			return nil, nil, decodeErr(ReasonNotWireFormat, "the value starts with byte 0x%02x, not the wire format's magic byte 0 (was it written without the registry's serializer?)", value[0])
+			return nil, nil, decodeErr(ReasonNotWireFormat, "the %s starts with byte 0x%02x, not the wire format's magic byte 0 (was it written without the registry's serializer?)", what, value[0])
 		}
-		return nil, nil, decodeErr(ReasonNotWireFormat, "the value has %d bytes, fewer than the wire format's 5-byte header", len(value))
+		return nil, nil, decodeErr(ReasonNotWireFormat, "the %s has %d bytes, fewer than the wire format's 5-byte header", what, len(value))
 	}
 	id, rest, _ := h.DecodeID(value)
 	s, err := rd.schema(ctx, id)
@@ -279,7 +280,7 @@ func (rd *registryDecoder) load(ctx context.Context, id int) (*registrySchema, e
 	if want := registryType(format); root.Type != want {
 		return nil, decodeErr(ReasonUnusableSchema, "schema %d is a %s schema; the topic's format %s reads %s schemas", id, typeName(root.Type), rd.format, typeName(want))
 	}
-	refs, err := rd.references(ctx, id, root.References)
+	refs, err := rd.references(ctx, id, root.Type, root.References)
 	if err != nil {
 		return nil, err
 	}
@@ -309,8 +310,8 @@ type reference struct {
 }
 
 // references resolves refs and theirs, depth first, each subject and
-// version once.
-func (rd *registryDecoder) references(ctx context.Context, id int, refs []sr.SchemaReference) ([]reference, error) {
+// version once; each must be of the referring schema's type typ.
+func (rd *registryDecoder) references(ctx context.Context, id int, typ sr.SchemaType, refs []sr.SchemaReference) ([]reference, error) {
 	var out []reference
 	seen := map[string]bool{}
 	var walk func(refs []sr.SchemaReference, depth int) error
@@ -334,7 +335,7 @@ func (rd *registryDecoder) references(ctx context.Context, id int, refs []sr.Sch
 				}
 				return unavailable(fmt.Sprintf("fetching schema %d's reference %s version %d", id, r.Subject, r.Version), err)
 			}
-			if ss.Type != registryType(rd.format) {
+			if ss.Type != typ {
 				return decodeErr(ReasonUnusableSchema, "schema %d refers to %s version %d, a %s schema", id, Excerpt(r.Subject), r.Version, typeName(ss.Type))
 			}
 			if err := walk(ss.References, depth+1); err != nil {
