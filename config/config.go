@@ -62,7 +62,10 @@ type Config struct {
 	// find their writers' schemas.
 	SchemaRegistry SchemaRegistry `mapstructure:"schema_registry"`
 	// Topics are per-topic settings (file only, the topics: list). A topic in
-	// kafka.topics without an entry gets the defaults; see [Config.TopicSettings].
+	// kafka.topics without an entry gets the build's default entry for it
+	// (service.App.Defaults), if any, else the defaults; see
+	// [Config.TopicSettings]. A file's entry wins over the build's of the
+	// same name.
 	Topics []Topic `mapstructure:"topics"`
 	// Sinks map event types to tables with no code (file only, the sinks:
 	// list); see [Sink].

@@ -160,14 +160,21 @@ func Load(path string, fs *pflag.FlagSet, exts ...Extension) (Config, error) {
 	// mechanism; what Load returns uses one spelling, so every comparison
 	// downstream is exact.
 	c.Kafka.SASL.Mechanism = NormalizeSASLMechanism(c.Kafka.SASL.Mechanism)
-	// The file's topics: and sinks: lists replace the build's defaults;
-	// without them a build's defaults stand.
+	// A build's default topic settings stand beside the file's topics:
+	// entries (the file's win by name); the file's sinks: list replaces the
+	// build's.
 	defaulted := def.Interface().(Config).clone()
-	c.Topics, c.Sinks = defaulted.Topics, defaulted.Sinks
+	c.Sinks = defaulted.Sinks
+	var fileTopics []Topic
 	if raw := v.Get("topics"); raw != nil {
 		topics, topicErrs := parseTopics(raw)
-		c.Topics = topics
+		fileTopics = topics
 		errs = append(errs, topicErrs...)
+	}
+	var topicErr error
+	c.Topics, topicErr = mergeTopics(fileTopics, defaulted.Topics, c.Kafka.Topics)
+	if topicErr != nil {
+		errs = append(errs, topicErr)
 	}
 	if raw := v.Get("sinks"); raw != nil {
 		sinks, sinkErrs := parseSinks(raw)
@@ -674,6 +681,52 @@ func parseBool(raw any) (bool, error) {
 		return b, nil
 	}
 	return false, fmt.Errorf("is a %s; expected true or false", yamlKind(raw))
+}
+
+// mergeTopics is the topics: list a configuration runs with: the file's
+// entries, then the build's default entries for the consumed topics the
+// file does not name. A default entry for a topic not consumed is
+// dropped (a deployment may consume a subset of the build's topics) —
+// but when a consumed topic then has no settings at all, the topic was
+// most likely renamed (kafka.topics from the environment) and would be
+// read as CloudEvents: that is refused, naming both.
+func mergeTopics(file, defaults []Topic, consumed []string) ([]Topic, error) {
+	named := func(list []Topic, name string) bool {
+		return slices.ContainsFunc(list, func(t Topic) bool { return t.Name == name })
+	}
+	out := file
+	var dropped []Topic
+	for _, d := range defaults {
+		switch {
+		case named(file, d.Name):
+		case slices.Contains(consumed, d.Name):
+			out = append(out, d)
+		default:
+			dropped = append(dropped, d)
+		}
+	}
+	if len(dropped) == 0 {
+		return out, nil
+	}
+	for _, name := range consumed {
+		if !named(out, name) {
+			d := dropped[0]
+			return out, &FieldError{
+				Key: "kafka.topics", Value: name,
+				Problem: fmt.Sprintf("has no topics: entry, and this build's default settings are for topic %s (format %s), which is not consumed: %s would be read as format cloudevents",
+					d.Name, orDefault(d.Format, FormatCloudEvents), name),
+				Fix: fmt.Sprintf("give it its settings in the config file's topics: list, e.g. {name: %s, format: %s}; or consume %s", name, orDefault(d.Format, FormatCloudEvents), d.Name),
+			}
+		}
+	}
+	return out, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // parseTopics decodes the topics: list of the file.

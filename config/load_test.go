@@ -468,6 +468,33 @@ func TestBuildDefaultTopicsAndSinks(t *testing.T) {
 
 	c, err = Load(writeConfig(t, "topics:\n  - {name: src.public.customers, format: json, key_strategy: content-hash, type_pointer: /t, subject_pointer: /s}\n"), nil, ext)
 	require.NoError(t, err)
-	require.Equal(t, FormatJSON, c.TopicSettings("src.public.customers").Format, "the file's list replaces the build's")
+	require.Equal(t, FormatJSON, c.TopicSettings("src.public.customers").Format, "the file's entry wins over the build's of the same name")
 	require.Len(t, c.Topics, 1)
+
+	// A file's entries for other topics stand beside the build's.
+	c, err = Load(writeConfig(t, "kafka:\n  topics: [src.public.customers, orders]\ntopics:\n  - {name: orders}\n"), nil, ext)
+	require.NoError(t, err)
+	require.Equal(t, FormatDebezium, c.TopicSettings("src.public.customers").Format)
+
+	// The topic renamed from the environment: refused, naming both, rather
+	// than read as CloudEvents.
+	t.Setenv("EFFECTIVELY_KAFKA_TOPICS", "prod.public.customers")
+	_, err = Load("", nil, ext)
+	require.ErrorContains(t, err, "prod.public.customers")
+	require.ErrorContains(t, err, "default settings are for topic src.public.customers (format debezium)")
+
+	// A deployment consuming a subset of the build's topics.
+	two := Extension{Defaults: func(c *Config) {
+		c.Kafka.Topics = []string{"a", "b"}
+		c.Topics = []Topic{{Name: "a", Format: FormatDebezium}, {Name: "b", Format: FormatDebezium}}
+	}}
+	t.Setenv("EFFECTIVELY_KAFKA_TOPICS", "a")
+	c, err = Load("", nil, two)
+	require.NoError(t, err)
+	require.Equal(t, []Topic{{Name: "a", Format: FormatDebezium}}, c.Topics)
+}
+
+func TestDebeziumTopicRefusesRequireSubject(t *testing.T) {
+	_, err := Load(writeConfig(t, "kafka:\n  topics: [src]\ntopics:\n  - {name: src, format: debezium, require_subject: true}\n"), nil)
+	require.ErrorContains(t, err, "require_subject")
 }

@@ -549,6 +549,9 @@ func (c Config) validateTopic(v *validator, prefix string, raw Topic) {
 					add(p.field, p.value, "format debezium maps every change event the same way (the row key, the log position, the table and op)", `"" (remove it)`)
 				}
 			}
+			if t.RequireSubject {
+				add("require_subject", "true", "format debezium always has a subject: the row key, from the record key (a record without one is dead-lettered as missing_subject)", `false (remove it)`)
+			}
 		case t.Format == FormatCloudEvents:
 			for _, p := range pointers[:4] {
 				if p.value != "" {
