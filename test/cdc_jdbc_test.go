@@ -44,8 +44,9 @@ import (
 //  2. Staleness: both sinks run at once while more changes stream and
 //     Kafka Connect (hosting the source connector and the JDBC sink) and
 //     the effectively worker are SIGKILLed and restarted; a sampler per
-//     target reads every row every 200 ms. effectively must show no stale
-//     row; the JDBC sink's are reported, not asserted.
+//     target reads every row every 200 ms. Half of these changes go to
+//     1,000 hot rows. effectively must show no stale row; the JDBC sink's
+//     are reported, not asserted.
 func TestCDCBesideJDBCSink(t *testing.T) {
 	src := newCDCSource(t)
 	ctx := context.Background()
@@ -129,7 +130,11 @@ INSERT INTO %[1]s (id, name, status) SELECT g, 'customer ' || g, 'new' FROM gene
 	}
 	// Connect at 1/5 and 3/5 of the stream, the worker at 2/5 and 4/5.
 	kills := []func(){func() { killConnect(t) }, restartWorker, func() { killConnect(t) }, restartWorker}
+	// Half the changes on a few hot rows, as an application's busy rows
+	// are: a row changed twice within the second a restarted task re-reads
+	// is one a last-writer-wins sink can show older again.
 	streamed := ops / 2
+	ch.hot = besideHotRows
 	ch.apply(t, streamed, besidePace, func(done int) {
 		for len(kills) > 0 && done >= (5-len(kills))*streamed/5 {
 			kills[0]()
@@ -167,8 +172,8 @@ INSERT INTO %[1]s (id, name, status) SELECT g, 'customer ' || g, 'new' FROM gene
 	}
 	fmt.Fprintf(&b, "  ratio effectively / JDBC sink (records/s): %.2f from start, %.2f from the first row\n",
 		jdbcTotal.Seconds()/effTotal.Seconds(), jdbcApplying.Seconds()/effApplying.Seconds())
-	fmt.Fprintf(&b, "staleness: both at once, %d more changes (%d deletes) at %d/s; Connect SIGKILLed 2 times, the worker 2 times;\n",
-		ch.changes-changes, ch.deletes-deletes, besidePace)
+	fmt.Fprintf(&b, "staleness: both at once, %d more changes (%d deletes) at %d/s, half of them on %d hot rows; Connect SIGKILLed 2 times, the worker 2 times;\n",
+		ch.changes-changes, ch.deletes-deletes, besidePace, besideHotRows)
 	fmt.Fprintf(&b, "  %d records on the topic, %d of them re-sent by Debezium after Connect's kills\n", total, resent)
 	fmt.Fprintf(&b, "  %-12s %8s %16s %13s %14s\n", "target", "samples", "stale rows seen", "distinct ids", "stale samples")
 	for _, s := range []struct {
@@ -192,6 +197,9 @@ const (
 	// besidePace is the change rate of the staleness phase: both sinks keep
 	// up, so what they show is the stream's present, not a backlog.
 	besidePace = 2500
+	// besideHotRows is how many rows take half the staleness phase's
+	// changes.
+	besideHotRows = 1000
 )
 
 // debeziumWithSchemas registers a Debezium PostgreSQL connector for table
@@ -293,8 +301,9 @@ type changer struct {
 	table, seq string
 	rng        *rand.Rand
 	nextID     int64
-	changes    int // rows changed so far
-	deletes    int // rows deleted so far (each leaves a tombstone on the topic)
+	hot        int64 // when set, half the changes go to one of the rows 1..hot
+	changes    int   // rows changed so far
+	deletes    int   // rows deleted so far (each leaves a tombstone on the topic)
 }
 
 // apply makes n changes, at most perSecond a second (0: as fast as the
@@ -311,6 +320,9 @@ func (c *changer) apply(t *testing.T, n, perSecond int, after func(done int)) {
 		for i := 0; i < 50 && done < n; i++ {
 			done++
 			id := 1 + c.rng.Int64N(c.nextID-1)
+			if c.hot > 0 && c.rng.IntN(2) == 0 {
+				id = 1 + c.rng.Int64N(c.hot)
+			}
 			var tag interface{ RowsAffected() int64 }
 			switch r := c.rng.IntN(100); {
 			case r < 70:
