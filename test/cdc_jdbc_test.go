@@ -204,47 +204,12 @@ const (
 
 // debeziumWithSchemas registers a Debezium PostgreSQL connector for table
 // that writes JSON with schemas (the JDBC sink needs them; effectively's
-// debezium format reads the envelope too) and returns its topic. The
-// connector, its slot, its publication and the topic are removed when the
-// test ends.
+// debezium format reads the envelope too) and returns its topic.
 func debeziumWithSchemas(t *testing.T, src *cdcSource, name, table string) string {
 	t.Helper()
-	u, err := url.Parse(src.url)
-	require.NoError(t, err)
-	pw, _ := u.User.Password()
-	prefix, slot := name, strings.ReplaceAll(name, "-", "_")
-	topic := prefix + ".public." + table
-	// Registered first, so it runs after the connector is deleted: an
-	// active slot cannot be dropped.
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-			if _, err := src.pool.Exec(ctx, `SELECT pg_drop_replication_slot($1) WHERE EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, slot); err == nil {
-				break
-			}
-		}
-		_, _ = src.pool.Exec(ctx, `DROP PUBLICATION IF EXISTS `+pgx.Identifier{slot}.Sanitize())
-		_, _ = kafkatest.Admin(t).DeleteTopics(ctx, topic)
-	})
-	registerConnector(t, src.connect, name, withJSONSchemas(map[string]string{
-		"connector.class":                           "io.debezium.connector.postgresql.PostgresConnector",
-		"database.hostname":                         u.Hostname(),
-		"database.port":                             u.Port(),
-		"database.user":                             u.User.Username(),
-		"database.password":                         pw,
-		"database.dbname":                           strings.TrimPrefix(u.Path, "/"),
-		"topic.prefix":                              prefix,
-		"plugin.name":                               "pgoutput",
-		"slot.name":                                 slot,
-		"publication.name":                          slot,
-		"publication.autocreate.mode":               "filtered",
-		"table.include.list":                        "public." + table,
-		"snapshot.mode":                             "initial",
-		"tombstones.on.delete":                      "true",
-		"topic.creation.default.partitions":         strconv.Itoa(besidePartitions),
-		"topic.creation.default.replication.factor": "1",
+	return src.connector(t, name, name, table, withJSONSchemas(map[string]string{
+		"topic.creation.default.partitions": strconv.Itoa(besidePartitions),
 	}))
-	return topic
 }
 
 // withJSONSchemas sets a connector's converters to JSON with the schema

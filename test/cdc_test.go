@@ -1,9 +1,7 @@
 package test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -58,14 +56,29 @@ func newCDCSource(t *testing.T) *cdcSource {
 }
 
 // connector registers a Debezium PostgreSQL connector for table, writing
-// to <prefix>.public.<table> with converters (nil: JSON without schemas),
-// and removes it, its slot and its publication when the test ends.
-func (c *cdcSource) connector(t *testing.T, name, prefix, table string, converters map[string]string) {
+// to <prefix>.public.<table> with its settings overridden by extra (nil:
+// JSON without schemas, 4 partitions), and returns the topic. The
+// connector, its slot, its publication and the topic are removed when the
+// test ends.
+func (c *cdcSource) connector(t *testing.T, name, prefix, table string, extra map[string]string) string {
 	t.Helper()
 	u, err := url.Parse(c.url)
 	require.NoError(t, err)
 	pw, _ := u.User.Password()
 	slot := strings.ReplaceAll(name, "-", "_")
+	topic := prefix + ".public." + table
+	// Registered before the connector, so it runs after the connector is
+	// deleted: an active slot cannot be dropped.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+			if _, err := c.pool.Exec(ctx, `SELECT pg_drop_replication_slot($1) WHERE EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, slot); err == nil {
+				break
+			}
+		}
+		_, _ = c.pool.Exec(ctx, `DROP PUBLICATION IF EXISTS `+pgx.Identifier{slot}.Sanitize())
+		_, _ = kafkatest.Admin(t).DeleteTopics(ctx, topic)
+	})
 	cfg := map[string]string{
 		"connector.class":                           "io.debezium.connector.postgresql.PostgresConnector",
 		"database.hostname":                         u.Hostname(),
@@ -88,30 +101,9 @@ func (c *cdcSource) connector(t *testing.T, name, prefix, table string, converte
 		"value.converter":                           "org.apache.kafka.connect.json.JsonConverter",
 		"value.converter.schemas.enable":            "false",
 	}
-	maps.Copy(cfg, converters)
-	body, err := json.Marshal(map[string]any{"name": name, "config": cfg})
-	require.NoError(t, err)
-	resp, err := http.Post(c.connect+"/connectors", "application/json", bytes.NewReader(body))
-	require.NoError(t, err)
-	var answer bytes.Buffer
-	_, _ = answer.ReadFrom(resp.Body)
-	resp.Body.Close()
-	require.Equal(t, http.StatusCreated, resp.StatusCode, "registering connector %s: %s", name, answer.String())
-	t.Cleanup(func() {
-		req, _ := http.NewRequest(http.MethodDelete, c.connect+"/connectors/"+name, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-		ctx := context.Background()
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-			if _, err := c.pool.Exec(ctx, `SELECT pg_drop_replication_slot($1) WHERE EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, slot); err == nil {
-				break
-			}
-		}
-		_, _ = c.pool.Exec(ctx, `DROP PUBLICATION IF EXISTS `+pgx.Identifier{slot}.Sanitize())
-		adm := kafkatest.Admin(t)
-		_, _ = adm.DeleteTopics(ctx, prefix+".public."+table)
-	})
+	maps.Copy(cfg, extra)
+	registerConnector(t, c.connect, name, cfg)
+	return topic
 }
 
 // killConnect SIGKILLs the Kafka Connect worker and starts it again: its
