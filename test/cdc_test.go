@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/effectively-io/effectively/internal/apitest"
 	"github.com/effectively-io/effectively/internal/kafkatest"
 	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/internal/proctest"
@@ -238,7 +238,7 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 	src.connector(t, prefix, prefix, table, converters)
 
 	stock := newCDCTarget(t, binary, customersConfig(t, topic, table), prefix, workerEnv...)
-	notify := newNotifyReceiver(t)
+	notify := apitest.NewReceiver(t, "/notifications", http.StatusAccepted)
 	goConfig := filepath.Join(t.TempDir(), "customers-go.yaml")
 	require.NoError(t, os.WriteFile(goConfig, fmt.Appendf(nil, "kafka:\n  topics: [%s]\ntopics:\n  - {name: %s, format: debezium}\n", topic, topic), 0o600))
 	goBuild := newCDCTarget(t, exampleBuild(t, "customers-go"), goConfig, prefix+"-go", append([]string{
@@ -362,10 +362,10 @@ FULL JOIN (SELECT id, count(*) AS n FROM customer_changes GROUP BY id) h USING (
 	})
 	var intents, distinctIntents int64
 	require.NoError(t, goBuild.db.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT event_key) FROM outbox WHERE operation = 'customer.shipped'`).Scan(&intents, &distinctIntents))
-	t.Logf("notifications: %d transitions, %d intents, %d calls received under %d idempotency keys", shipped, intents, notify.calls(), notify.distinctKeys())
+	t.Logf("notifications: %d transitions, %d intents, %d calls received under %d idempotency keys", shipped, intents, notify.Calls(), notify.DistinctKeys())
 	require.Equal(t, int64(shipped), intents, "one notification intent per transition to shipped")
 	require.Equal(t, intents, distinctIntents)
-	require.Equal(t, shipped, notify.distinctKeys(), "each transition reached the notify API under an idempotency key of its own")
+	require.Equal(t, shipped, notify.DistinctKeys(), "each transition reached the notify API under an idempotency key of its own")
 }
 
 // cdcTarget is one worker (the stock binary or a Go build) replicating the
@@ -418,47 +418,6 @@ func (tg *cdcTarget) kill(t *testing.T) {
 	t.Helper()
 	tg.worker.Signal(t, syscall.SIGKILL)
 	tg.worker.Wait(t, time.Minute)
-}
-
-// notifyReceiver is the notify API: it honours Idempotency-Key, counting
-// the calls made under each.
-type notifyReceiver struct {
-	*httptest.Server
-	mu   sync.Mutex
-	keys map[string]int
-}
-
-func newNotifyReceiver(t *testing.T) *notifyReceiver {
-	n := &notifyReceiver{keys: map[string]int{}}
-	n.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("Idempotency-Key")
-		if r.Method != http.MethodPost || r.URL.Path != "/notifications" || key == "" {
-			http.Error(w, "want POST /notifications with an Idempotency-Key", http.StatusBadRequest)
-			return
-		}
-		n.mu.Lock()
-		n.keys[key]++
-		n.mu.Unlock()
-		w.WriteHeader(http.StatusAccepted)
-	}))
-	t.Cleanup(n.Close)
-	return n
-}
-
-func (n *notifyReceiver) distinctKeys() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return len(n.keys)
-}
-
-func (n *notifyReceiver) calls() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	total := 0
-	for _, c := range n.keys {
-		total += c
-	}
-	return total
 }
 
 func envInt(name string, def int) int {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/examples/orders-go/workload"
+	"github.com/effectively-io/effectively/internal/apitest"
 	"github.com/effectively-io/effectively/internal/kafkatest"
 	"github.com/effectively-io/effectively/internal/pgtest"
 	"github.com/effectively-io/effectively/internal/proctest"
@@ -51,7 +51,7 @@ func TestOrdersOnTheRealStack(t *testing.T) {
 	topic := kafkatest.NewTopic(t, 8)
 	group := kafkatest.NewGroup(t)
 	kafkatest.DeleteOnCleanup(t, topic+".dlq") // the dead-letter relay's topic
-	wh := newWarehouse(t)
+	wh := apitest.NewReceiver(t, "/reservations", http.StatusCreated)
 	env := []string{
 		"EFFECTIVELY_KAFKA_BROKERS=" + strings.Join(kafkatest.Brokers(t), ","),
 		"EFFECTIVELY_KAFKA_GROUP=" + group,
@@ -126,7 +126,7 @@ func TestOrdersOnTheRealStack(t *testing.T) {
 	require.EqualValues(t, exp.Placed, db.Count(t, `SELECT count(*) FROM outbox WHERE operation = $1 AND state = 'sent'`, OpReserve))
 	// The warehouse saw every reservation, each under one idempotency key
 	// (a repeat after a kill reuses it).
-	require.Equal(t, exp.Placed, wh.distinctKeys())
+	require.Equal(t, exp.Placed, wh.DistinctKeys())
 
 	// Every poison record is a dead letter at its origin with its reason:
 	// `orders dlq list --json`.
@@ -207,7 +207,7 @@ func TestOrdersOnTheRealStack(t *testing.T) {
 
 	t.Logf("figures: %d records (%d distinct, %d duplicates, %d swapped, %d stale, %d lines early, %d poison), 3 workers, %d SIGKILLs, %d restarts, %d position samples never backwards, claims %v, %d reservations (%d warehouse calls), %s",
 		len(stream), exp.Distinct, exp.Duplicates, exp.OutOfOrder, exp.Stale, exp.LinesEarly, len(poison), kills, f.restarts(), samples,
-		rep.Claims, rep.Intents, wh.calls(), time.Since(began).Round(time.Second))
+		rep.Claims, rep.Intents, wh.Calls(), time.Since(began).Round(time.Second))
 }
 
 // poisonRecord is a bad record injected into the stream and the dead-letter
@@ -322,47 +322,6 @@ func producePaced(t *testing.T, stream []*kgo.Record) []*kgo.Record {
 		time.Sleep(150 * time.Millisecond)
 	}
 	return stream
-}
-
-// warehouse is a stand-in for the warehouse API: it counts calls by
-// Idempotency-Key.
-type warehouse struct {
-	*httptest.Server
-	mu   sync.Mutex
-	keys map[string]int
-}
-
-func newWarehouse(t *testing.T) *warehouse {
-	w := &warehouse{keys: map[string]int{}}
-	w.Server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("Idempotency-Key")
-		if r.Method != http.MethodPost || r.URL.Path != "/reservations" || key == "" {
-			http.Error(rw, "want POST /reservations with an Idempotency-Key", http.StatusBadRequest)
-			return
-		}
-		w.mu.Lock()
-		w.keys[key]++
-		w.mu.Unlock()
-		rw.WriteHeader(http.StatusCreated)
-	}))
-	t.Cleanup(w.Close)
-	return w
-}
-
-func (w *warehouse) distinctKeys() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.keys)
-}
-
-func (w *warehouse) calls() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for _, c := range w.keys {
-		n += c
-	}
-	return n
 }
 
 // fleet is n `orders run` processes; a supervisor restarts any that ends.
