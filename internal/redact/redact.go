@@ -166,8 +166,10 @@ var (
 	// dsnPassword matches password=... in a libpq keyword/value DSN, quoted
 	// or not.
 	dsnPassword = regexp.MustCompile(`(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)`)
-	// urlUserinfo matches the userinfo of a URL net/url cannot parse.
-	urlUserinfo = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.\-]*://)([^/?#@\s]*)@`)
+	// urlUserinfo matches the userinfo of a URL net/url cannot parse: up to
+	// the authority's last '@', as net/url reads it, so that what this
+	// leaves parses to the same user ("a://%@@" is user "%@").
+	urlUserinfo = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.\-]*://)([^/?#\s]*)@`)
 	// urlParam matches a name=value pair of a query or fragment net/url
 	// cannot parse.
 	urlParam = regexp.MustCompile(`([?&;#])([^=&;#?\s]*)=([^&;#\s]*)`)
