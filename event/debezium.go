@@ -19,14 +19,22 @@ import (
 //     record by the row's primary key): the value of a one-column key
 //     ({"id": 42} → "42"), the canonical JSON of a wider one.
 //   - Version: the change's position in the source's log, source.lsn for
-//     PostgreSQL. A row's changes are serialised by its lock, so a later
-//     change of one row always has a higher LSN. A snapshot read carries
-//     the snapshot's LSN: for the initial snapshot on a new replication
-//     slot, below every change streamed after it (creating the slot waits
-//     for the transactions in flight, which the snapshot then sees).
+//     PostgreSQL, with every streamed change (c, u, d) ranked above every
+//     snapshot read (r): a streamed change's version is StreamedVersion +
+//     its LSN, a read's is its LSN. A row's streamed changes are
+//     serialised by its lock, so a later one has a higher LSN. A read
+//     carries the snapshot's LSN, and that is not below every change
+//     streamed after it: a transaction that began while the slot was
+//     being created and commits after its consistent point is not in the
+//     snapshot, is streamed, and its changes can carry LSNs below the
+//     snapshot's (PostgreSQL's snapbuild.c). By LSN alone such a change
+//     would be stale against the read, and the replica would keep the
+//     older row.
 //   - Type: "<schema>.<table>.<create|update|delete|read>" from source and
 //     op (read: a snapshot row).
-//   - Source: "<connector name>.<schema>.<table>"; ID: "<lsn>:<subject>".
+//   - Source: "<connector name>.<schema>.<table>"; ID:
+//     "<version>:<subject>" (a read and a streamed change at one LSN are
+//     two events).
 //   - Key (StrategyPosition): the source, the position and the row: a
 //     change re-sent after the connector restarts from its last committed
 //     offset is a duplicate.
@@ -45,6 +53,13 @@ const FormatDebezium = "debezium"
 // StrategyPosition keys a change event by its source, its position in the
 // source's log and its row.
 const StrategyPosition = "position"
+
+// StreamedVersion is added to the LSN of a streamed change (op c, u or d)
+// to make its version: 10^18, so the version reads as a 1 followed by the
+// LSN in 18 digits, and every streamed change outranks every snapshot
+// read, whose version is its LSN. An LSN of 10^18 or more (an exabyte of
+// write-ahead log) is refused as invalid_version.
+const StreamedVersion int64 = 1_000_000_000_000_000_000
 
 // SkipError reports a record that is not an event and needs no effect: a
 // Debezium tombstone. It is neither dead-lettered nor retried; the record
@@ -135,9 +150,13 @@ func (d *Decoder) decodeDebezium(ctx context.Context, r Record) (Event, error) {
 		return Event{}, decodeErr(ReasonNotDebezium, "the change event's source names no table")
 	}
 	var ev Event
-	ev.Version, err = debeziumPosition(doc, src)
+	lsn, err := debeziumPosition(doc, src)
 	if err != nil {
 		return Event{}, err
+	}
+	ev.Version = lsn
+	if verb != "read" {
+		ev.Version += StreamedVersion
 	}
 	scope := table
 	if schema != "" {
@@ -185,7 +204,7 @@ func (d *Decoder) decodeDebezium(ctx context.Context, r Record) (Event, error) {
 		v := member(p, m)
 		switch {
 		case m == "source":
-			data = appendDebeziumSource(data, doc, src, ev.Version)
+			data = appendDebeziumSource(data, doc, src, lsn)
 		case v >= 0:
 			data = append(data, doc.raw(v)...)
 		default:
@@ -208,8 +227,8 @@ func (d *Decoder) decodeDebezium(ctx context.Context, r Record) (Event, error) {
 }
 
 // appendDebeziumSource appends the stable part of a change's source block:
-// where the change was made (db, schema, table) and its position (lsn,
-// the version, as a number whatever the converter wrote; txId likewise).
+// where the change was made (db, schema, table) and its position (lsn, as
+// a number whatever the converter wrote; txId likewise).
 func appendDebeziumSource(b []byte, doc *jsonDoc, src int, lsn int64) []byte {
 	b = append(b, '{')
 	for _, name := range [...]string{"db", "schema", "table"} {
@@ -285,23 +304,29 @@ func debeziumPayload(doc *jsonDoc, v int) (int, error) {
 	return 0, decodeErr(ReasonNotDebezium, "the payload is %s, not a change event object", article(doc.kind(payload)))
 }
 
-// debeziumPosition is the change's position: source.lsn, an integer ≥ 1.
-func debeziumPosition(doc *jsonDoc, src int) (int64, error) {
-	lsn, ok := doc.member(src, "lsn")
+// debeziumPosition is the change's position: source.lsn, an integer from 1
+// to StreamedVersion - 1.
+func debeziumPosition(doc *jsonDoc, src int) (lsn int64, err error) {
+	defer func() {
+		if err == nil && lsn >= StreamedVersion {
+			lsn, err = 0, decodeErr(ReasonInvalidVersion, "source.lsn %d is beyond the positions read (below 10^18)", lsn)
+		}
+	}()
+	v, ok := doc.member(src, "lsn")
 	if !ok {
-		lsn = -1
+		v = -1
 	}
-	if lsn < 0 || doc.kind(lsn) == KindNull {
+	if v < 0 || doc.kind(v) == KindNull {
 		return 0, decodeErr(ReasonInvalidVersion, "the change event's source has no lsn: only PostgreSQL change events (debezium-connector-postgres) are read")
 	}
 	switch {
-	case doc.isInteger(lsn):
-		return parseVersion(doc.integer(lsn))
-	case doc.kind(lsn) == KindString && isDigits(doc.str(lsn)):
+	case doc.isInteger(v):
+		return parseVersion(doc.integer(v))
+	case doc.kind(v) == KindString && isDigits(doc.str(v)):
 		// A 64-bit integer in Protobuf's JSON mapping.
-		return parseVersion(doc.str(lsn))
+		return parseVersion(doc.str(v))
 	}
-	return 0, decodeErr(ReasonInvalidVersion, "source.lsn %s is not an integer", Excerpt(doc.head(lsn)))
+	return 0, decodeErr(ReasonInvalidVersion, "source.lsn %s is not an integer", Excerpt(doc.head(v)))
 }
 
 // debeziumSubject is the row's key from the record key: the value of a
@@ -360,6 +385,9 @@ type Change struct {
 	Before, After Value
 	// Source is Debezium's source block: db, schema, table, lsn, txId.
 	Source Value
+	// LSN is source.lsn, the change's position in the source's log (the
+	// event's Version is StreamedVersion + LSN for a streamed change).
+	LSN int64
 }
 
 // Change returns the change event's operation and row images. It fails
@@ -377,5 +405,8 @@ func (ev Event) Change() (Change, error) {
 	c.Before, _ = doc.Get("before")
 	c.After, _ = doc.Get("after")
 	c.Source, _ = doc.Get("source")
+	if lsn, ok := c.Source.Get("lsn"); ok {
+		c.LSN, _ = strconv.ParseInt(string(lsn.Raw()), 10, 64)
+	}
 	return c, nil
 }

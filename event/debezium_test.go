@@ -47,6 +47,7 @@ func debeziumDecodeCases() []decodeCase {
 		{name: "debezium: no op", cfg: cfg, rec: dbzRecord(strings.Replace(dbzUpdate, `"op":"u"`, `"opx":"u"`, 1)), reason: ReasonNotDebezium},
 		{name: "debezium: unknown op", cfg: cfg, rec: dbzRecord(strings.Replace(dbzUpdate, `"op":"u"`, `"op":"x"`, 1)), reason: ReasonNotDebezium},
 		{name: "debezium: no lsn (another connector)", cfg: cfg, rec: dbzRecord(strings.Replace(dbzUpdate, `"lsn":24263856`, `"pos":1`, 1)), reason: ReasonInvalidVersion},
+		{name: "debezium: an lsn beyond 10^18", cfg: cfg, rec: dbzRecord(strings.Replace(dbzUpdate, `"lsn":24263856`, `"lsn":1000000000000000000`, 1)), reason: ReasonInvalidVersion},
 		{name: "debezium: no key", cfg: cfg, rec: Record{Value: []byte(dbzUpdate)}, reason: ReasonMissingSubject},
 		{name: "debezium: not JSON", cfg: cfg, rec: dbzRecord(`{"op":`), reason: ReasonNotJSON},
 	}
@@ -97,6 +98,26 @@ func TestDebeziumChangeEvents(t *testing.T) {
 	require.Equal(t, "1", wrapped.Subject)
 }
 
+// A transaction that began while the replication slot was being created
+// and commits after its consistent point is streamed, not in the
+// snapshot, and its changes can carry LSNs at or below the snapshot's
+// (snapbuild.c): it must still outrank the snapshot's read of the row, or
+// the replica keeps the older row. And a read and a change at one LSN are
+// two events, not one event sent twice with different data (a conflict).
+func TestDebeziumStreamedChangeOutranksTheSnapshot(t *testing.T) {
+	d := dbzDecoder(t)
+	snap, err := d.Decode(dbzRecord(dbzSnapshot)) // lsn 24261168
+	require.NoError(t, err)
+	for _, lsn := range []string{"24261000", "24261168", "1"} {
+		up, err := d.Decode(dbzRecord(strings.Replace(dbzUpdate, `"lsn":24263856`, `"lsn":`+lsn, 1)))
+		require.NoError(t, err)
+		require.Greater(t, up.Version, snap.Version, "a streamed change at lsn %s outranks the snapshot's read", lsn)
+		require.NotEqual(t, snap.Key, up.Key, "lsn %s", lsn)
+		require.NotEqual(t, snap.ID, up.ID, "lsn %s", lsn)
+	}
+	require.Equal(t, int64(24261168), snap.Version, "a read's version is its LSN")
+}
+
 func TestDebeziumSkipsWhatChangesNoRow(t *testing.T) {
 	d := dbzDecoder(t)
 	for name, r := range map[string]Record{
@@ -135,6 +156,7 @@ func TestDebeziumChangeForHandlers(t *testing.T) {
 	c, err := up.Change()
 	require.NoError(t, err)
 	require.Equal(t, "u", c.Op)
+	require.Equal(t, int64(24263856), c.LSN)
 	was, _ := c.Before.Get("status")
 	is, _ := c.After.Get("status")
 	require.Equal(t, []string{"new", "active"}, []string{was.Text(), is.Text()}, "a transition, as a handler sees it")
@@ -213,7 +235,7 @@ message Source { string name = 1; string schema = 2; string table = 3; int64 lsn
 	require.NoError(t, err)
 	require.Equal(t, "public.customers.update", ev.Type)
 	require.Equal(t, "1", ev.Subject)
-	require.Equal(t, int64(24263856), ev.Version)
+	require.Equal(t, StreamedVersion+24263856, ev.Version)
 	require.Equal(t, fromJSON.Key, ev.Key, "the same change, whichever converter wrote it, is one event")
 	require.Equal(t, FormatAvro, ev.Wire.Format)
 	require.Equal(t, 10, ev.Wire.SchemaID)
@@ -239,7 +261,7 @@ message Source { string name = 1; string schema = 2; string table = 3; int64 lsn
 	require.NoError(t, err)
 	ev, err = d.Decode(Record{Key: wire(13, []int{0}, key), Value: wire(12, []int{0}, value)})
 	require.NoError(t, err)
-	require.Equal(t, []any{"public.customers.create", "7", int64(24270000), FormatProtobuf},
+	require.Equal(t, []any{"public.customers.create", "7", StreamedVersion + 24270000, FormatProtobuf},
 		[]any{ev.Type, ev.Subject, ev.Version, ev.Wire.Format}, "Protobuf: the int64 position is a decimal string in its JSON mapping")
 
 	// The record's fault: an unknown schema; not the record's: the

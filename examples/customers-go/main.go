@@ -146,7 +146,7 @@ func handleChange(_ context.Context, fx *handlers.Effects, ev event.Event) error
 	if id == nil {
 		id = before
 	}
-	if err := fx.InsertOnce(changesTable, ev.Key, id.ID, ev.Version, ch.Op, status, 1); err != nil {
+	if err := fx.InsertOnce(changesTable, ev.Key, id.ID, ch.LSN, ch.Op, status, 1); err != nil {
 		return err
 	}
 	if ch.Op == "u" && after.Status == StatusShipped && (before == nil || before.Status != StatusShipped) {

@@ -10,6 +10,7 @@ import (
 	"github.com/effectively-io/effectively/config"
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/effectivelytest"
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/customers"
 )
 
@@ -59,7 +60,7 @@ func TestChangesWithTheKit(t *testing.T) {
 		got = append(got, fmt.Sprintf("%d@%d:%s", id, version, status))
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"1@300:shipped", "3@500:new"}, got)
+	require.Equal(t, []string{fmt.Sprintf("1@%d:shipped", event.StreamedVersion+300), fmt.Sprintf("3@%d:new", event.StreamedVersion+500)}, got)
 
 	var changes int
 	require.NoError(t, kit.Pool.QueryRow(t.Context(), `SELECT count(*) FROM customer_changes`).Scan(&changes))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/effectively-io/effectively/dedupe"
 	"github.com/effectively-io/effectively/effectivelytest"
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/examples/customers"
 	"github.com/effectively-io/effectively/service"
 )
@@ -43,6 +44,8 @@ func TestSinksOverChangeEvents(t *testing.T) {
 		effectivelytest.Record{Key: []byte(`{"id":2}`)},         // its tombstone: skipped
 		change("u", 2, 150, 5, row(2, "new"), row(2, "late")),   // older than the delete: stale
 		change("c", 3, 500, 6, nil, row(3, "new")),              // insert
+		change("r", 4, 1000, 7, nil, row(4, "new")),             // snapshot
+		change("u", 4, 900, 8, row(4, "new"), row(4, "moved")),  // committed after the snapshot, begun before it: a lower LSN
 	)
 	require.Equal(t, 1, res.Counts[dedupe.Duplicate], "the re-sent change")
 	require.Equal(t, 1, res.Counts[dedupe.Skipped], "the tombstone")
@@ -58,11 +61,17 @@ func TestSinksOverChangeEvents(t *testing.T) {
 		got = append(got, fmt.Sprintf("%d@%d:%s", id, version, status))
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"1@300:vip", "3@500:new"}, got, "each row at its newest change; the deleted one gone, not brought back by an older change")
+	streamed := func(lsn int64) int64 { return event.StreamedVersion + lsn }
+	require.Equal(t, []string{
+		fmt.Sprintf("1@%d:vip", streamed(300)), fmt.Sprintf("3@%d:new", streamed(500)), fmt.Sprintf("4@%d:moved", streamed(900)),
+	}, got, "each row at its newest change; the deleted one gone, not brought back by an older change; a streamed change over the snapshot's read whatever its LSN")
+	var lsns []int64
+	require.NoError(t, kit.Pool.QueryRow(t.Context(), `SELECT array_agg(lsn ORDER BY lsn) FROM customer_changes WHERE id = 1`).Scan(&lsns))
+	require.Equal(t, []int64{100, 200, 300}, lsns, "the history's lsn is source.lsn")
 
 	var changes int
 	require.NoError(t, kit.Pool.QueryRow(t.Context(), `SELECT count(*) FROM customer_changes`).Scan(&changes))
-	require.Equal(t, 7, changes, "one history row per distinct change (the re-sent one and the tombstone write none)")
+	require.Equal(t, 9, changes, "one history row per distinct change (the re-sent one and the tombstone write none)")
 	var counts []string
 	rows, err = kit.Pool.Query(t.Context(), `SELECT id, changes FROM customer_change_counts ORDER BY id`)
 	require.NoError(t, err)
@@ -72,5 +81,5 @@ func TestSinksOverChangeEvents(t *testing.T) {
 		counts = append(counts, fmt.Sprintf("%d:%d", id, n))
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"1:3", "2:3", "3:1"}, counts, "each customer's changes, each counted once")
+	require.Equal(t, []string{"1:3", "2:3", "3:1", "4:2"}, counts, "each customer's changes, each counted once")
 }
