@@ -69,7 +69,8 @@ chaos:
 ## Kafka Connect 4.4 with Debezium's PostgreSQL connector; a table is snapshotted and changed while Connect and the workers (the stock
 ## binary with config-only sinks and the examples/customers-go build with handlers and an outbox) are SIGKILLed, once as JSON and once
 ## as Avro through the registry (a fifth of the size); each replica must equal the source by digest, never regress, keep one history
-## row per change and send one notification per status transition. CDC_ROWS, CDC_CHANGES size it.
+## row per change and send one notification per status transition. And a transaction begun while the slot is created, committed
+## after the snapshot (streamed with an LSN below the snapshot's reads), must reach the replica. CDC_ROWS, CDC_CHANGES size it.
 CDC_ROWS ?= 100000
 CDC_CHANGES ?= 240000
 cdc:
