@@ -306,27 +306,25 @@ func debeziumPayload(doc *jsonDoc, v int) (int, error) {
 
 // debeziumPosition is the change's position: source.lsn, an integer from 1
 // to StreamedVersion - 1.
-func debeziumPosition(doc *jsonDoc, src int) (lsn int64, err error) {
-	defer func() {
-		if err == nil && lsn >= StreamedVersion {
-			lsn, err = 0, decodeErr(ReasonInvalidVersion, "source.lsn %d is beyond the positions read (below 10^18)", lsn)
-		}
-	}()
+func debeziumPosition(doc *jsonDoc, src int) (int64, error) {
 	v, ok := doc.member(src, "lsn")
-	if !ok {
-		v = -1
-	}
-	if v < 0 || doc.kind(v) == KindNull {
+	if !ok || doc.kind(v) == KindNull {
 		return 0, decodeErr(ReasonInvalidVersion, "the change event's source has no lsn: only PostgreSQL change events (debezium-connector-postgres) are read")
 	}
+	var digits string
 	switch {
 	case doc.isInteger(v):
-		return parseVersion(doc.integer(v))
+		digits = doc.integer(v)
 	case doc.kind(v) == KindString && isDigits(doc.str(v)):
-		// A 64-bit integer in Protobuf's JSON mapping.
-		return parseVersion(doc.str(v))
+		digits = doc.str(v) // a 64-bit integer in Protobuf's JSON mapping
+	default:
+		return 0, decodeErr(ReasonInvalidVersion, "source.lsn %s is not an integer", Excerpt(doc.head(v)))
 	}
-	return 0, decodeErr(ReasonInvalidVersion, "source.lsn %s is not an integer", Excerpt(doc.head(v)))
+	lsn, err := parseVersion(digits)
+	if err == nil && lsn >= StreamedVersion {
+		return 0, decodeErr(ReasonInvalidVersion, "source.lsn %d is beyond the positions read (below 10^18)", lsn)
+	}
+	return lsn, err
 }
 
 // debeziumSubject is the row's key from the record key: the value of a

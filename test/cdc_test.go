@@ -65,7 +65,7 @@ func (c *cdcSource) connector(t *testing.T, name, prefix, table string, extra ma
 	u, err := url.Parse(c.url)
 	require.NoError(t, err)
 	pw, _ := u.User.Password()
-	slot := strings.ReplaceAll(name, "-", "_")
+	slot := slotName(name)
 	topic := prefix + ".public." + table
 	// Registered before the connector, so it runs after the connector is
 	// deleted: an active slot cannot be dropped.
@@ -105,6 +105,9 @@ func (c *cdcSource) connector(t *testing.T, name, prefix, table string, extra ma
 	registerConnector(t, c.connect, name, cfg)
 	return topic
 }
+
+// slotName is the replication slot (and publication) of connector name.
+func slotName(name string) string { return strings.ReplaceAll(name, "-", "_") }
 
 // killConnect SIGKILLs the Kafka Connect worker and starts it again: its
 // connectors resume from their last committed offsets, re-sending what
@@ -530,7 +533,7 @@ INSERT INTO %[1]s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, 3) g
 	update(b, 3, "b")
 	prefix := "cx" + strconv.FormatUint(rand.Uint64()%1_000_000, 10)
 	topic := src.connector(t, prefix, prefix, table, nil)
-	slot := strings.ReplaceAll(prefix, "-", "_")
+	slot := slotName(prefix)
 	waitUntil(t, "the connector is creating its slot", 2*time.Minute, func(ctx context.Context) bool {
 		var n int
 		return src.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n) == nil && n == 1
