@@ -13,7 +13,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/effectively-io/effectively/internal/cetest"
@@ -123,19 +122,32 @@ func TestRecreatedTopicStopsUntilReplayed(t *testing.T) {
 	defer cancel()
 	_, err := adm.DeleteTopics(ctx, r.topic)
 	require.NoError(t, err)
+	var created kadm.CreateTopicResponse
 	waitUntil(t, "the topic is recreated", time.Minute, func(ctx context.Context) bool {
-		resp, err := adm.CreateTopic(ctx, 1, 1, nil, r.topic)
+		created, err = adm.CreateTopic(ctx, 1, 1, nil, r.topic)
 		if err == nil {
-			err = resp.Err
+			err = created.Err
 		}
 		return err == nil
 	})
-	// The first produce to a fresh topic can race its leader election.
-	waitUntil(t, "the new topic takes records", time.Minute, func(ctx context.Context) bool {
-		err := kafkatest.Producer(t).ProduceSync(ctx, cetest.Account(r.topic, "open-b-00", "account.opened", "b-00", 1, "n-b-00")).FirstErr()
-		return err == nil || !kerr.IsRetriable(err)
+	// The broker applies the controller's metadata on its own time: until
+	// it serves the new topic's ID with a leader, a produce can still land
+	// in the old, deleted log (and is gone with it).
+	waitUntil(t, "the broker serves the new topic", time.Minute, func(ctx context.Context) bool {
+		md, err := adm.Metadata(ctx, r.topic)
+		if err != nil {
+			return false
+		}
+		d, ok := md.Topics[r.topic]
+		return ok && d.Err == nil && d.ID == created.ID && len(d.Partitions) == 1 &&
+			d.Partitions[0].Err == nil && d.Partitions[0].Leader >= 0
 	})
-	r.produceAccounts(t, accountIDs("b", 1, 3)...)
+	r.produceAccounts(t, accountIDs("b", 0, 3)...)
+	ends, err := adm.ListEndOffsets(ctx, r.topic)
+	require.NoError(t, err)
+	end, _ := ends.Lookup(r.topic, 0)
+	require.NoError(t, end.Err)
+	require.Equal(t, int64(3), end.Offset, "the new log holds the three records")
 
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	w := r.startedWorker(t, "EFFECTIVELY_HTTP_ADDR="+addr)
