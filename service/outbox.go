@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -121,34 +122,53 @@ it with a 4xx).`,
 
 	var sent, resend bool
 	resolve := &cobra.Command{
-		Use:   "resolve ID (--sent | --resend)",
-		Short: "Settle an unknown intent: --sent if the call arrived (check the target), --resend if it did not",
+		Use:   "resolve ID... (--sent | --resend)",
+		Short: "Settle unknown intents: --sent if the calls arrived (check the target), --resend if they did not",
 		Long: `An intent without idempotency support (a welcome message) that was caught
 mid-call by a crash is unknown: the message may or may not have gone out, and a
 second message is worse than a missing one, so it is never re-sent on its own.
 Check the target (the provider's log), then mark it --sent, or --resend to
-deliver it once more.`,
-		Args: cobra.ExactArgs(1),
+deliver it once more. Several IDs settle alike in one call (an outage can
+leave hundreds in doubt); each is settled on its own, so an ID that is not
+unknown is reported and the others are still settled.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := intentID("resolve", args[0])
-			if err != nil {
-				return err
+			ids := make([]int64, 0, len(args))
+			for _, a := range args {
+				id, err := intentID("resolve", a)
+				if err != nil {
+					return err
+				}
+				if !slices.Contains(ids, id) {
+					ids = append(ids, id)
+				}
 			}
 			if sent == resend {
-				return usageError{errors.New("outbox resolve: give exactly one of --sent (the call arrived) or --resend (it did not)")}
+				return usageError{errors.New("outbox resolve: give exactly one of --sent (the calls arrived) or --resend (they did not)")}
 			}
 			action := outbox.ResolveSent
 			if resend {
 				action = outbox.ResolveResend
 			}
 			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				if err := outbox.Resolve(ctx, pool, id, action); err != nil {
-					return err
+				var refused []error
+				for i, id := range ids {
+					err := outbox.Resolve(ctx, pool, id, action)
+					switch {
+					case errors.Is(err, outbox.ErrNotUnknown), errors.Is(err, outbox.ErrNotFound):
+						refused = append(refused, err)
+						continue
+					case err != nil:
+						return fmt.Errorf("%w (%d of %d IDs settled before it; the rest were not tried)", err, i-len(refused), len(ids))
+					}
+					if action == outbox.ResolveSent {
+						fmt.Fprintf(c.stdout, "intent %d marked sent\n", id)
+					} else {
+						fmt.Fprintf(c.stdout, "intent %d queued: a running worker's dispatcher delivers it once\n", id)
+					}
 				}
-				if action == outbox.ResolveSent {
-					fmt.Fprintf(c.stdout, "intent %d marked sent\n", id)
-				} else {
-					fmt.Fprintf(c.stdout, "intent %d queued: a running worker's dispatcher delivers it once\n", id)
+				if len(refused) > 0 {
+					return fmt.Errorf("%d of %d intents not settled (only existing unknown ones are): %w", len(refused), len(ids), errors.Join(refused...))
 				}
 				return nil
 			})
