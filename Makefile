@@ -13,6 +13,11 @@ TEST_FLAGS ?= -race -count=1 -timeout 14m -parallel 3
 FUZZTIME ?= 10m
 # make test's fuzz budget is an execution count: it cannot race the clock on a loaded machine.
 FUZZ_SHORT ?= 10000x
+# Each input the fuzzer finds new coverage with is minimized, for up to 60 s by
+# default: one such input cost make test a minute (FuzzDecodeBinary, 68 s for
+# 10,000 executions). make test caps minimizing at an execution count too.
+FUZZ_MINIMIZE ?= 60s
+FUZZ_MINIMIZE_SHORT ?= 2000x
 
 
 .PHONY: cdc bench-cdc
@@ -38,7 +43,7 @@ test-on-stack: vet build
 	test/ensure-chromium.sh
 	$(GO) test $(TEST_FLAGS) $(ALL_PACKAGES)
 	$(GO) test -count=1 -tags crashpoint ./internal/crashpoint/
-	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT) FUZZ_MINIMIZE=$(FUZZ_MINIMIZE_SHORT)
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -53,7 +58,7 @@ closure:
 
 ## fuzz: each fuzz target for FUZZTIME (make fuzz FUZZTIME=10m for long runs; make test runs FUZZ_SHORT executions of each).
 fuzz:
-	GO=$(GO) test/fuzz.sh $(FUZZTIME)
+	GO=$(GO) FUZZ_MINIMIZE=$(FUZZ_MINIMIZE) test/fuzz.sh $(FUZZTIME)
 
 ## chaos: the fault-injection suite's default profile (200,000 events, 3 workers, ≥ 32 kills, rebalances, 2 broker and
 ## 2 PostgreSQL restarts, a paused member, one of each network fault) with its table of figures. CHAOS_PROFILE=network:

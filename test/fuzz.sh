@@ -12,6 +12,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 budget=${1:-10s}
+# How long each new input is minimized (a duration or an execution count).
+minimize=${FUZZ_MINIMIZE:-60s}
 go=${GO:-go}
 failed=0
 targets=$(git ls-files '*_test.go' 2>/dev/null || find . -name '*_test.go')
@@ -20,7 +22,7 @@ for f in $targets; do
     pkg=./$(dirname "$f")
     echo "fuzz $pkg $t ($budget)"
     log=$(mktemp)
-    "$go" test -run '^$' -fuzz "^$t\$" -fuzztime "$budget" "$pkg" 2>&1 | tee "$log"
+    "$go" test -run '^$' -fuzz "^$t\$" -fuzztime "$budget" -fuzzminimizetime "$minimize" "$pkg" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     if [ "$rc" -ne 0 ]; then
       if grep -q 'context deadline exceeded' "$log" \
