@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -129,17 +128,26 @@ mid-call by a crash is unknown: the message may or may not have gone out, and a
 second message is worse than a missing one, so it is never re-sent on its own.
 Check the target (the provider's log), then mark it --sent, or --resend to
 deliver it once more. Several IDs settle alike in one call (an outage can
-leave hundreds in doubt); each is settled on its own, so an ID that is not
-unknown is reported and the others are still settled.`,
+leave hundreds in doubt), in one transaction: the unknown ones are settled,
+and each ID that is not unknown (or does not exist) is named, with a non-zero
+exit. On a database error none is settled, and the same command can be run
+again.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, name := range []string{"state", "operation", "event-key", "resource"} {
+				if cmd.Flags().Changed(name) {
+					return usageError{fmt.Errorf("outbox resolve: --%s does not apply: resolve settles exactly the IDs given (find them with 'outbox list --state unknown --%s …')", name, name)}
+				}
+			}
 			ids := make([]int64, 0, len(args))
+			seen := make(map[int64]bool, len(args))
 			for _, a := range args {
 				id, err := intentID("resolve", a)
 				if err != nil {
 					return err
 				}
-				if !slices.Contains(ids, id) {
+				if !seen[id] {
+					seen[id] = true
 					ids = append(ids, id)
 				}
 			}
@@ -151,24 +159,43 @@ unknown is reported and the others are still settled.`,
 				action = outbox.ResolveResend
 			}
 			return c.WithPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				var refused []error
-				for i, id := range ids {
-					err := outbox.Resolve(ctx, pool, id, action)
-					switch {
-					case errors.Is(err, outbox.ErrNotUnknown), errors.Is(err, outbox.ErrNotFound):
-						refused = append(refused, err)
-						continue
-					case err != nil:
-						return fmt.Errorf("%w (%d of %d IDs settled before it; the rest were not tried)", err, i-len(refused), len(ids))
-					}
-					if action == outbox.ResolveSent {
-						fmt.Fprintf(c.stdout, "intent %d marked sent\n", id)
-					} else {
-						fmt.Fprintf(c.stdout, "intent %d queued: a running worker's dispatcher delivers it once\n", id)
+				settled, left, err := outbox.ResolveAll(ctx, pool, ids, action)
+				if err != nil && len(settled) == 0 {
+					return fmt.Errorf("%w (none of the %d intents was settled; run the same command again)", err, len(ids))
+				}
+				if err != nil || !asJSON {
+					for _, id := range settled {
+						if action == outbox.ResolveSent {
+							fmt.Fprintf(c.stdout, "intent %d marked sent\n", id)
+						} else {
+							fmt.Fprintf(c.stdout, "intent %d queued: a running worker's dispatcher delivers it once\n", id)
+						}
 					}
 				}
-				if len(refused) > 0 {
-					return fmt.Errorf("%d of %d intents not settled (only existing unknown ones are): %w", len(refused), len(ids), errors.Join(refused...))
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					if settled == nil {
+						settled = []int64{}
+					}
+					if left == nil {
+						left = []outbox.NotSettled{}
+					}
+					if err := c.PrintJSON(struct {
+						Action     outbox.Action       `json:"action"`
+						Settled    []int64             `json:"settled"`
+						NotSettled []outbox.NotSettled `json:"not_settled"`
+					}{action, settled, left}); err != nil {
+						return err
+					}
+				}
+				if len(left) > 0 {
+					errs := make([]error, len(left))
+					for i, n := range left {
+						errs[i] = n
+					}
+					return fmt.Errorf("%d of %d intents not settled (only existing unknown ones are; the other %d were): %w", len(left), len(ids), len(settled), errors.Join(errs...))
 				}
 				return nil
 			})

@@ -432,13 +432,22 @@ func TestSideEffectsSurviveAKillLoop(t *testing.T) {
 	}
 	done := r.outboxIntents(t, "--state", "sent")
 	require.NotEmpty(t, done)
-	code, out, stderr := runCmd(t, r.env, "outbox", "resolve", how, strconv.FormatInt(done[0].ID, 10), strconv.FormatInt(first.ID, 10), "999999999")
-	require.NotEqual(t, 0, code, "two of three could not be settled")
-	require.Equal(t, 1, strings.Count(out, "\n"), out)
-	require.Contains(t, out, fmt.Sprintf("intent %d ", first.ID))
+	code, out, stderr := runCmd(t, r.env, "outbox", "resolve", how, strconv.FormatInt(done[0].ID, 10), strconv.FormatInt(first.ID, 10), "999999999", "--json")
+	require.Equal(t, 1, code, "two of three could not be settled: %s", stderr)
+	var settledJSON struct {
+		Settled    []int64             `json:"settled"`
+		NotSettled []outbox.NotSettled `json:"not_settled"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &settledJSON), out)
+	require.Equal(t, []int64{first.ID}, settledJSON.Settled)
+	require.Equal(t, []outbox.NotSettled{{ID: done[0].ID, State: outbox.Sent}, {ID: 999999999}}, settledJSON.NotSettled)
 	require.Contains(t, stderr, "2 of 3 intents not settled")
 	require.Contains(t, stderr, fmt.Sprintf("outbox intent %d: it is sent", done[0].ID))
-	require.Contains(t, stderr, "outbox intent 999999999")
+	require.Contains(t, stderr, "outbox intent 999999999: no such outbox intent")
+	// resolve settles exactly the IDs given: a filter is refused, not ignored.
+	code, _, stderr = runCmd(t, r.env, "outbox", "resolve", how, "--resource", first.Resource, strconv.FormatInt(first.ID, 10))
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "--resource does not apply")
 	_, resent := settleMailsInDoubt(t, r.env, rest, m.Received)
 	if how == "--resend" {
 		resent++

@@ -190,26 +190,95 @@ SET state = CASE WHEN $2::text = 'sent' THEN 'sent' ELSE 'pending' END,
     sent_at = CASE WHEN $2::text = 'sent' THEN now() END,
     next_attempt_at = now(), updated_at = now(),
     last_error = 'resolved by an operator: ' || $2::text
-WHERE id = $1 AND state = 'unknown'`
+WHERE id = ANY($1) AND state = 'unknown'
+RETURNING id`
 
-// Resolve settles an unknown intent: ResolveSent marks it sent,
-// ResolveResend puts it back in the queue to be delivered once more.
-func Resolve(ctx context.Context, pool *pgxpool.Pool, id int64, action Action) error {
+// NotSettled is an ID ResolveAll left as it was: no intent has it (State
+// is empty; it matches ErrNotFound) or the intent is not unknown (it
+// matches ErrNotUnknown).
+type NotSettled struct {
+	ID    int64 `json:"id"`
+	State State `json:"state,omitempty"`
+}
+
+func (n NotSettled) Error() string {
+	switch n.State {
+	case "":
+		return fmt.Sprintf("outbox intent %d: %s", n.ID, ErrNotFound)
+	case Unknown: // it turned unknown after the update looked (a dispatcher's call ended in doubt)
+		return fmt.Sprintf("resolving outbox intent %d: it became unknown while this ran; run the command again for it", n.ID)
+	}
+	return fmt.Sprintf("resolving outbox intent %d: it is %s: %s", n.ID, n.State, ErrNotUnknown)
+}
+
+func (n NotSettled) Unwrap() error {
+	if n.State == "" {
+		return ErrNotFound
+	}
+	return ErrNotUnknown
+}
+
+// ResolveAll settles the unknown intents among ids (ResolveSent marks them
+// sent, ResolveResend puts them back in the queue to be delivered once
+// more) in one statement: on an error none of them is settled. It returns
+// the IDs it settled and those it left, each in the order given.
+func ResolveAll(ctx context.Context, pool *pgxpool.Pool, ids []int64, action Action) (settled []int64, left []NotSettled, err error) {
 	if action != ResolveSent && action != ResolveResend {
-		return fmt.Errorf("resolving outbox intent %d: action %q is neither %q nor %q", id, action, ResolveSent, ResolveResend)
+		return nil, nil, fmt.Errorf("resolving outbox intents: action %q is neither %q nor %q", action, ResolveSent, ResolveResend)
 	}
-	ct, err := pool.Exec(ctx, resolveSQL, id, string(action))
+	rows, err := pool.Query(ctx, resolveSQL, ids, string(action))
 	if err != nil {
-		return fmt.Errorf("resolving outbox intent %d: %w", id, err)
+		return nil, nil, fmt.Errorf("resolving outbox intents: %w", err)
 	}
-	if ct.RowsAffected() == 1 {
-		return nil
-	}
-	s, err := Get(ctx, pool, id)
+	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
-		return fmt.Errorf("resolving: %w", err)
+		return nil, nil, fmt.Errorf("resolving outbox intents: %w", err)
 	}
-	return fmt.Errorf("resolving outbox intent %d: it is %s: %w", id, s.State, ErrNotUnknown)
+	isDone := make(map[int64]bool, len(done))
+	for _, id := range done {
+		isDone[id] = true
+	}
+	rest := make([]int64, 0, len(ids)-len(done))
+	for _, id := range ids {
+		if isDone[id] {
+			settled = append(settled, id)
+		} else {
+			rest = append(rest, id)
+		}
+	}
+	if len(rest) == 0 {
+		return settled, nil, nil
+	}
+	// Why each was left, as it is now.
+	states := map[int64]State{}
+	rows, err = pool.Query(ctx, `SELECT id, state FROM outbox WHERE id = ANY($1)`, rest)
+	if err != nil {
+		return settled, nil, fmt.Errorf("resolving outbox intents (%d settled): reading the state of the others: %w", len(settled), err)
+	}
+	var (
+		id    int64
+		state string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &state}, func() error { states[id] = State(state); return nil }); err != nil {
+		return settled, nil, fmt.Errorf("resolving outbox intents (%d settled): reading the state of the others: %w", len(settled), err)
+	}
+	for _, id := range rest {
+		left = append(left, NotSettled{ID: id, State: states[id]})
+	}
+	return settled, left, nil
+}
+
+// Resolve settles one unknown intent (ResolveAll of one ID); an intent it
+// leaves is an error matching ErrNotFound or ErrNotUnknown.
+func Resolve(ctx context.Context, pool *pgxpool.Pool, id int64, action Action) error {
+	_, left, err := ResolveAll(ctx, pool, []int64{id}, action)
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		return left[0]
+	}
+	return nil
 }
 
 // ErrNotRetryable: retry applies to dead-lettered, suppressed and pending

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -91,4 +92,48 @@ func TestMetrics(t *testing.T) {
 	m.setDepth(depth)
 	require.Equal(t, 0.0, testutil.ToFloat64(m.depth.WithLabelValues("pending")))
 	require.Equal(t, 0.0, testutil.ToFloat64(m.oldest))
+}
+
+// ResolveAll settles the unknown intents among many IDs in one statement
+// and names the rest with their state; on a database error it settles none
+// (so the operator runs the same command again).
+func TestResolveAllSettlesTheUnknownAndNamesTheRest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range 4 {
+		b.record(t, mailIntent("http://chat.invalid/welcome", fmt.Sprintf("ev-%d", i), fmt.Sprintf("inv-%d", i)))
+	}
+	id := func(i int) int64 { return b.id(t, fmt.Sprintf("ev-%d", i), "chat.welcome") }
+	_, err := b.db.Pool.Exec(b.ctx, `UPDATE outbox SET state = 'unknown' WHERE id = ANY($1)`, []int64{id(0), id(1), id(2)})
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(b.ctx, `UPDATE outbox SET state = 'sent', sent_at = now() WHERE id = $1`, id(3))
+	require.NoError(t, err)
+
+	// A trigger refuses intent 2: the statement fails, nothing is settled.
+	_, err = b.db.Pool.Exec(b.ctx, fmt.Sprintf(`
+CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+  IF NEW.id = %d THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$;
+CREATE TRIGGER refuse BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse()`, id(2)))
+	require.NoError(t, err)
+	settled, left, err := ResolveAll(b.ctx, b.db.Pool, []int64{id(0), id(1), id(2)}, ResolveResend)
+	require.ErrorContains(t, err, "refused by the test")
+	require.Empty(t, settled)
+	require.Empty(t, left)
+	require.Equal(t, int64(3), b.db.Count(t, `SELECT count(*) FROM outbox WHERE state = 'unknown'`), "all or none")
+	_, err = b.db.Pool.Exec(b.ctx, `DROP TRIGGER refuse ON outbox`)
+	require.NoError(t, err)
+
+	// Again, with a sent intent and a missing ID among them.
+	settled, left, err = ResolveAll(b.ctx, b.db.Pool, []int64{id(2), id(3), 999999, id(0)}, ResolveResend)
+	require.NoError(t, err)
+	require.Equal(t, []int64{id(2), id(0)}, settled, "in the order given")
+	require.Equal(t, []NotSettled{{ID: id(3), State: Sent}, {ID: 999999}}, left)
+	require.ErrorIs(t, left[0], ErrNotUnknown)
+	require.ErrorContains(t, left[0], fmt.Sprintf("outbox intent %d: it is sent", id(3)))
+	require.ErrorIs(t, left[1], ErrNotFound)
+	require.Equal(t, int64(2), b.db.Count(t, `SELECT count(*) FROM outbox WHERE state = 'pending'`))
+	require.Equal(t, "unknown", func() string { s, _, _, _ := b.state(t, "ev-1", "chat.welcome"); return s }(), "an ID not given is not touched")
+
+	_, _, err = ResolveAll(b.ctx, b.db.Pool, []int64{id(1)}, "maybe")
+	require.Error(t, err)
 }
