@@ -111,24 +111,9 @@ func (s *session) ensureTopic(ctx context.Context, dlq, source string) (int32, e
 		return 0, fmt.Errorf("describing dead-letter topic %s: %w", dlq, td.Err)
 	}
 
-	// The source's partition count, or 1 when the source is gone. Any
-	// other failure to describe it (a timeout, a leader election on a
-	// young topic) is retried: a topic created with the wrong count keeps
-	// it, and dead letters would no longer land on their source's
-	// partition.
-	partitions := int32(1)
-	sds, err := s.adm.ListTopics(ctx, source)
+	partitions, err := s.sourcePartitions(ctx, source)
 	if err != nil {
 		return 0, fmt.Errorf("describing topic %s, whose dead-letter topic %s is missing: %w", source, dlq, err)
-	}
-	switch sd := sds[source]; {
-	case sd.Err == nil && len(sd.Partitions) > 0:
-		partitions = int32(len(sd.Partitions))
-	case errors.Is(sd.Err, kerr.UnknownTopicOrPartition):
-	case sd.Err != nil:
-		return 0, fmt.Errorf("describing topic %s, whose dead-letter topic %s is missing: %w", source, dlq, sd.Err)
-	default:
-		return 0, fmt.Errorf("describing topic %s, whose dead-letter topic %s is missing: no partitions listed yet", source, dlq)
 	}
 	resp, err := s.adm.CreateTopic(ctx, partitions, -1, nil, dlq)
 	if err == nil {
@@ -154,6 +139,44 @@ func (s *session) ensureTopic(ctx context.Context, dlq, source string) (int32, e
 		}
 		if !sleep(ctx, 100*time.Millisecond) {
 			return 0, fmt.Errorf("waiting for dead-letter topic %s to be ready: %w", dlq, errors.Join(ctx.Err(), err))
+		}
+	}
+}
+
+// sourceGoneAfter is how long the metadata must keep saying a source topic
+// does not exist before its dead-letter topic is created with one
+// partition. A topic created a moment ago can be unknown to the broker that
+// answers (CI saw it), and a dead-letter topic created with the wrong count
+// keeps it.
+const sourceGoneAfter = 2 * time.Second
+
+// sourcePartitions returns source's partition count, or 1 when the source
+// is gone. Any other failure to describe it (a timeout, a leader election
+// on a young topic) is returned and retried by the caller's next pass.
+func (s *session) sourcePartitions(ctx context.Context, source string) (int32, error) {
+	var unknownSince time.Time
+	for {
+		sds, err := s.adm.ListTopics(ctx, source)
+		if err != nil {
+			return 0, err
+		}
+		switch sd := sds[source]; {
+		case sd.Err == nil && len(sd.Partitions) > 0:
+			return int32(len(sd.Partitions)), nil
+		case errors.Is(sd.Err, kerr.UnknownTopicOrPartition):
+			if unknownSince.IsZero() {
+				unknownSince = time.Now()
+			}
+			if time.Since(unknownSince) >= sourceGoneAfter {
+				return 1, nil
+			}
+		case sd.Err != nil:
+			return 0, sd.Err
+		default:
+			return 0, errors.New("no partitions listed yet")
+		}
+		if !sleep(ctx, 250*time.Millisecond) {
+			return 0, fmt.Errorf("the metadata says it does not exist; asked again until: %w", ctx.Err())
 		}
 	}
 }

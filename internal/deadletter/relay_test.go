@@ -378,6 +378,37 @@ func TestRelayPublishesEachDeadLetterOnce(t *testing.T) {
 
 // A relay that dies at each point of a round, then a new relay: nothing is
 // published twice, nothing is lost.
+// A source topic that is gone leaves its dead letters a topic of one
+// partition, and only after the metadata has said so for sourceGoneAfter:
+// a topic the broker serves a moment late must not be sized from that
+// moment (CI saw a three-partition source answered as unknown).
+func TestRelaySizesTheTopicOfAGoneSourceAsOnePartition(t *testing.T) {
+	t.Parallel()
+	b := &bundle{db: pgtest.New(t), source: kafkatest.Name(t, "gone"), dlq: kafkatest.Name(t, "dlq")}
+	adm := kafkatest.Admin(t)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = adm.DeleteTopics(ctx, b.dlq)
+	})
+	b.insert(t, 4)
+	r := b.newRelay(t, b.db.Pool, nil)
+	began := time.Now()
+	stop := start(t, r)
+	b.waitPublished(t)
+	stop()
+	require.GreaterOrEqual(t, time.Since(began), sourceGoneAfter, "sized before the metadata had confirmed the source gone")
+
+	tds, err := adm.ListTopics(context.Background(), b.dlq)
+	require.NoError(t, err)
+	require.Len(t, tds[b.dlq].Partitions, 1)
+	recs := readDLQ(t, b.dlq)
+	require.Len(t, recs, 4)
+	for _, rec := range recs {
+		require.Equal(t, int32(0), rec.Partition)
+	}
+}
+
 func TestRelayCrashAndRestart(t *testing.T) {
 	t.Parallel()
 	for _, stage := range []string{stageBeforeProduce, stageBeforeCommit, stageAfterCommit} {

@@ -54,7 +54,34 @@ func NewTopic(t testing.TB, partitions int32) string {
 		defer cancel()
 		_, _ = adm.DeleteTopics(ctx, name)
 	})
-	return name
+	// CreateTopics answers before every broker's metadata serves the
+	// topic: a client asking at once can be told it does not exist (CI
+	// saw the dead-letter relay size a topic from that answer). Return
+	// once the metadata lists this topic, by its ID, with a leader on
+	// every partition.
+	for {
+		tds, err := adm.ListTopics(ctx, name)
+		if err == nil {
+			td := tds[name]
+			if td.Err == nil && td.ID == resp.ID && int32(len(td.Partitions)) == partitions && leadersEverywhere(td) {
+				return name
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("topic %s created but not served by the metadata within a minute", name)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func leadersEverywhere(td kadm.TopicDetail) bool {
+	for _, p := range td.Partitions {
+		if p.Err != nil || p.Leader < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // NewGroup returns a unique consumer group name.
