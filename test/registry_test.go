@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -196,17 +197,18 @@ func products(t *testing.T, c workload.Config, enc workload.Encoder) workload.St
 	return s
 }
 
-// protobufEncoder is workload.Protobuf, failing the test on an error.
-func protobufEncoder(t *testing.T, idV1, idV2 int) workload.Encoder {
-	t.Helper()
-	enc, err := workload.Protobuf(idV1, idV2)
-	require.NoError(t, err)
-	return enc
-}
-
 // verifyProducts compares the tables and dead letters with the stream's
 // expectations.
 func verifyProducts(t *testing.T, db pgtest.DB, s workload.Stream) {
+	t.Helper()
+	verifyProductRows(t, db, s)
+	require.Equal(t, int64(s.Events), db.Count(t, `SELECT count(*) FROM product_events`), "one product_events row per distinct version")
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM (SELECT sku, version FROM product_events GROUP BY 1, 2 HAVING count(*) > 1) d`))
+}
+
+// verifyProductRows compares the products table and the dead letters with
+// the stream's expectations.
+func verifyProductRows(t *testing.T, db pgtest.DB, s workload.Stream) {
 	t.Helper()
 	ctx := context.Background()
 	rows, err := db.Pool.Query(ctx, `SELECT sku, version, name, (price * 100)::bigint, updated_at, launch::timestamptz, color FROM products`)
@@ -232,8 +234,6 @@ func verifyProducts(t *testing.T, db pgtest.DB, s workload.Stream) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, len(s.Newest), got, "products rows")
-	require.Equal(t, int64(s.Events), db.Count(t, `SELECT count(*) FROM product_events`), "one product_events row per distinct version")
-	require.Zero(t, db.Count(t, `SELECT count(*) FROM (SELECT sku, version FROM product_events GROUP BY 1, 2 HAVING count(*) > 1) d`))
 
 	dead := map[string]int{}
 	rows, err = db.Pool.Query(ctx, `SELECT reason, count(*) FROM dead_letters GROUP BY reason`)
@@ -257,23 +257,120 @@ func verifyProducts(t *testing.T, db pgtest.DB, s workload.Stream) {
 // version, every poison record dead-lettered with its reason.
 func TestRegistryAvroSinkThroughKills(t *testing.T) {
 	t.Parallel()
+	registrySinkThroughKills(t, binary, "avro", 28)
+}
+
+// registrySinkThroughKills is the kill test of one registry format: bin
+// (the stock binary's config-only sinks, or a Go build's handlers) applies
+// the products stream in format, its two schema versions registered under
+// BACKWARD compatibility, SIGKILLed from outside and at the crash points;
+// the tables and dead letters must be what the stream implies.
+func registrySinkThroughKills(t *testing.T, bin, format string, seed uint64) {
+	t.Helper()
 	reg := registryURL(t)
-	r := newProductRig(t, 4, "avro", reg, "EFFECTIVELY_KAFKA_INSTANCE_ID="+kafkatest.Name(t, "instance"), "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=25")
+	r := newProductRigOf(t, bin, 4, format, reg, "EFFECTIVELY_KAFKA_INSTANCE_ID="+kafkatest.Name(t, "instance"), "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=25")
 	cl := registryClient(t, reg)
 	subject := r.topic + "-value"
-	idV1 := register(t, cl, subject, sr.Schema{Schema: workload.AvroV1})
-	idV2 := register(t, cl, subject, sr.Schema{Schema: workload.AvroV2})
+	v1, v2, err := workload.Schemas(format)
+	require.NoError(t, err)
+	idV1, idV2 := register(t, cl, subject, v1), register(t, cl, subject, v2)
 	require.NotEqual(t, idV1, idV2)
+	enc, err := workload.NewEncoder(format, idV1, idV2)
+	require.NoError(t, err)
 
-	s := products(t, workload.Config{Products: 300, Poison: true, Seed: 28}, workload.Avro(idV1, idV2))
+	s := products(t, workload.Config{Products: 300, Poison: true, Seed: seed}, enc)
 	require.Positive(t, s.Resent)
 	require.Positive(t, s.Swapped)
+	require.Positive(t, s.FirstV2)
 	require.Len(t, s.Poison, 3, "poison of every kind")
 	produceAll(t, r.topic, s.Records)
 
 	kills := r.runThroughKills(t, len(s.Records))
-	t.Logf("%d records (%d events, %d re-sent, %d swapped, poison %v), %d kills", len(s.Records), s.Events, s.Resent, s.Swapped, s.Poison, kills)
+	t.Logf("%s: %d records (%d events, %d re-sent, %d swapped, poison %v), %d kills", format, len(s.Records), s.Events, s.Resent, s.Swapped, s.Poison, kills)
 	verifyProducts(t, r.db, s)
+}
+
+// guideConfigs are the YAML blocks of docs/guides/schema-registry.md's
+// section "A topic of each format", by heading.
+func guideConfigs(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile("../docs/guides/schema-registry.md")
+	require.NoError(t, err)
+	text := string(b)
+	start := strings.Index(text, "\n## A topic of each format\n")
+	require.NotEqual(t, -1, start, "the guide's section \"A topic of each format\"")
+	section := text[start+1:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	out := map[string]string{}
+	heading := ""
+	for len(section) > 0 {
+		line, rest, _ := strings.Cut(section, "\n")
+		section = rest
+		switch {
+		case strings.HasPrefix(line, "### "):
+			heading = strings.TrimPrefix(line, "### ")
+		case line == "```yaml":
+			block, rest, ok := strings.Cut(section, "\n```\n")
+			require.True(t, ok, "an unterminated yaml block under %q", heading)
+			require.NotContains(t, out, heading, "one configuration per heading")
+			out[heading] = block + "\n"
+			section = rest
+		}
+	}
+	return out
+}
+
+// Each configuration of the schema-registry guide, as printed there but
+// for the topic's name, the registry's address and the migrations' path,
+// run by the stock binary on the products stream in its format (both
+// schema versions, re-sent records, disorder, poison): the table holds
+// every product at its newest version and every poison record is
+// dead-lettered with its reason. A guide that no longer runs fails here.
+func TestSchemaRegistryGuideConfigs(t *testing.T) {
+	t.Parallel()
+	reg := registryURL(t)
+	cl := registryClient(t, reg)
+	migrations, err := filepath.Abs("../examples/products/migrations")
+	require.NoError(t, err)
+	configs := guideConfigs(t)
+	require.Len(t, configs, len(workload.Formats), "one configuration per registry format: %v", configs)
+	formatLine := regexp.MustCompile(`(?m)^\s+format: (\w+)`)
+	topicLine := regexp.MustCompile(`(?m)^\s+- name: (\S+)`)
+	for heading, cfg := range configs {
+		t.Run(strings.Trim(strings.Fields(heading)[0], ","), func(t *testing.T) {
+			t.Parallel()
+			m := formatLine.FindStringSubmatch(cfg)
+			require.NotNil(t, m, "%q: no format", heading)
+			format := m[1]
+			guideTopic := topicLine.FindStringSubmatch(cfg)
+			require.NotNil(t, guideTopic, "%q: no topic", heading)
+			r := newProductRig(t, 4, format, reg)
+			for _, rep := range [][2]string{{guideTopic[1], r.topic}, {"http://127.0.0.1:18081/apis/ccompat/v7", reg}, {"[migrations]", "[" + migrations + "]"}} {
+				require.Contains(t, cfg, rep[0], "%q", heading)
+				cfg = strings.ReplaceAll(cfg, rep[0], rep[1])
+			}
+			require.NoError(t, os.WriteFile(r.config, []byte(cfg), 0o600))
+			code, stdout, stderr := proctest.Run(t, r.bin, r.env, "--config", r.config, "migrate")
+			require.Equal(t, 0, code, "migrate with the guide's %q: %s\n%s", heading, stdout, stderr)
+
+			subject := r.topic + "-value"
+			v1, v2, err := workload.Schemas(format)
+			require.NoError(t, err)
+			enc, err := workload.NewEncoder(format, register(t, cl, subject, v1), register(t, cl, subject, v2))
+			require.NoError(t, err)
+			s := products(t, workload.Config{Products: 100, Poison: true, Seed: 33}, enc)
+			produceAll(t, r.topic, s.Records)
+
+			w := r.start(t, r.env, "--config", r.config, "run")
+			waitUntil(t, "the worker applies the stream", 2*time.Minute, func(context.Context) bool { return r.applied(t) >= int64(len(s.Records)) || w.exited() })
+			require.False(t, w.exited(), "the worker exited with the guide's %q: %s", heading, tail(w.stderr.String(), 20))
+			w.signal(t, syscall.SIGTERM)
+			w.wait(t, time.Minute)
+			verifyProductRows(t, r.db, s)
+		})
+	}
 }
 
 // ownRegistry starts a schema registry of the test's own and returns its
@@ -346,20 +443,16 @@ func TestRegistryOutageWaitsAndRecovers(t *testing.T) {
 // an RFC 3339 time), the schema evolves mid-stream, the worker is killed.
 func TestRegistryProtobufSinkThroughKills(t *testing.T) {
 	t.Parallel()
-	reg := registryURL(t)
-	r := newProductRig(t, 4, "protobuf", reg, "EFFECTIVELY_KAFKA_INSTANCE_ID="+kafkatest.Name(t, "instance"), "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=25")
-	cl := registryClient(t, reg)
-	subject := r.topic + "-value"
-	idV1 := register(t, cl, subject, sr.Schema{Schema: workload.ProtoV1, Type: sr.TypeProtobuf})
-	idV2 := register(t, cl, subject, sr.Schema{Schema: workload.ProtoV2, Type: sr.TypeProtobuf})
-	require.NotEqual(t, idV1, idV2)
+	registrySinkThroughKills(t, binary, "protobuf", 30)
+}
 
-	s := products(t, workload.Config{Products: 300, Poison: true, Seed: 30}, protobufEncoder(t, idV1, idV2))
-	require.Len(t, s.Poison, 3, "poison of every kind")
-	produceAll(t, r.topic, s.Records)
-	kills := r.runThroughKills(t, len(s.Records))
-	t.Logf("%d records (%d events, %d re-sent, %d swapped, poison %v), %d kills", len(s.Records), s.Events, s.Resent, s.Swapped, s.Poison, kills)
-	verifyProducts(t, r.db, s)
+// The same through a JSON Schema topic: the payload is the event's JSON
+// once it is valid against its writer's schema (draft-07, closed, v2
+// adds an optional property); a document its schema refuses is
+// dead-lettered as schema_mismatch.
+func TestRegistryJSONSchemaSinkThroughKills(t *testing.T) {
+	t.Parallel()
+	registrySinkThroughKills(t, binary, "jsonschema", 32)
 }
 
 // builtExample is one example's Go build, made once per test binary.
@@ -394,32 +487,17 @@ func exampleBuild(t *testing.T, name string) string {
 }
 
 // The Go build of examples/catalog, its handlers reading Avro records into
-// a struct of their own (Event.Unmarshal) and Protobuf records from the
-// generic JSON value, through the same evolving, poisoned, re-sent and
+// a struct of their own (Event.Unmarshal) and Protobuf and JSON Schema
+// records from the generic JSON value, through the same evolving, poisoned, re-sent and
 // disordered streams and the same kills: the same tables as the stock
 // binary's sinks make.
 func TestRegistryGoBuildThroughKills(t *testing.T) {
 	t.Parallel()
 	bin := exampleBuild(t, "catalog")
-	reg := registryURL(t)
-	cl := registryClient(t, reg)
-	for _, format := range []string{"avro", "protobuf"} {
+	for _, format := range workload.Formats {
 		t.Run(format, func(t *testing.T) {
 			t.Parallel()
-			r := newProductRigOf(t, bin, 4, format, reg, "EFFECTIVELY_KAFKA_INSTANCE_ID="+kafkatest.Name(t, "instance"), "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=25")
-			subject := r.topic + "-value"
-			var enc workload.Encoder
-			if format == "avro" {
-				enc = workload.Avro(register(t, cl, subject, sr.Schema{Schema: workload.AvroV1}), register(t, cl, subject, sr.Schema{Schema: workload.AvroV2}))
-			} else {
-				enc = protobufEncoder(t, register(t, cl, subject, sr.Schema{Schema: workload.ProtoV1, Type: sr.TypeProtobuf}),
-					register(t, cl, subject, sr.Schema{Schema: workload.ProtoV2, Type: sr.TypeProtobuf}))
-			}
-			s := products(t, workload.Config{Products: 300, Poison: true, Seed: 31}, enc)
-			produceAll(t, r.topic, s.Records)
-			kills := r.runThroughKills(t, len(s.Records))
-			t.Logf("%d records (%d events, %d re-sent, %d swapped, poison %v), %d kills", len(s.Records), s.Events, s.Resent, s.Swapped, s.Poison, kills)
-			verifyProducts(t, r.db, s)
+			registrySinkThroughKills(t, bin, format, 31)
 		})
 	}
 }

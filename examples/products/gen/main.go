@@ -1,6 +1,6 @@
 // Command gen registers the products example's schemas (v1, then v2 under
 // BACKWARD compatibility) in the schema registry and produces its stream
-// to Kafka: product versions in Avro or Protobuf with re-sends, disorder,
+// to Kafka: product versions in Avro, Protobuf or JSON Schema with re-sends, disorder,
 // the schema's evolution mid-stream and poison. With -expect it writes the
 // end state the stream implies (every product's newest version, the
 // distinct versions, the poison by dead-letter reason) as JSON.
@@ -33,7 +33,7 @@ func main() {
 
 func run() error {
 	topic := flag.String("topic", "shop.products", "the topic to produce to (its subject is <topic>-value)")
-	format := flag.String("format", "avro", "avro or protobuf")
+	format := flag.String("format", "avro", "avro, protobuf or jsonschema")
 	n := flag.Int("products", 1000, "products (each with one to five versions)")
 	seed := flag.Uint64("seed", 42, "the stream's seed")
 	poison := flag.Bool("poison", true, "add poison records (unknown schema ID, bytes of no value, wrong magic byte)")
@@ -44,6 +44,10 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
+	v1, v2, err := workload.Schemas(*format)
+	if err != nil {
+		return fmt.Errorf("-format: %w", err)
+	}
 	rc, err := sr.NewClient(sr.URLs(registry))
 	if err != nil {
 		return err
@@ -54,11 +58,6 @@ func run() error {
 			return fmt.Errorf("setting %s's compatibility at %s: %w", subject, registry, r.Err)
 		}
 	}
-	v1, v2 := sr.Schema{Schema: workload.AvroV1}, sr.Schema{Schema: workload.AvroV2}
-	if *format == "protobuf" {
-		v1 = sr.Schema{Schema: workload.ProtoV1, Type: sr.TypeProtobuf}
-		v2 = sr.Schema{Schema: workload.ProtoV2, Type: sr.TypeProtobuf}
-	}
 	var ids [2]int
 	for i, s := range []sr.Schema{v1, v2} {
 		ss, err := rc.CreateSchema(ctx, subject, s)
@@ -67,16 +66,9 @@ func run() error {
 		}
 		ids[i] = ss.ID
 	}
-	var enc workload.Encoder
-	switch *format {
-	case "avro":
-		enc = workload.Avro(ids[0], ids[1])
-	case "protobuf":
-		if enc, err = workload.Protobuf(ids[0], ids[1]); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("-format %q: want avro or protobuf", *format)
+	enc, err := workload.NewEncoder(*format, ids[0], ids[1])
+	if err != nil {
+		return err
 	}
 	s, err := workload.Generate(workload.Config{Products: *n, Poison: *poison, Seed: *seed}, enc)
 	if err != nil {

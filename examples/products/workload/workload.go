@@ -1,5 +1,5 @@
 // Package workload generates the products example's stream: product
-// versions in Avro or Protobuf, in the Confluent wire format, written by
+// versions in Avro, Protobuf or JSON Schema, in the Confluent wire format, written by
 // franz-go's sr serde as a producer would, with what a real topic has —
 // re-sent records, versions of a product out of order, a schema that
 // evolves mid-stream (v1 → v2, a field added: BACKWARD compatible) and
@@ -10,6 +10,7 @@ package workload
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/big"
 	"math/rand/v2"
@@ -70,6 +71,32 @@ message Product {
   optional string color = 8;
 }
 `
+	// The JSON Schema versions are closed (no other properties), so that
+	// adding an optional property is BACKWARD compatible: a v1 document
+	// cannot hold a color of another type.
+	JSONSchemaV1 = `{"$schema":"http://json-schema.org/draft-07/schema#","title":"Product","type":"object",
+		"additionalProperties":false,
+		"required":["sku","version","type","name","price","updated_at","launch"],
+		"properties":{
+			"sku":{"type":"string","minLength":1},
+			"version":{"type":"integer","minimum":1},
+			"type":{"type":"string"},
+			"name":{"type":"string"},
+			"price":{"type":"string","pattern":"^-?[0-9]{1,10}\\.[0-9]{2}$"},
+			"updated_at":{"type":"string","format":"date-time"},
+			"launch":{"type":"string","format":"date"}}}`
+	JSONSchemaV2 = `{"$schema":"http://json-schema.org/draft-07/schema#","title":"Product","type":"object",
+		"additionalProperties":false,
+		"required":["sku","version","type","name","price","updated_at","launch"],
+		"properties":{
+			"sku":{"type":"string","minLength":1},
+			"version":{"type":"integer","minimum":1},
+			"type":{"type":"string"},
+			"name":{"type":"string"},
+			"price":{"type":"string","pattern":"^-?[0-9]{1,10}\\.[0-9]{2}$"},
+			"updated_at":{"type":"string","format":"date-time"},
+			"launch":{"type":"string","format":"date"},
+			"color":{"type":"string"}}}`
 )
 
 // TypeProductUpdated is every product record's type.
@@ -105,6 +132,9 @@ type Encoder struct {
 	// prefix is how many header bytes follow the schema ID (Protobuf's
 	// message indexes).
 	prefix int
+	// mismatch, when set, makes a payload that is no value of its schema
+	// from a good one (for JSON Schema: valid JSON its schema refuses).
+	mismatch func(value []byte) []byte
 }
 
 type (
@@ -177,6 +207,74 @@ func Protobuf(idV1, idV2 int) (Encoder, error) {
 		}
 		return protoV1{build(d1, p, false)}
 	}}, nil
+}
+
+type (
+	jsonV1 map[string]any
+	jsonV2 map[string]any
+)
+
+// JSONSchema encodes JSON documents valid against JSONSchemaV1 and
+// JSONSchemaV2, registered as idV1 and idV2: the price as its exact
+// digits, times in RFC 3339, the launch as a date.
+func JSONSchema(idV1, idV2 int) Encoder {
+	var serde sr.Serde
+	marshal := sr.EncodeFn(func(v any) ([]byte, error) {
+		switch v := v.(type) {
+		case jsonV1:
+			return json.Marshal(map[string]any(v))
+		case jsonV2:
+			return json.Marshal(map[string]any(v))
+		}
+		return nil, fmt.Errorf("not a product document: %T", v)
+	})
+	serde.Register(idV1, jsonV1{}, marshal)
+	serde.Register(idV2, jsonV2{}, marshal)
+	return Encoder{serde: &serde, value: func(p Product, v2 bool) any {
+		m := map[string]any{
+			"sku": p.SKU, "version": p.Version, "type": TypeProductUpdated, "name": p.Name,
+			"price": big.NewRat(p.Cents, 100).FloatString(2), "updated_at": p.Updated.Format(time.RFC3339Nano),
+			"launch": p.Launch.Format(time.DateOnly),
+		}
+		if v2 {
+			m["color"] = p.Color
+			return jsonV2(m)
+		}
+		return jsonV1(m)
+	}, mismatch: func(value []byte) []byte {
+		// The same header, a document its schema refuses: no version.
+		return append(append([]byte(nil), value[:5]...), `{"sku":"sku-x","type":"product.updated"}`...)
+	}}
+}
+
+// Formats are the registry formats the workload writes.
+var Formats = []string{"avro", "protobuf", "jsonschema"}
+
+// Schemas are format's two schema versions, as a producer registers them.
+func Schemas(format string) (v1, v2 sr.Schema, err error) {
+	switch format {
+	case "avro":
+		return sr.Schema{Schema: AvroV1}, sr.Schema{Schema: AvroV2}, nil
+	case "protobuf":
+		return sr.Schema{Schema: ProtoV1, Type: sr.TypeProtobuf}, sr.Schema{Schema: ProtoV2, Type: sr.TypeProtobuf}, nil
+	case "jsonschema":
+		return sr.Schema{Schema: JSONSchemaV1, Type: sr.TypeJSON}, sr.Schema{Schema: JSONSchemaV2, Type: sr.TypeJSON}, nil
+	}
+	return sr.Schema{}, sr.Schema{}, fmt.Errorf("format %q: want one of %v", format, Formats)
+}
+
+// NewEncoder is format's encoder for the schemas registered as idV1 and
+// idV2.
+func NewEncoder(format string, idV1, idV2 int) (Encoder, error) {
+	switch format {
+	case "avro":
+		return Avro(idV1, idV2), nil
+	case "protobuf":
+		return Protobuf(idV1, idV2)
+	case "jsonschema":
+		return JSONSchema(idV1, idV2), nil
+	}
+	return Encoder{}, fmt.Errorf("format %q: want one of %v", format, Formats)
 }
 
 // Record is a record to produce: keyed by SKU.
@@ -301,7 +399,10 @@ func Generate(c Config, enc Encoder) (Stream, error) {
 			// unread), a Protobuf field whose tag runs off the end (a cut
 			// Protobuf message can be a shorter valid one).
 			bad := append(append([]byte(nil), value[:5+enc.prefix]...), 0xff, 0xff, 0xff, 0xff)
-			if enc.prefix == 0 {
+			switch {
+			case enc.mismatch != nil:
+				bad = enc.mismatch(value)
+			case enc.prefix == 0:
 				bad = append([]byte(nil), value[:len(value)-3]...)
 			}
 			out.Records = append(out.Records, Record{Key: rec.Key, Value: bad})
