@@ -64,7 +64,6 @@ func (c *cdcSource) connector(t *testing.T, name, prefix, table string, extra ma
 	t.Helper()
 	u, err := url.Parse(c.url)
 	require.NoError(t, err)
-	pw, _ := u.User.Password()
 	slot := slotName(name)
 	topic := prefix + ".public." + table
 	// Registered before the connector, so it runs after the connector is
@@ -79,13 +78,26 @@ func (c *cdcSource) connector(t *testing.T, name, prefix, table string, extra ma
 		_, _ = c.pool.Exec(ctx, `DROP PUBLICATION IF EXISTS `+pgx.Identifier{slot}.Sanitize())
 		_, _ = kafkatest.Admin(t).DeleteTopics(ctx, topic)
 	})
-	cfg := map[string]string{
+	cfg := debeziumConnectorConfig(u, slot, prefix, table)
+	maps.Copy(cfg, extra)
+	registerConnector(t, c.connect, name, cfg)
+	return topic
+}
+
+// debeziumConnectorConfig is the Debezium PostgreSQL connector's
+// configuration for table of the source database at src, through slot
+// (and its publication), writing to <prefix>.public.<table> as JSON
+// without schemas in 4 partitions: what docs/guides/change-data-capture.md
+// prints (TestCDCGuideShowsWhatMakeCDCRuns).
+func debeziumConnectorConfig(src *url.URL, slot, prefix, table string) map[string]string {
+	pw, _ := src.User.Password()
+	return map[string]string{
 		"connector.class":                           "io.debezium.connector.postgresql.PostgresConnector",
-		"database.hostname":                         u.Hostname(),
-		"database.port":                             u.Port(),
-		"database.user":                             u.User.Username(),
+		"database.hostname":                         src.Hostname(),
+		"database.port":                             src.Port(),
+		"database.user":                             src.User.Username(),
 		"database.password":                         pw,
-		"database.dbname":                           strings.TrimPrefix(u.Path, "/"),
+		"database.dbname":                           strings.TrimPrefix(src.Path, "/"),
 		"topic.prefix":                              prefix,
 		"plugin.name":                               "pgoutput",
 		"slot.name":                                 slot,
@@ -101,9 +113,6 @@ func (c *cdcSource) connector(t *testing.T, name, prefix, table string, extra ma
 		"value.converter":                           "org.apache.kafka.connect.json.JsonConverter",
 		"value.converter.schemas.enable":            "false",
 	}
-	maps.Copy(cfg, extra)
-	registerConnector(t, c.connect, name, cfg)
-	return topic
 }
 
 // slotName is the replication slot (and publication) of connector name.
