@@ -280,12 +280,20 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 		status[id] = "new"
 	}
 	killsConnect, killsWorker, deletes, shipped := 0, 0, 0, 0
+	// Rows a transaction touched more than once: their changes share a
+	// transaction and must still be two versions.
+	twiceInOneTx := 0
 	for done := 0; done < ops; {
 		tx, err := src.pool.Begin(ctx)
 		require.NoError(t, err)
+		touched := map[int64]bool{}
 		for i := 0; i < 50 && done < ops; i++ {
 			done++
 			id := 1 + rng.Int64N(nextID-1)
+			if touched[id] {
+				twiceInOneTx++
+			}
+			touched[id] = true
 			var tag interface{ RowsAffected() int64 }
 			switch r := rng.IntN(100); {
 			case r < 70:
@@ -342,8 +350,8 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 	// Every change once, a tombstone after each delete, and what Connect
 	// sent again after its kills.
 	resent := records - int64(rows+changes+deletes)
-	t.Logf("%d rows snapshotted, %d changes (%d deletes, %d transitions to shipped), %d kills of Connect, %d of each worker; %d records on the topic (%d re-sent by Connect)",
-		rows, changes, deletes, shipped, killsConnect, killsWorker, records, resent)
+	t.Logf("%d rows snapshotted, %d changes (%d deletes, %d transitions to shipped; %d times a row changed again in one transaction), %d kills of Connect, %d of each worker; %d records on the topic (%d re-sent by Connect)",
+		rows, changes, deletes, shipped, twiceInOneTx, killsConnect, killsWorker, records, resent)
 	require.Positive(t, resent, "Connect's kills must re-send changes (duplicates are certain)")
 	if converters != nil {
 		for _, r := range kafkatest.ReadCommitted(t, topic, 10, time.Minute) {
