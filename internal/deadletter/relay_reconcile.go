@@ -97,7 +97,9 @@ func (s *session) prepare(ctx context.Context, dlq, source string) error {
 // (with source's partition count, or 1 when source is gone, and the
 // broker's default replication factor).
 func (s *session) ensureTopic(ctx context.Context, dlq, source string) (int32, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.r.opts.RequestTimeout)
+	// The request bound plus the wait for a source the metadata does not
+	// serve: a short RequestTimeout must not cut that wait, every time.
+	ctx, cancel := context.WithTimeout(ctx, s.r.opts.RequestTimeout+sourceGoneAfter)
 	defer cancel()
 	tds, err := s.adm.ListTopics(ctx, dlq)
 	if err != nil {

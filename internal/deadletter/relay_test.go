@@ -376,8 +376,6 @@ func TestRelayPublishesEachDeadLetterOnce(t *testing.T) {
 	require.Equal(t, int64(15), b.db.Count(t, `SELECT count(*) FROM dead_letters`))
 }
 
-// A relay that dies at each point of a round, then a new relay: nothing is
-// published twice, nothing is lost.
 // A source topic that is gone leaves its dead letters a topic of one
 // partition, and only after the metadata has said so for sourceGoneAfter:
 // a topic the broker serves a moment late must not be sized from that
@@ -409,6 +407,41 @@ func TestRelaySizesTheTopicOfAGoneSourceAsOnePartition(t *testing.T) {
 	}
 }
 
+// A source topic the metadata serves only after the relay has asked for it
+// (a topic created a moment ago): its dead-letter topic gets the source's
+// partition count, and every dead letter its source partition.
+func TestRelaySizesTheTopicOfASourceServedLate(t *testing.T) {
+	t.Parallel()
+	b := &bundle{db: pgtest.New(t), source: kafkatest.Name(t, "late"), dlq: kafkatest.Name(t, "dlq")}
+	adm := kafkatest.Admin(t)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = adm.DeleteTopics(ctx, b.dlq, b.source)
+	})
+	b.insert(t, 9)
+	r := b.newRelay(t, b.db.Pool, nil)
+	stop := start(t, r)
+	require.Eventually(t, func() bool { return r.logs.FilterMessage("dead-letter relay active").Len() > 0 }, hangGuard, 10*time.Millisecond,
+		"the relay starts its round")
+	// The round asks for the source at once; it is unknown for a while yet.
+	time.Sleep(sourceGoneAfter / 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, sourcePartitions, 1, nil, b.source)
+	require.NoError(t, err)
+	require.NoError(t, resp.Err)
+	b.waitPublished(t)
+	stop()
+
+	tds, err := adm.ListTopics(context.Background(), b.dlq)
+	require.NoError(t, err)
+	require.Len(t, tds[b.dlq].Partitions, sourcePartitions, "sized from the source, not from a moment the metadata did not serve it")
+	b.requireExactlyOnce(t)
+}
+
+// A relay that dies at each point of a round, then a new relay: nothing is
+// published twice, nothing is lost.
 func TestRelayCrashAndRestart(t *testing.T) {
 	t.Parallel()
 	for _, stage := range []string{stageBeforeProduce, stageBeforeCommit, stageAfterCommit} {

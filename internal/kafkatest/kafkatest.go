@@ -26,7 +26,10 @@ func Brokers(t testing.TB) []string {
 // Admin returns an admin client on the test broker, closed with the test.
 func Admin(t testing.TB) *kadm.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(Brokers(t)...))
+	// Metadata is asked again after 100 ms, not franz-go's 5 s: a test
+	// waiting for a topic to be served polls the broker, not a cached
+	// "unknown".
+	cl, err := kgo.NewClient(kgo.SeedBrokers(Brokers(t)...), kgo.MetadataMinAge(100*time.Millisecond))
 	if err != nil {
 		t.Fatalf("kafka client: %v", err)
 	}
@@ -38,6 +41,9 @@ func Admin(t testing.TB) *kadm.Client {
 // deletes it when the test ends.
 func NewTopic(t testing.TB, partitions int32) string {
 	t.Helper()
+	if partitions < 1 {
+		t.Fatalf("NewTopic(%d): give a partition count", partitions)
+	}
 	name := Name(t, "topic")
 	adm := Admin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -61,15 +67,17 @@ func NewTopic(t testing.TB, partitions int32) string {
 	// every partition.
 	for {
 		tds, err := adm.ListTopics(ctx, name)
+		last := fmt.Sprint(err)
 		if err == nil {
 			td := tds[name]
 			if td.Err == nil && td.ID == resp.ID && int32(len(td.Partitions)) == partitions && leadersEverywhere(td) {
 				return name
 			}
+			last = fmt.Sprintf("error %v, ID %s (created %s), %d partitions, leaders everywhere %t", td.Err, td.ID, resp.ID, len(td.Partitions), leadersEverywhere(td))
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("topic %s created but not served by the metadata within a minute", name)
+			t.Fatalf("topic %s created but not served by the metadata within a minute; last answer: %s", name, last)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
