@@ -30,6 +30,9 @@ type jsonDoc struct {
 	data []byte
 	// root is the offset of the top-level value.
 	root int
+	// nesting is how deep the deepest array or object is nested (the
+	// top-level one is 1; a scalar document is 0).
+	nesting int
 	// objects lists every object with members in the order they open (so
 	// by offset).
 	objects []object
@@ -342,6 +345,7 @@ func (p *jsonParser) literal(word string) error {
 
 func (p *jsonParser) enter() error {
 	p.depth++
+	p.doc.nesting = max(p.doc.nesting, p.depth)
 	if p.depth > p.maxDepth {
 		return &syntaxError{off: p.pos, msg: "nesting deeper than " + strconv.Itoa(p.maxDepth), tooDeep: true}
 	}

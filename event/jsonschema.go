@@ -22,6 +22,8 @@ import (
 // network).
 type jsonSchemaCodec struct {
 	schema *jsonschema.Schema
+	// cost bounds validation's work per value, by the payload's nesting.
+	cost *schemaCost
 }
 
 // jsonSchemaBase is the base URL schemas are compiled under: references
@@ -66,7 +68,11 @@ func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec
 	if err != nil {
 		return nil, err
 	}
-	return &jsonSchemaCodec{schema: s}, nil
+	cost := newSchemaCost(s)
+	if n := cost.at(0); n > MaxSchemaApplications {
+		return nil, fmt.Errorf("validating one value against this schema would apply %s subschemas to it (its references and combinators, every branch counted; the bound is %s)", atLeast(n), english.Sprint(MaxSchemaApplications))
+	}
+	return &jsonSchemaCodec{schema: s, cost: cost}, nil
 }
 
 // check validates payload and returns it: it is the event's JSON.
@@ -80,6 +86,10 @@ func (c *jsonSchemaCodec) check(payload []byte) ([]byte, error) {
 	}
 	if len(pd.d.issues) > 0 {
 		return nil, decodeErr(ReasonInvalidData, "the payload is not I-JSON: %s", pd.d.issues[0].msg)
+	}
+	if n := c.cost.at(pd.d.nesting); n > MaxSchemaApplications {
+		return nil, decodeErr(ReasonUnusableSchema, "validating this payload (nested %d deep) against its JSON Schema would apply %s subschemas to one value (its recursive references and combinators, every branch counted; the bound is %s)",
+			pd.d.nesting, atLeast(n), english.Sprint(MaxSchemaApplications))
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
 	if err != nil {
@@ -101,6 +111,14 @@ func (c *jsonSchemaCodec) check(payload []byte) ([]byte, error) {
 }
 
 var english = message.NewPrinter(language.English)
+
+// atLeast says n, a saturated count: "more than 1,000" at the cap.
+func atLeast(n uint64) string {
+	if n >= costCap {
+		return "more than " + english.Sprint(MaxSchemaApplications)
+	}
+	return english.Sprint(n)
+}
 
 // asDoubles replaces, in a value from jsonschema.UnmarshalJSON, every
 // number that is not a plain integer with its float64.
