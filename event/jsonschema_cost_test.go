@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/sr"
@@ -31,9 +30,7 @@ func TestJSONSchemaExponentialReferencesAreRefused(t *testing.T) {
 		}
 		defs += fmt.Sprintf(`"d%d":{"type":"object"}`, depth)
 		d := jsonSchemaDecoder(t, `{"$schema":"http://json-schema.org/draft-07/schema#","allOf":[{"$ref":"#/definitions/d0"}],"definitions":{`+defs+`}}`)
-		start := time.Now()
 		_, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(`{"sku":"a","type":"t"}`))})
-		took := time.Since(start)
 		if depth == 8 { // just over the bound
 			require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "%v", err)
 			require.Contains(t, err.Error(), "would apply more than 1,000 subschemas")
@@ -41,7 +38,6 @@ func TestJSONSchemaExponentialReferencesAreRefused(t *testing.T) {
 		}
 		require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "depth %d: %v", depth, err)
 		require.Contains(t, err.Error(), "more than 1,000 subschemas")
-		require.Less(t, took, 2*time.Second, "depth %d: refused from the schema, without validating", depth)
 	}
 	// 511: a heavy schema, but within the bound.
 	defs := ""
@@ -64,11 +60,9 @@ func TestJSONSchemaRecursiveBranchingIsBoundedByThePayloadsNesting(t *testing.T)
 	require.NoError(t, err)
 	_, err = d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(`[[["x"]]]`))})
 	require.NotEqual(t, ReasonUnusableSchema, ReasonOf(err), "%v", err) // shallow: validated (it fails for want of a type)
-	start := time.Now()
 	_, err = d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(strings.Repeat("[", 40)+`"x"`+strings.Repeat("]", 40)))})
 	require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "%v", err)
 	require.Contains(t, err.Error(), "nested 40 deep")
-	require.Less(t, time.Since(start), time.Second)
 }
 
 // Recursive schemas of the usual kind (a tree, a linked list, an

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 
@@ -110,7 +111,11 @@ func (c *protoCodec) toJSON(idx []int, payload []byte, maxJSON int) ([]byte, err
 		return nil, decodeErr(ReasonSchemaMismatch, "the payload is not a %s message: %v", md.FullName(), err)
 	}
 	budget := maxJSON
-	if path, ok := c.inspect(m.ProtoReflect(), &budget); ok {
+	path, ok := c.inspect(m.ProtoReflect(), &budget, 1)
+	if budget <= anyTooDeep {
+		return nil, decodeErr(ReasonNestingTooDeep, "the message nests deeper than %d levels (counting the messages its Any fields hold)", MaxNesting)
+	}
+	if ok {
 		return nil, decodeErr(ReasonSchemaMismatch, "the payload has fields its schema (%s) does not define, at %s: not a message of this schema", md.FullName(), path)
 	}
 	if budget < 0 {
@@ -133,7 +138,16 @@ func (c *protoCodec) toJSON(idx []int, payload []byte, maxJSON int) ([]byte, err
 // writer never has fields its reader lacks: unknown fields are bytes that
 // only happened to parse), and takes from budget at least as many bytes
 // as m's JSON will have; it stops early once budget is spent.
-func (c *protoCodec) inspect(m protoreflect.Message, budget *int) (string, bool) {
+//
+// depth is m's nesting. Each Any is parsed afresh (its own recursion
+// limit), so a chain of Anys each holding the next would be parsed again
+// at every level: depth counts them too, and past MaxNesting inspect sets
+// budget to anyTooDeep and stops.
+func (c *protoCodec) inspect(m protoreflect.Message, budget *int, depth int) (string, bool) {
+	if depth > MaxNesting {
+		*budget = anyTooDeep
+		return "", false
+	}
 	if len(m.GetUnknown()) > 0 {
 		return string(m.Descriptor().FullName()), true
 	}
@@ -150,7 +164,7 @@ func (c *protoCodec) inspect(m protoreflect.Message, budget *int) (string, bool)
 			return string(m.Descriptor().FullName()) + " (" + url + ")", true
 		}
 		*budget -= len(url) + 12
-		return c.inspect(inner, budget)
+		return c.inspect(inner, budget, depth+1)
 	}
 	*budget -= c.baseSize(m.Descriptor())
 	var path string
@@ -161,7 +175,7 @@ func (c *protoCodec) inspect(m protoreflect.Message, budget *int) (string, bool)
 			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
 				*budget -= valueSize(fd.MapKey(), k.Value()) + 2
 				if fd.MapValue().Message() != nil {
-					path, found = c.inspect(mv.Message(), budget)
+					path, found = c.inspect(mv.Message(), budget, depth+1)
 				} else {
 					*budget -= valueSize(fd.MapValue(), mv)
 				}
@@ -172,13 +186,13 @@ func (c *protoCodec) inspect(m protoreflect.Message, budget *int) (string, bool)
 			for i := 0; i < l.Len() && !found && *budget >= 0; i++ {
 				*budget--
 				if fd.Message() != nil {
-					path, found = c.inspect(l.Get(i).Message(), budget)
+					path, found = c.inspect(l.Get(i).Message(), budget, depth+1)
 				} else {
 					*budget -= valueSize(fd, l.Get(i))
 				}
 			}
 		case fd.Message() != nil:
-			path, found = c.inspect(v.Message(), budget)
+			path, found = c.inspect(v.Message(), budget, depth+1)
 		default:
 			*budget -= valueSize(fd, v)
 		}
@@ -186,6 +200,10 @@ func (c *protoCodec) inspect(m protoreflect.Message, budget *int) (string, bool)
 	})
 	return path, found
 }
+
+// anyTooDeep is the budget inspect leaves (or less) when the message nests
+// too deep.
+const anyTooDeep = math.MinInt / 2 // below any budget a message can spend, far from wrapping
 
 // baseSize is the JSON of a message of type md with every field unset:
 // each field's name and its zero value.

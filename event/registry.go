@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -176,6 +177,12 @@ func (rd *registryDecoder) transcode(ctx context.Context, what string, value []b
 		return nil, nil, decodeErr(ReasonNotWireFormat, "the %s has %d bytes, fewer than the wire format's 5-byte header", what, len(value))
 	}
 	id, rest, _ := h.DecodeID(value)
+	if id > math.MaxInt32 {
+		// Registries number schemas with 31-bit integers; Confluent's
+		// would not parse such an ID and answer a bare 404 (an outage,
+		// to us), holding the partition for good.
+		return nil, nil, decodeErr(ReasonUnknownSchema, "the %s names schema ID %d, beyond any registry's IDs (at most %d)", what, id, math.MaxInt32)
+	}
 	s, err := rd.schema(ctx, id)
 	if err != nil {
 		return nil, nil, err
