@@ -37,6 +37,12 @@ type avroReader struct {
 	out   []byte
 	depth int
 	max   int // output bound
+	// branches names, in reading order, the branch taken by each union
+	// with more than one non-null type: the JSON has no wrapper naming it,
+	// so two values of two branches (a Credit and a Debit with one
+	// amount, a string and bytes) can write the same JSON. The event's
+	// hash covers these names too.
+	branches []byte
 }
 
 // errAvroShort is a payload that ends inside a value.
@@ -75,16 +81,31 @@ func newAvroCodec(text string, refs []reference) (*avroCodec, error) {
 }
 
 // toJSON transcodes one payload: exactly one value of the schema, no byte
-// more or less.
-func (c *avroCodec) toJSON(payload []byte, maxJSON int) ([]byte, error) {
+// more or less. branches names the branches of unions the JSON does not
+// tell apart (see avroReader.branches), "" when there are none.
+func (c *avroCodec) toJSON(payload []byte, maxJSON int) (js []byte, branches string, err error) {
 	r := &avroReader{b: payload, out: make([]byte, 0, 2*len(payload)+64), max: maxJSON}
 	if err := c.root.read(r); err != nil {
-		return nil, r.fail(err)
+		return nil, "", r.fail(err)
 	}
 	if r.i != len(r.b) {
-		return nil, decodeErr(ReasonSchemaMismatch, "the payload does not match its Avro schema: %d bytes follow the value", len(r.b)-r.i)
+		return nil, "", decodeErr(ReasonSchemaMismatch, "the payload does not match its Avro schema: %d bytes follow the value", len(r.b)-r.i)
 	}
-	return r.out, nil
+	return r.out, string(r.branches), nil
+}
+
+// branchName names a union's branch: a named type by its full name, any
+// other by its type and logical type (the names a union's types are told
+// apart by).
+func branchName(t avro.Schema) string {
+	if n, ok := t.(avro.NamedSchema); ok {
+		return n.FullName()
+	}
+	name := string(t.Type())
+	if l, ok := t.(avro.LogicalTypeSchema); ok && l.Logical() != nil {
+		name += "." + string(l.Logical().Type())
+	}
+	return name
 }
 
 // fail turns a reading error into the record's DecodeError.
@@ -268,13 +289,20 @@ func compileAvro(s avro.Schema, named map[string]*avroNode) (*avroNode, error) {
 		}}, nil
 	case *avro.UnionSchema:
 		branches := make([]*avroNode, len(s.Types()))
+		names := make([]string, len(s.Types()))
+		nonNull := 0
 		for i, t := range s.Types() {
 			b, err := compileAvro(t, named)
 			if err != nil {
 				return nil, err
 			}
 			branches[i] = b
+			names[i] = branchName(t)
+			if t.Type() != avro.Null {
+				nonNull++
+			}
 		}
+		ambiguous := nonNull > 1
 		return &avroNode{read: func(r *avroReader) error {
 			i, err := r.long()
 			if err != nil {
@@ -282,6 +310,9 @@ func compileAvro(s avro.Schema, named map[string]*avroNode) (*avroNode, error) {
 			}
 			if i < 0 || i >= int64(len(branches)) {
 				return fmt.Errorf("union branch %d is outside its %d types", i, len(branches))
+			}
+			if ambiguous {
+				r.branches = append(append(r.branches, names[i]...), 0)
 			}
 			return branches[i].read(r)
 		}}, nil

@@ -119,7 +119,7 @@ func BenchmarkPayloadHash(b *testing.B) {
 				if err != nil || len(doc.issues) > 0 {
 					b.Fatal(err)
 				}
-				_ = payloadHash("item.created", "item-000042", 1, doc, doc.root)
+				_ = payloadHash("item.created", "item-000042", 1, doc, doc.root, "")
 			}
 		})
 	}

@@ -74,7 +74,7 @@ func requireMatchesTree(t *testing.T, data []byte, ptr string) bool {
 		require.NoError(t, err)
 		wantSum, err := canonicaltree.PayloadHash("item.created", "item-1\n\"", 7, data)
 		require.NoError(t, err)
-		require.Equal(t, wantSum, payloadHash("item.created", "item-1\n\"", 7, doc, doc.root), "%q", data)
+		require.Equal(t, wantSum, payloadHash("item.created", "item-1\n\"", 7, doc, doc.root, ""), "%q", data)
 	}
 	return werr == nil
 }

@@ -329,18 +329,11 @@ func (d *Decoder) decodeRegistry(ctx context.Context, r Record) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	r.Value = js
-	var ev Event
+	r.Value, r.wire = js, wire
 	if d.typePtr != nil {
-		ev, err = d.decodeJSON(r)
-	} else {
-		ev, err = d.decodeRegistryBinary(r)
+		return d.decodeJSON(r)
 	}
-	if err != nil {
-		return Event{}, err
-	}
-	ev.Wire = wire
-	return ev, nil
+	return d.decodeRegistryBinary(r)
 }
 
 // decodeRegistryBinary reads the attributes of a registry format's record
@@ -589,6 +582,7 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 		return Event{}, decodeErr(ReasonInvalidData, "data is not I-JSON: %s", doc.issues[0].msg)
 	}
 	ev.Data = bytes.Clone(r.Value)
+	ev.Wire = r.wire
 	if ev, err = d.finish(ev, doc, doc.root); err != nil {
 		return Event{}, err
 	}
@@ -724,6 +718,7 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 		}
 	}
 	ev.Data = bytes.Clone(r.Value)
+	ev.Wire = r.wire
 	ev, err = d.finish(ev, doc, root)
 	if err != nil {
 		return Event{}, err
@@ -763,7 +758,11 @@ func field(doc *jsonDoc, root int, p *pointer, name string, reason Reason, integ
 // finish computes the payload hash and the key. payload is the offset of
 // the event's data in doc, -1 for none.
 func (d *Decoder) finish(ev Event, doc *jsonDoc, payload int) (Event, error) {
-	ev.PayloadHash = payloadHash(ev.Type, ev.Subject, ev.Version, doc, payload)
+	var branches string
+	if ev.Wire != nil {
+		branches = ev.Wire.unionBranches
+	}
+	ev.PayloadHash = payloadHash(ev.Type, ev.Subject, ev.Version, doc, payload, branches)
 	if err := d.deriveKey(&ev, doc, payload); err != nil {
 		return Event{}, err
 	}

@@ -19,6 +19,10 @@ type Record struct {
 	// Timestamp is the broker or producer timestamp. It is never part of an
 	// event's identity.
 	Timestamp time.Time
+
+	// wire is, while a registry format's record is decoded, how its value
+	// was encoded (the value then holds its JSON).
+	wire *Wire
 }
 
 // Header is one Kafka record header. Kafka allows a key to repeat.
@@ -63,8 +67,11 @@ type Event struct {
 	Strategy string
 	// PayloadHash is the SHA-256 of the RFC 8785 canonical JSON of
 	// {"data": D, "resourceversion": V, "subject": S, "type": T}, where D is
-	// Data (null when absent) and V is Version (the number 0 when absent).
-	// A redelivery with the same Key and another PayloadHash is a conflict.
+	// Data (null when absent) and V is Version (the number 0 when absent);
+	// for an Avro record whose unions of more than one non-null type the
+	// JSON does not tell apart, also {"avro_union_branches": the branches
+	// written}. A redelivery with the same Key and another PayloadHash is a
+	// conflict.
 	// Time, id, source, extensions and the transport mode are not part of
 	// it: a structured and a binary copy of one event, or one with a new
 	// time, hash alike.

@@ -147,11 +147,19 @@ func article(k Kind) string {
 // canonical JSON of {"data","resourceversion","subject","type"} (members in
 // canonical order), data being the value at offset data in doc; -1 stands
 // for JSON null. The canonical form is streamed into the hash, never held
-// whole.
-func payloadHash(typ, subject string, version int64, doc *jsonDoc, data int) [32]byte {
+// whole. branches, when not "", are the Avro union branches the data does
+// not show (Wire.unionBranches), hashed as a first member
+// "avro_union_branches".
+func payloadHash(typ, subject string, version int64, doc *jsonDoc, data int, branches string) [32]byte {
 	w := newHashWriter(doc)
 	defer w.release()
-	w.b = append(w.b, `{"data":`...)
+	w.b = append(w.b, '{')
+	if branches != "" {
+		w.b = append(w.b, `"avro_union_branches":`...)
+		w.b = appendCanonicalString(w.b, branches)
+		w.b = append(w.b, ',')
+	}
+	w.b = append(w.b, `"data":`...)
 	if data < 0 {
 		w.b = append(w.b, "null"...)
 	} else {

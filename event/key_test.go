@@ -27,10 +27,10 @@ func mustParse(t *testing.T, s string) *jsonDoc {
 func hashOf(t *testing.T, typ, subject string, version int64, data string) [32]byte {
 	t.Helper()
 	if data == "" {
-		return payloadHash(typ, subject, version, nil, -1)
+		return payloadHash(typ, subject, version, nil, -1, "")
 	}
 	doc := mustParse(t, data)
-	return payloadHash(typ, subject, version, doc, doc.root)
+	return payloadHash(typ, subject, version, doc, doc.root, "")
 }
 
 func TestPointer(t *testing.T) {

@@ -107,6 +107,9 @@ type Wire struct {
 	Payload []byte
 
 	schema *registrySchema
+	// unionBranches names the branches of the Avro unions the JSON does
+	// not tell apart, for the event's hash (avroReader.branches).
+	unionBranches string
 }
 
 // registryDecoder is the registry side of a Decoder: its schemas by ID,
@@ -191,7 +194,7 @@ func (rd *registryDecoder) transcode(ctx context.Context, what string, value []b
 	var js []byte
 	switch {
 	case s.avro != nil:
-		js, err = s.avro.toJSON(rest, maxJSON)
+		js, w.unionBranches, err = s.avro.toJSON(rest, maxJSON)
 	case s.proto != nil:
 		var idx []int
 		idx, rest, err = h.DecodeIndex(rest, maxMessageIndexes)

@@ -2,6 +2,7 @@ package event
 
 import (
 	"context"
+	be "encoding/binary"
 	"fmt"
 	"math"
 	"math/big"
@@ -299,4 +300,46 @@ func TestSchemaIDBeyond31BitsIsUnknownWithoutAsking(t *testing.T) {
 		require.Equal(t, ReasonUnknownSchema, ReasonOf(err), "%v", err)
 	}
 	require.Equal(t, before, reg.requests, "the registry was asked")
+}
+
+// avroString is an Avro string's encoding.
+func avroString(s string) []byte {
+	return append(be.AppendVarint(nil, int64(len(s))), s...)
+}
+
+// Avro writes a union's value without naming its branch in JSON, so two
+// branches can write the same JSON: a Credit and a Debit of one amount, a
+// string and bytes. Their events must still differ (content-hash keys
+// would drop the second as a duplicate of the first), and the same value
+// re-sent must still be a duplicate.
+func TestAvroUnionBranchesTellEventsApart(t *testing.T) {
+	schema := `{"type":"record","name":"R","fields":[{"name":"sku","type":"string"},{"name":"type","type":"string"},
+	  {"name":"change","type":[{"type":"record","name":"Credit","fields":[{"name":"amount","type":"long"}]},
+	                           {"type":"record","name":"Debit","fields":[{"name":"amount","type":"long"}]}]},
+	  {"name":"note","type":["null","string","bytes"]}]}`
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Schema: schema})
+	d := hostileDecoder(t, reg, FormatAvro)
+	payload := func(change int64, note []byte) []byte {
+		p := append(avroString("a"), avroString("t")...)
+		p = be.AppendVarint(p, change)
+		p = be.AppendVarint(p, 100)
+		return append(p, note...)
+	}
+	noteString := append(be.AppendVarint(nil, 1), avroString("AAE=")...)
+	noteBytes := append(be.AppendVarint(nil, 2), be.AppendVarint(nil, 2)...)
+	noteBytes = append(noteBytes, 0, 1)
+	decode := func(p []byte) Event {
+		ev, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, p)})
+		require.NoError(t, err)
+		return ev
+	}
+	credit, debit := decode(payload(0, noteString)), decode(payload(1, noteString))
+	require.JSONEq(t, string(credit.Data), string(debit.Data), "the JSON does not tell the branches apart")
+	require.NotEqual(t, credit.PayloadHash, debit.PayloadHash)
+	require.NotEqual(t, credit.Key, debit.Key, "content-hash keys")
+	asBytes := decode(payload(0, noteBytes))
+	require.JSONEq(t, string(credit.Data), string(asBytes.Data))
+	require.NotEqual(t, credit.PayloadHash, asBytes.PayloadHash)
+	require.Equal(t, credit.PayloadHash, decode(payload(0, noteString)).PayloadHash, "the same value re-sent")
 }
