@@ -85,14 +85,14 @@ func (d *Decoder) decodeDebezium(ctx context.Context, r Record) (Event, error) {
 	}
 	var wire *Wire
 	if isWireFormat(r.Value) {
-		js, w, err := d.debeziumWire(ctx, "record value", r.Value)
+		js, w, err := d.wirePart(ctx, "record value", r.Value)
 		if err != nil {
 			return Event{}, err
 		}
 		r.Value, wire = js, w
 	}
 	if isWireFormat(r.Key) {
-		js, _, err := d.debeziumWire(ctx, "record key", r.Key)
+		js, _, err := d.wirePart(ctx, "record key", r.Key)
 		if err != nil {
 			return Event{}, err
 		}
@@ -259,10 +259,11 @@ func appendDebeziumSource(b []byte, doc *jsonDoc, src int, lsn int64) []byte {
 // magic byte, which no JSON text does.
 func isWireFormat(b []byte) bool { return len(b) > 0 && b[0] == 0 }
 
-// debeziumWire decodes a change event's value or key written by a
-// registry converter (Avro, Protobuf or JSON Schema in the Confluent wire
-// format) to the JSON the rest of the mapping reads.
-func (d *Decoder) debeziumWire(ctx context.Context, what string, b []byte) ([]byte, *Wire, error) {
+// wirePart decodes a record's value or key written by a registry
+// serializer or converter (Avro, Protobuf or JSON Schema in the Confluent
+// wire format) to the JSON the rest of the mapping reads. Only format
+// debezium reads such records without a registry configured.
+func (d *Decoder) wirePart(ctx context.Context, what string, b []byte) ([]byte, *Wire, error) {
 	if d.registry == nil {
 		return nil, nil, decodeErr(ReasonNotDebezium, "the %s is in the Confluent wire format (Avro, Protobuf or JSON Schema through a schema registry), and no registry is configured: set schema_registry.url", what)
 	}
@@ -351,23 +352,41 @@ func debeziumSubject(key []byte) (string, error) {
 	case k < 0 || doc.kind(k) != KindObject:
 		return "", decodeErr(ReasonMissingSubject, "the record key is not an object of the row's key columns")
 	}
-	n, only := 0, -1
-	doc.eachMember(k, func(_, val int) bool {
+	n := 0
+	doc.eachMember(k, func(_, _ int) bool {
 		n++
-		only = val
 		return true
 	})
-	switch {
-	case n == 0:
+	if n == 0 {
 		return "", decodeErr(ReasonMissingSubject, "the record key has no columns")
-	case n == 1 && doc.kind(only) == KindString:
-		return doc.str(only), nil
-	case n == 1 && doc.isInteger(only):
-		return doc.integer(only), nil
+	}
+	return keyText(doc, k), nil
+}
+
+// keyText is the text a structured record key (a registry format's, a
+// Debezium row key) is compared and claimed by: a string or an integer
+// as itself, an object of one such member as that member's value ({"id":
+// 42} → "42"), anything else as its canonical JSON.
+func keyText(doc *jsonDoc, k int) string {
+	switch {
+	case doc.kind(k) == KindString:
+		return doc.str(k)
+	case doc.isInteger(k):
+		return doc.integer(k)
+	case doc.kind(k) == KindObject:
+		n, only := 0, -1
+		doc.eachMember(k, func(_, val int) bool {
+			n++
+			only = val
+			return true
+		})
+		if n == 1 && (doc.kind(only) == KindString || doc.isInteger(only)) {
+			return keyText(doc, only)
+		}
 	}
 	w := canonWriter{doc: doc}
 	w.value(k)
-	return string(w.b), nil
+	return string(w.b)
 }
 
 // Change is a change event's operation and row images, for a handler that

@@ -324,10 +324,29 @@ const (
 // decodeRegistry decodes a record of a registry format: the payload to
 // JSON, then the envelope from the pointers (as format json) or from the
 // CloudEvents binary-mode headers.
+//
+// A record key in the wire format (a registry serializer's, as Kafka
+// Connect's and most producers' key converters write) is decoded too, and
+// compared and claimed as its text (keyText): a string key as the string,
+// a record of one field as that field's value.
 func (d *Decoder) decodeRegistry(ctx context.Context, r Record) (Event, error) {
 	js, wire, err := d.registry.transcode(ctx, "value", r.Value, maxExpansion*len(r.Value)+maxExpansionSlack)
 	if err != nil {
 		return Event{}, err
+	}
+	if isWireFormat(r.Key) {
+		kjs, _, err := d.wirePart(ctx, "record key", r.Key)
+		if err != nil {
+			return Event{}, err
+		}
+		pd, err := parseDocument(kjs, MaxNesting)
+		if err != nil {
+			return Event{}, notJSON("the record key", err)
+		}
+		if len(pd.d.issues) > 0 {
+			return Event{}, decodeErr(ReasonInvalidData, "the record key is not I-JSON: %s", pd.d.issues[0].msg)
+		}
+		r.Key = []byte(keyText(&pd.d, pd.d.root))
 	}
 	r.Value, r.wire = js, wire
 	if d.typePtr != nil {

@@ -2,6 +2,7 @@ package event
 
 import (
 	"context"
+	"errors"
 	be "encoding/binary"
 	"fmt"
 	"math"
@@ -342,4 +343,40 @@ func TestAvroUnionBranchesTellEventsApart(t *testing.T) {
 	require.JSONEq(t, string(credit.Data), string(asBytes.Data))
 	require.NotEqual(t, credit.PayloadHash, asBytes.PayloadHash)
 	require.Equal(t, credit.PayloadHash, decode(payload(0, noteString)).PayloadHash, "the same value re-sent")
+}
+
+// Keys written by a registry serializer (Kafka Connect's key converters,
+// most producers' key serializers) are decoded like the value and compared
+// as their text: a string key as the string, a record of one field as that
+// field's value. They were compared as their wire bytes, so every record
+// was a subject mismatch.
+func TestWireFormatKeysAreReadAsTheirText(t *testing.T) {
+	value := `{"type":"record","name":"R","fields":[{"name":"sku","type":"string"},{"name":"type","type":"string"}]}`
+	reg := newMemRegistry()
+	reg.add(1, "t-value", 1, sr.Schema{Schema: value})
+	reg.add(2, "t-key", 1, sr.Schema{Schema: `"string"`})
+	reg.add(3, "u-key", 1, sr.Schema{Schema: `{"type":"record","name":"K","fields":[{"name":"sku","type":"string"}]}`})
+	reg.add(4, "v-key", 1, sr.Schema{Schema: `{"type":"record","name":"K2","fields":[{"name":"sku","type":"string"},{"name":"n","type":"long"}]}`})
+	d := hostileDecoder(t, reg, FormatAvro)
+	v := wire(1, nil, avroPayload(t, value, map[string]any{"sku": "sku-1", "type": "t"}))
+	for _, key := range [][]byte{
+		wire(2, nil, avroString("sku-1")),
+		wire(3, nil, avroPayload(t, `{"type":"record","name":"K","fields":[{"name":"sku","type":"string"}]}`, map[string]any{"sku": "sku-1"})),
+	} {
+		ev, err := d.Decode(Record{Key: key, Value: v})
+		require.NoError(t, err)
+		require.Equal(t, "sku-1", ev.Subject)
+	}
+	// A wider key is its canonical JSON: not this subject.
+	_, err := d.Decode(Record{Key: wire(4, nil, avroPayload(t, `{"type":"record","name":"K2","fields":[{"name":"sku","type":"string"},{"name":"n","type":"long"}]}`, map[string]any{"sku": "sku-1", "n": int64(7)})), Value: v})
+	require.Equal(t, ReasonSubjectMismatch, ReasonOf(err), "%v", err)
+	require.Contains(t, err.Error(), `{\"n\":7,\"sku\":\"sku-1\"}`)
+	// A key of an unknown schema is the record's fault, and says it was the key.
+	_, err = d.Decode(Record{Key: wire(9, nil, avroString("sku-1")), Value: v})
+	require.Equal(t, ReasonUnknownSchema, ReasonOf(err), "%v", err)
+	require.Contains(t, err.Error(), "record key")
+	// The registry down: the key waits like the value would.
+	reg.setDown(errors.New("connection refused"))
+	_, err = d.Decode(Record{Key: wire(5, nil, avroString("sku-1")), Value: v})
+	require.ErrorIs(t, err, ErrSchemaRegistryUnavailable)
 }
