@@ -2,8 +2,8 @@ package event
 
 import (
 	"context"
-	"errors"
 	be "encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
