@@ -267,7 +267,7 @@ message Source { string name = 1; string schema = 2; string table = 3; int64 lsn
 	// The record's fault: an unknown schema; not the record's: the
 	// registry down.
 	unknown := dbzAvroUpdate(1)
-	unknown.Value = wire(99, nil, unknown.Value[5:])
+	unknown.Value = wire(99999, nil, unknown.Value[5:])
 	_, err = d.Decode(unknown)
 	require.Equal(t, ReasonUnknownSchema, ReasonOf(err), "%v", err)
 	reg.setDown(errors.New("connection refused"))
@@ -326,7 +326,7 @@ func TestDebeziumHostileKeys(t *testing.T) {
 	_, err = d.Decode(Record{Key: []byte{0, 1}, Value: []byte(dbzUpdate)})
 	require.Equal(t, ReasonNotWireFormat, ReasonOf(err))
 	require.ErrorContains(t, err, "the record key has 2 bytes")
-	_, err = d.Decode(Record{Key: wire(77, nil, []byte{2}), Value: []byte(dbzUpdate)})
+	_, err = d.Decode(Record{Key: wire(77777, nil, []byte{2}), Value: []byte(dbzUpdate)})
 	require.Equal(t, ReasonUnknownSchema, ReasonOf(err))
 	require.ErrorContains(t, err, "the record key: ")
 }

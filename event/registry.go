@@ -125,6 +125,11 @@ type registryDecoder struct {
 	schemas map[int]*registrySchema
 	refused map[int]refusal
 	loading map[int]*loading // schemas being fetched: one fetch per ID at a time
+	// maxID is the highest schema ID fetched; unknownSince, when an ID
+	// near it was first answered unknown (see unknownGrace).
+	maxID        int
+	unknownSince map[int]time.Time
+	now          func() time.Time
 }
 
 // loading is one fetch in flight; done closes when s and err are set.
@@ -147,6 +152,18 @@ const (
 	maxRefusals = 10_000
 )
 
+// unknownGrace is how long an ID the registry says it does not have is
+// asked again before its record is dead-lettered, when the ID is at most
+// unknownIDMargin above the highest this worker has fetched: a producer
+// that registers a schema and writes at once can be read before every
+// registry node has it (a follower still reading its log, a replica behind
+// a load balancer), and that is the environment's moment, not the
+// record's fault. IDs far beyond (a poison record's) are unknown at once.
+const (
+	unknownGrace    = 15 * time.Second
+	unknownIDMargin = 1000
+)
+
 // registrySchema is one parsed writer's schema: exactly one of its codecs
 // is set, by its format.
 type registrySchema struct {
@@ -165,7 +182,8 @@ const (
 )
 
 func newRegistryDecoder(format string, registry SchemaRegistry) *registryDecoder {
-	return &registryDecoder{format: format, registry: registry, schemas: map[int]*registrySchema{}, refused: map[int]refusal{}, loading: map[int]*loading{}}
+	return &registryDecoder{format: format, registry: registry, schemas: map[int]*registrySchema{}, refused: map[int]refusal{}, loading: map[int]*loading{},
+		unknownSince: map[int]time.Time{}, now: time.Now}
 }
 
 // transcode strips the wire-format header from value (the record's value
@@ -221,7 +239,7 @@ func (rd *registryDecoder) schema(ctx context.Context, id int) (*registrySchema,
 		rd.mu.Unlock()
 		return s, nil
 	}
-	if ref, ok := rd.refused[id]; ok && time.Now().Before(ref.until) {
+	if ref, ok := rd.refused[id]; ok && rd.now().Before(ref.until) {
 		rd.mu.Unlock()
 		return nil, ref.err
 	}
@@ -249,7 +267,21 @@ func (rd *registryDecoder) schema(ctx context.Context, id int) (*registrySchema,
 	switch {
 	case l.err == nil:
 		rd.schemas[id] = l.s
+		rd.maxID = max(rd.maxID, id)
 		delete(rd.refused, id)
+		delete(rd.unknownSince, id)
+	case errors.As(l.err, &de) && de.Reason == ReasonUnknownSchema && id <= rd.maxID+unknownIDMargin:
+		now := rd.now()
+		since, ok := rd.unknownSince[id]
+		if !ok && len(rd.unknownSince) < maxRefusals {
+			since, rd.unknownSince[id] = now, now
+		}
+		if ok && now.Sub(since) >= unknownGrace {
+			delete(rd.unknownSince, id)
+			rd.refuse(id, de)
+			break
+		}
+		l.err = unavailable(fmt.Sprintf("fetching schema %d", id), fmt.Errorf("the registry has no schema %d yet, near the highest this worker has read (%d): a registry node behind the one it was registered with answers so for a moment; asked again for %s before the record is dead-lettered as unknown_schema", id, rd.maxID, unknownGrace))
 	case errors.As(l.err, &de):
 		rd.refuse(id, de)
 	}
@@ -260,7 +292,7 @@ func (rd *registryDecoder) schema(ctx context.Context, id int) (*registrySchema,
 // refusals go first, and past the bound nothing more is remembered (each
 // such record asks the registry again).
 func (rd *registryDecoder) refuse(id int, de *DecodeError) {
-	now := time.Now()
+	now := rd.now()
 	if len(rd.refused) >= maxRefusals {
 		for k, r := range rd.refused {
 			if !now.Before(r.until) {

@@ -372,11 +372,50 @@ func TestWireFormatKeysAreReadAsTheirText(t *testing.T) {
 	require.Equal(t, ReasonSubjectMismatch, ReasonOf(err), "%v", err)
 	require.Contains(t, err.Error(), `{\"n\":7,\"sku\":\"sku-1\"}`)
 	// A key of an unknown schema is the record's fault, and says it was the key.
-	_, err = d.Decode(Record{Key: wire(9, nil, avroString("sku-1")), Value: v})
+	_, err = d.Decode(Record{Key: wire(99999, nil, avroString("sku-1")), Value: v})
 	require.Equal(t, ReasonUnknownSchema, ReasonOf(err), "%v", err)
 	require.Contains(t, err.Error(), "record key")
 	// The registry down: the key waits like the value would.
 	reg.setDown(errors.New("connection refused"))
 	_, err = d.Decode(Record{Key: wire(5, nil, avroString("sku-1")), Value: v})
 	require.ErrorIs(t, err, ErrSchemaRegistryUnavailable)
+}
+
+// A registry node that lags the one a schema was registered with answers
+// 40403 for a moment. An ID near the highest this worker has read is asked
+// again (the partition retries, as for an outage) for unknownGrace before
+// its record is dead-lettered; once the node has it, the record decodes.
+// An ID far beyond is unknown at once.
+func TestJustRegisteredSchemaUnknownToALaggingNodeIsRetried(t *testing.T) {
+	reg := registryWith(t) // IDs 1 and 2
+	d := hostileDecoder(t, reg, FormatAvro)
+	clock := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	d.registry.now = func() time.Time { return clock }
+	good := avroPayload(t, productAvro, product(nil))
+	_, err := d.Decode(Record{Key: []byte("sku-1"), Value: wire(1, nil, good)})
+	require.NoError(t, err)
+
+	rec := Record{Key: []byte("sku-1"), Value: wire(3, nil, good)}
+	_, err = d.Decode(rec)
+	require.ErrorIs(t, err, ErrSchemaRegistryUnavailable, "%v", err)
+	clock = clock.Add(unknownGrace / 2)
+	reg.add(3, "products-value", 2, sr.Schema{Schema: productAvro}) // the node catches up
+	_, err = d.Decode(rec)
+	require.NoError(t, err)
+
+	// Never registered: retried for the grace, then the record's fault.
+	lost := Record{Key: []byte("sku-1"), Value: wire(4, nil, good)}
+	_, err = d.Decode(lost)
+	require.ErrorIs(t, err, ErrSchemaRegistryUnavailable)
+	clock = clock.Add(unknownGrace)
+	_, err = d.Decode(lost)
+	require.Equal(t, ReasonUnknownSchema, ReasonOf(err), "%v", err)
+	asked := reg.requests
+	_, err = d.Decode(lost)
+	require.Equal(t, ReasonUnknownSchema, ReasonOf(err))
+	require.Equal(t, asked, reg.requests, "remembered once refused")
+
+	// Far beyond the IDs in use (a poison record's): unknown at once.
+	_, err = d.Decode(Record{Key: []byte("sku-1"), Value: wire(3+unknownIDMargin+1, nil, good)})
+	require.Equal(t, ReasonUnknownSchema, ReasonOf(err), "%v", err)
 }

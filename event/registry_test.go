@@ -170,7 +170,7 @@ func registryDecodeCases() []decodeCase {
 		{name: "avro: wrong magic byte", cfg: cfg, rec: rec(append([]byte{1}, good...)), reason: ReasonNotWireFormat},
 		{name: "avro: shorter than the header", cfg: cfg, rec: rec([]byte{0, 0, 1}), reason: ReasonNotWireFormat},
 		{name: "avro: JSON on an avro topic", cfg: cfg, rec: rec([]byte(`{"sku":"sku-1"}`)), reason: ReasonNotWireFormat},
-		{name: "avro: unknown schema id", cfg: cfg, rec: rec(wire(99, nil, good)), reason: ReasonUnknownSchema},
+		{name: "avro: unknown schema id", cfg: cfg, rec: rec(wire(99999, nil, good)), reason: ReasonUnknownSchema},
 		{name: "avro: a protobuf schema's id", cfg: cfg, rec: rec(wire(2, nil, good)), reason: ReasonUnusableSchema},
 		{name: "avro: truncated", cfg: cfg, rec: rec(wire(1, nil, good[:len(good)-3])), reason: ReasonSchemaMismatch},
 		{name: "avro: trailing bytes", cfg: cfg, rec: rec(wire(1, nil, append(append([]byte(nil), good...), 7))), reason: ReasonSchemaMismatch},
@@ -253,7 +253,7 @@ func TestRegistryUnknownSchemaIsRememberedNotAskedPerRecord(t *testing.T) {
 	reg := registryWith(t)
 	d, err := NewDecoder(withTopic(avroCfg(reg)))
 	require.NoError(t, err)
-	r := Record{Key: []byte("sku-1"), Value: wire(42, nil, []byte{1, 2})}
+	r := Record{Key: []byte("sku-1"), Value: wire(42042, nil, []byte{1, 2})}
 	for range 100 {
 		_, err = d.Decode(r)
 		require.Equal(t, ReasonUnknownSchema, ReasonOf(err))
