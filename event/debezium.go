@@ -21,8 +21,11 @@ import (
 //   - Version: the change's position in the source's log, source.lsn for
 //     PostgreSQL, with every streamed change (c, u, d) ranked above every
 //     snapshot read (r): a streamed change's version is StreamedVersion +
-//     its LSN, a read's is its LSN. A row's streamed changes are
-//     serialised by its lock, so a later one has a higher LSN. A read
+//     its LSN, a read's is its LSN. A row's streamed changes are mostly
+//     serialised by its lock, so a later one has a higher LSN — not an
+//     INSERT that wrote its row before waiting on another transaction's
+//     key, which deletes it and commits first (a known defect: see
+//     "Versions of one row" in docs/guides/change-data-capture.md). A read
 //     carries the snapshot's LSN, and that is not below every change
 //     streamed after it: a transaction that began while the slot was
 //     being created and commits after its consistent point is not in the
@@ -38,7 +41,7 @@ import (
 //   - Key (StrategyPosition): the source, the position and the row: a
 //     change re-sent after the connector restarts from its last committed
 //     offset is a duplicate.
-//   - Data: {"op", "before", "after", "source", "transaction"} — the
+//   - Data: {"op", "before", "after", "source"} — the
 //     change without what differs between the first sending and a
 //     re-sending of the same change and would make it a conflict:
 //     Debezium's processing times (ts_ms, ts_us, ts_ns) and all of source
@@ -191,10 +194,13 @@ func (d *Decoder) decodeDebezium(ctx context.Context, r Record) (Event, error) {
 	// processing times and the rest of its source block (its version, the
 	// snapshot marker, the sequence, times in other units) may differ
 	// between a first sending and a re-sending — across an upgrade of the
-	// connector, say — and would make the same change a conflict.
+	// connector, say — and would make the same change a conflict. So may
+	// the transaction block: it is null until provide.transaction.metadata
+	// is turned on, and its counters restart with the connector; it is
+	// left out (source.txId names the transaction).
 	data := make([]byte, 0, len(r.Value))
 	data = append(data, '{')
-	for i, m := range [...]string{"op", "before", "after", "source", "transaction"} {
+	for i, m := range [...]string{"op", "before", "after", "source"} {
 		if i > 0 {
 			data = append(data, ',')
 		}

@@ -5,6 +5,7 @@ package customers_test
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -82,4 +83,28 @@ func TestSinksOverChangeEvents(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"1:3", "2:3", "3:1", "4:2"}, counts, "each customer's changes, each counted once")
+}
+
+// A connector restarted with provide.transaction.metadata turned on re-sends
+// the changes since its last committed offset with a transaction block
+// where the first sending had null: still the same change (a duplicate),
+// not a conflict dead-lettered.
+func TestAResentChangeWithTransactionMetadataIsADuplicate(t *testing.T) {
+	t.Parallel()
+	app := service.New("customers")
+	cfg, err := app.LoadConfig("effectively.yaml")
+	require.NoError(t, err)
+	dir, err := filepath.Abs("migrations")
+	require.NoError(t, err)
+	cfg.Postgres.Migrations = []string{dir}
+	kit := effectivelytest.New(t, app, effectivelytest.Options{Config: &cfg, Topic: "src.public.customers"})
+
+	first := change("u", 1, 200, 2, row(1, "new"), row(1, "active"))
+	again := first
+	again.Value = []byte(strings.Replace(string(first.Value), `"transaction":null`,
+		`"transaction":{"id":"25:200","total_order":1,"data_collection_order":1}`, 1))
+	require.NotEqual(t, string(first.Value), string(again.Value))
+	res := kit.Apply(change("r", 1, 100, 1, nil, row(1, "new")), first, again)
+	require.Empty(t, res.DeadLetters)
+	require.Equal(t, 1, res.Counts[dedupe.Duplicate])
 }
