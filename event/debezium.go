@@ -176,10 +176,16 @@ func (d *Decoder) decodeDebezium(ctx context.Context, r Record) (Event, error) {
 	if err := checkResourceIDLength("the row key", ev.Subject); err != nil {
 		return Event{}, err
 	}
-	for _, f := range [...]struct{ name, value string }{{"source", ev.Source}, {"type", ev.Type}, {"row key", ev.Subject}} {
+	for _, f := range [...]struct{ name, value string }{{"source", ev.Source}, {"type", ev.Type}} {
 		if err := checkChars(f.name, f.value); err != nil {
 			return Event{}, err
 		}
+	}
+	// The row key is the source table's: any text PostgreSQL holds (a tab,
+	// a newline, a noncharacter), not a CloudEvents attribute. Only NUL,
+	// which no text column holds, is refused.
+	if i := strings.IndexByte(ev.Subject, 0); i >= 0 {
+		return Event{}, decodeErr(ReasonInvalidAttribute, "row key %s contains U+0000 at byte %d, which no PostgreSQL text holds", Excerpt(ev.Subject), i)
 	}
 	ev.ID = strconv.FormatInt(ev.Version, 10) + ":" + ev.Subject
 	if len(ev.ID) > MaxAttributeBytes {

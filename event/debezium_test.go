@@ -346,3 +346,19 @@ func TestDebeziumJSONSchemaWithReferences(t *testing.T) {
 	require.Equal(t, FormatJSONSchema, ev.Wire.Format)
 	require.Equal(t, "public.customers.update", ev.Type)
 }
+
+// A row key is the source table's text: a tab, a newline or a
+// noncharacter in a one-column text key is a key like any other (the same
+// value in a wider key decoded already).
+func TestDebeziumRowKeysTakeAnyText(t *testing.T) {
+	d := dbzDecoder(t)
+	for _, key := range []string{`{"code":"a\tb"}`, `{"code":"line1\nline2"}`, `{"code":"x\ufffe"}`} {
+		ev, err := d.Decode(Record{Key: []byte(key), Value: []byte(dbzUpdate)})
+		require.NoError(t, err, key)
+		var want struct{ Code string }
+		require.NoError(t, json.Unmarshal([]byte(key), &want))
+		require.Equal(t, want.Code, ev.Subject)
+	}
+	_, err := d.Decode(Record{Key: []byte(`{"code":"a\u0000b"}`), Value: []byte(dbzUpdate)})
+	require.Equal(t, ReasonInvalidAttribute, ReasonOf(err), "%v", err)
+}
