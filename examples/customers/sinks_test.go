@@ -25,8 +25,10 @@ func change(op string, id, lsn, tsMs int64, before, after map[string]any) effect
 
 var row = customers.Row
 
-func TestSinksOverChangeEvents(t *testing.T) {
-	t.Parallel()
+// newKit runs the example's configuration (effectively.yaml) through the
+// test kit, on a fresh schema.
+func newKit(t *testing.T) *effectivelytest.Kit {
+	t.Helper()
 	app := service.New("customers")
 	cfg, err := app.LoadConfig("effectively.yaml")
 	require.NoError(t, err)
@@ -34,6 +36,12 @@ func TestSinksOverChangeEvents(t *testing.T) {
 	require.NoError(t, err)
 	cfg.Postgres.Migrations = []string{dir}
 	kit := effectivelytest.New(t, app, effectivelytest.Options{Config: &cfg, Topic: "src.public.customers"})
+	return kit
+}
+
+func TestSinksOverChangeEvents(t *testing.T) {
+	t.Parallel()
+	kit := newKit(t)
 
 	res := kit.Apply(
 		change("r", 1, 100, 1, nil, row(1, "new")),              // snapshot
@@ -91,13 +99,7 @@ func TestSinksOverChangeEvents(t *testing.T) {
 // not a conflict dead-lettered.
 func TestAResentChangeWithTransactionMetadataIsADuplicate(t *testing.T) {
 	t.Parallel()
-	app := service.New("customers")
-	cfg, err := app.LoadConfig("effectively.yaml")
-	require.NoError(t, err)
-	dir, err := filepath.Abs("migrations")
-	require.NoError(t, err)
-	cfg.Postgres.Migrations = []string{dir}
-	kit := effectivelytest.New(t, app, effectivelytest.Options{Config: &cfg, Topic: "src.public.customers"})
+	kit := newKit(t)
 
 	first := change("u", 1, 200, 2, row(1, "new"), row(1, "active"))
 	again := first

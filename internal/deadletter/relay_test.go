@@ -51,12 +51,15 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	b := &bundle{db: pgtest.New(t), source: kafkatest.NewTopic(t, sourcePartitions), dlq: kafkatest.Name(t, "dlq")}
-	adm := kafkatest.Admin(t)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, b.dlq)
-	})
+	kafkatest.DeleteOnCleanup(t, b.dlq)
+	return b
+}
+
+// withoutSource is a bundle whose source topic does not exist (yet).
+func withoutSource(t *testing.T, kind string) *bundle {
+	t.Helper()
+	b := &bundle{db: pgtest.New(t), source: kafkatest.Name(t, kind), dlq: kafkatest.Name(t, "dlq")}
+	kafkatest.DeleteOnCleanup(t, b.dlq, b.source)
 	return b
 }
 
@@ -382,13 +385,8 @@ func TestRelayPublishesEachDeadLetterOnce(t *testing.T) {
 // moment (CI saw a three-partition source answered as unknown).
 func TestRelaySizesTheTopicOfAGoneSourceAsOnePartition(t *testing.T) {
 	t.Parallel()
-	b := &bundle{db: pgtest.New(t), source: kafkatest.Name(t, "gone"), dlq: kafkatest.Name(t, "dlq")}
+	b := withoutSource(t, "gone")
 	adm := kafkatest.Admin(t)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, b.dlq)
-	})
 	b.insert(t, 4)
 	r := b.newRelay(t, b.db.Pool, nil)
 	began := time.Now()
@@ -412,13 +410,8 @@ func TestRelaySizesTheTopicOfAGoneSourceAsOnePartition(t *testing.T) {
 // partition count, and every dead letter its source partition.
 func TestRelaySizesTheTopicOfASourceServedLate(t *testing.T) {
 	t.Parallel()
-	b := &bundle{db: pgtest.New(t), source: kafkatest.Name(t, "late"), dlq: kafkatest.Name(t, "dlq")}
+	b := withoutSource(t, "late")
 	adm := kafkatest.Admin(t)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, b.dlq, b.source)
-	})
 	b.insert(t, 9)
 	r := b.newRelay(t, b.db.Pool, nil)
 	stop := start(t, r)

@@ -71,33 +71,30 @@ message Product {
   optional string color = 8;
 }
 `
-	// The JSON Schema versions are closed (no other properties), so that
-	// adding an optional property is BACKWARD compatible: a v1 document
-	// cannot hold a color of another type.
-	JSONSchemaV1 = `{"$schema":"http://json-schema.org/draft-07/schema#","title":"Product","type":"object",
-		"additionalProperties":false,
-		"required":["sku","version","type","name","price","updated_at","launch"],
-		"properties":{
-			"sku":{"type":"string","minLength":1},
-			"version":{"type":"integer","minimum":1},
-			"type":{"type":"string"},
-			"name":{"type":"string"},
-			"price":{"type":"string","pattern":"^-?[0-9]{1,10}\\.[0-9]{2}$"},
-			"updated_at":{"type":"string","format":"date-time"},
-			"launch":{"type":"string","format":"date"}}}`
-	JSONSchemaV2 = `{"$schema":"http://json-schema.org/draft-07/schema#","title":"Product","type":"object",
-		"additionalProperties":false,
-		"required":["sku","version","type","name","price","updated_at","launch"],
-		"properties":{
-			"sku":{"type":"string","minLength":1},
-			"version":{"type":"integer","minimum":1},
-			"type":{"type":"string"},
-			"name":{"type":"string"},
-			"price":{"type":"string","pattern":"^-?[0-9]{1,10}\\.[0-9]{2}$"},
-			"updated_at":{"type":"string","format":"date-time"},
-			"launch":{"type":"string","format":"date"},
-			"color":{"type":"string"}}}`
 )
+
+// The JSON Schema versions are closed (no other properties), so that
+// adding an optional property is BACKWARD compatible: a v1 document cannot
+// hold a color of another type.
+var (
+	JSONSchemaV1 = productJSONSchema("")
+	JSONSchemaV2 = productJSONSchema(`,
+			"color":{"type":"string"}`)
+)
+
+func productJSONSchema(more string) string {
+	return `{"$schema":"http://json-schema.org/draft-07/schema#","title":"Product","type":"object",
+		"additionalProperties":false,
+		"required":["sku","version","type","name","price","updated_at","launch"],
+		"properties":{
+			"sku":{"type":"string","minLength":1},
+			"version":{"type":"integer","minimum":1},
+			"type":{"type":"string"},
+			"name":{"type":"string"},
+			"price":{"type":"string","pattern":"^-?[0-9]{1,10}\\.[0-9]{2}$"},
+			"updated_at":{"type":"string","format":"date-time"},
+			"launch":{"type":"string","format":"date"}` + more + `}}`
+}
 
 // TypeProductUpdated is every product record's type.
 const TypeProductUpdated = "product.updated"
