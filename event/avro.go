@@ -1,8 +1,10 @@
 package event
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
 	binenc "encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -37,11 +39,12 @@ type avroReader struct {
 	out   []byte
 	depth int
 	max   int // output bound
-	// branches names, in reading order, the branch taken by each union
-	// with more than one non-null type: the JSON has no wrapper naming it,
-	// so two values of two branches (a Credit and a Debit with one
-	// amount, a string and bytes) can write the same JSON. The event's
-	// hash covers these names too.
+	// branches is, in reading order, the index of the branch taken by
+	// each union with more than one non-null type (uvarints): the JSON has
+	// no wrapper naming it, so two values of two branches (a Credit and a
+	// Debit with one amount, a string and bytes) can write the same JSON.
+	// The event's hash covers them too. Each index was read from the
+	// payload in at least as many bytes, so this never outgrows it.
 	branches []byte
 }
 
@@ -81,8 +84,9 @@ func newAvroCodec(text string, refs []reference) (*avroCodec, error) {
 }
 
 // toJSON transcodes one payload: exactly one value of the schema, no byte
-// more or less. branches names the branches of unions the JSON does not
-// tell apart (see avroReader.branches), "" when there are none.
+// more or less. branches is, for the event's hash, the SHA-256 in hex of
+// the branches taken by unions the JSON does not tell apart (see
+// avroReader.branches), "" when there are none.
 func (c *avroCodec) toJSON(payload []byte, maxJSON int) (js []byte, branches string, err error) {
 	r := &avroReader{b: payload, out: make([]byte, 0, 2*len(payload)+64), max: maxJSON}
 	if err := c.root.read(r); err != nil {
@@ -91,21 +95,11 @@ func (c *avroCodec) toJSON(payload []byte, maxJSON int) (js []byte, branches str
 	if r.i != len(r.b) {
 		return nil, "", decodeErr(ReasonSchemaMismatch, "the payload does not match its Avro schema: %d bytes follow the value", len(r.b)-r.i)
 	}
-	return r.out, string(r.branches), nil
-}
-
-// branchName names a union's branch: a named type by its full name, any
-// other by its type and logical type (the names a union's types are told
-// apart by).
-func branchName(t avro.Schema) string {
-	if n, ok := t.(avro.NamedSchema); ok {
-		return n.FullName()
+	if len(r.branches) > 0 {
+		sum := sha256.Sum256(r.branches)
+		branches = hex.EncodeToString(sum[:])
 	}
-	name := string(t.Type())
-	if l, ok := t.(avro.LogicalTypeSchema); ok && l.Logical() != nil {
-		name += "." + string(l.Logical().Type())
-	}
-	return name
+	return r.out, branches, nil
 }
 
 // fail turns a reading error into the record's DecodeError.
@@ -289,7 +283,6 @@ func compileAvro(s avro.Schema, named map[string]*avroNode) (*avroNode, error) {
 		}}, nil
 	case *avro.UnionSchema:
 		branches := make([]*avroNode, len(s.Types()))
-		names := make([]string, len(s.Types()))
 		nonNull := 0
 		for i, t := range s.Types() {
 			b, err := compileAvro(t, named)
@@ -297,7 +290,6 @@ func compileAvro(s avro.Schema, named map[string]*avroNode) (*avroNode, error) {
 				return nil, err
 			}
 			branches[i] = b
-			names[i] = branchName(t)
 			if t.Type() != avro.Null {
 				nonNull++
 			}
@@ -312,7 +304,7 @@ func compileAvro(s avro.Schema, named map[string]*avroNode) (*avroNode, error) {
 				return fmt.Errorf("union branch %d is outside its %d types", i, len(branches))
 			}
 			if ambiguous {
-				r.branches = append(append(r.branches, names[i]...), 0)
+				r.branches = binenc.AppendUvarint(r.branches, uint64(i))
 			}
 			return branches[i].read(r)
 		}}, nil

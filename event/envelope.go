@@ -335,18 +335,17 @@ func (d *Decoder) decodeRegistry(ctx context.Context, r Record) (Event, error) {
 		return Event{}, err
 	}
 	if isWireFormat(r.Key) {
+		// A key that does not decode as the wire format (a plain
+		// serializer's bytes that start with zero) stays as it is.
 		kjs, _, err := d.wirePart(ctx, "record key", r.Key)
-		if err != nil {
+		if err != nil && !IsPermanent(err) {
 			return Event{}, err
 		}
-		pd, err := parseDocument(kjs, MaxNesting)
-		if err != nil {
-			return Event{}, notJSON("the record key", err)
+		if err == nil {
+			if pd, err := parseDocument(kjs, MaxNesting); err == nil && len(pd.d.issues) == 0 {
+				r.Key = []byte(keyText(&pd.d, pd.d.root))
+			}
 		}
-		if len(pd.d.issues) > 0 {
-			return Event{}, decodeErr(ReasonInvalidData, "the record key is not I-JSON: %s", pd.d.issues[0].msg)
-		}
-		r.Key = []byte(keyText(&pd.d, pd.d.root))
 	}
 	r.Value, r.wire = js, wire
 	if d.typePtr != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -189,7 +190,12 @@ func newRegistryDecoder(format string, registry SchemaRegistry) *registryDecoder
 // transcode strips the wire-format header from value (the record's value
 // or key, as what says), finds the writer's schema and returns the
 // payload as JSON with its Wire.
+//
+// A record key's schema gets no grace for a lagging registry node (see
+// unknownGrace): keys of plain serializers can start with a zero byte too
+// (a small int64), and must not hold the partition.
 func (rd *registryDecoder) transcode(ctx context.Context, what string, value []byte, maxJSON int) ([]byte, *Wire, error) {
+	grace := !strings.HasSuffix(what, "key")
 	var h sr.ConfluentHeader
 	if len(value) < 5 || value[0] != 0 {
 		if len(value) > 0 && value[0] != 0 {
@@ -198,13 +204,13 @@ func (rd *registryDecoder) transcode(ctx context.Context, what string, value []b
 		return nil, nil, decodeErr(ReasonNotWireFormat, "the %s has %d bytes, fewer than the wire format's 5-byte header", what, len(value))
 	}
 	id, rest, _ := h.DecodeID(value)
-	if id > math.MaxInt32 {
-		// Registries number schemas with 31-bit integers; Confluent's
-		// would not parse such an ID and answer a bare 404 (an outage,
-		// to us), holding the partition for good.
-		return nil, nil, decodeErr(ReasonUnknownSchema, "the %s names schema ID %d, beyond any registry's IDs (at most %d)", what, id, math.MaxInt32)
+	if id < 1 || id > math.MaxInt32 {
+		// Registries number schemas from 1 with 31-bit integers;
+		// Confluent's would not parse a larger ID and answer a bare 404
+		// (an outage, to us), holding the partition for good.
+		return nil, nil, decodeErr(ReasonUnknownSchema, "the %s names schema ID %d, outside any registry's IDs (1 to %d)", what, id, math.MaxInt32)
 	}
-	s, err := rd.schema(ctx, id)
+	s, err := rd.schema(ctx, id, grace)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -233,7 +239,7 @@ func (rd *registryDecoder) transcode(ctx context.Context, what string, value []b
 
 // schema returns the parsed schema id: from the decoder's own, or fetched
 // once however many partitions ask for it at the same time.
-func (rd *registryDecoder) schema(ctx context.Context, id int) (*registrySchema, error) {
+func (rd *registryDecoder) schema(ctx context.Context, id int, grace bool) (*registrySchema, error) {
 	rd.mu.Lock()
 	if s, ok := rd.schemas[id]; ok {
 		rd.mu.Unlock()
@@ -258,34 +264,53 @@ func (rd *registryDecoder) schema(ctx context.Context, id int) (*registrySchema,
 		}
 	}
 
-	l.s, l.err = rd.load(ctx, id)
+	s, err := rd.load(ctx, id)
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
-	delete(rd.loading, id)
-	close(l.done)
 	var de *DecodeError
 	switch {
-	case l.err == nil:
-		rd.schemas[id] = l.s
+	case err == nil:
+		rd.schemas[id] = s
 		rd.maxID = max(rd.maxID, id)
 		delete(rd.refused, id)
 		delete(rd.unknownSince, id)
-	case errors.As(l.err, &de) && de.Reason == ReasonUnknownSchema && id <= rd.maxID+unknownIDMargin:
-		now := rd.now()
-		since, ok := rd.unknownSince[id]
-		if !ok && len(rd.unknownSince) < maxRefusals {
-			since, rd.unknownSince[id] = now, now
-		}
-		if ok && now.Sub(since) >= unknownGrace {
-			delete(rd.unknownSince, id)
-			rd.refuse(id, de)
-			break
-		}
-		l.err = unavailable(fmt.Sprintf("fetching schema %d", id), fmt.Errorf("the registry has no schema %d yet, near the highest this worker has read (%d): a registry node behind the one it was registered with answers so for a moment; asked again for %s before the record is dead-lettered as unknown_schema", id, rd.maxID, unknownGrace))
-	case errors.As(l.err, &de):
+	case errors.As(err, &de) && de.Reason == ReasonUnknownSchema && grace && id <= rd.maxID+unknownIDMargin && rd.waitForLaggingNode(id):
+		err = unavailable(fmt.Sprintf("fetching schema %d", id), fmt.Errorf("the registry has no schema %d yet, near the highest this worker has read (%d): a registry node behind the one it was registered with answers so for a moment; asked again for %s before the record is dead-lettered as unknown_schema", id, rd.maxID, unknownGrace))
+	case errors.As(err, &de):
+		delete(rd.unknownSince, id)
 		rd.refuse(id, de)
 	}
-	return l.s, l.err
+	// The outcome is final before the waiters are let go: they read it
+	// without the lock.
+	l.s, l.err = s, err
+	delete(rd.loading, id)
+	close(l.done)
+	return s, err
+}
+
+// waitForLaggingNode reports whether id, which the registry says it does
+// not have, is still within unknownGrace of the first such answer (and
+// starts that clock). Past it, or with no room to remember one more ID
+// (unknownSince full even after dropping those past their grace), the
+// record is the producer's fault. rd.mu is held.
+func (rd *registryDecoder) waitForLaggingNode(id int) bool {
+	now := rd.now()
+	since, ok := rd.unknownSince[id]
+	if !ok {
+		if len(rd.unknownSince) >= maxRefusals {
+			for k, t := range rd.unknownSince {
+				if now.Sub(t) >= unknownGrace {
+					delete(rd.unknownSince, k)
+				}
+			}
+		}
+		if len(rd.unknownSince) >= maxRefusals {
+			return false
+		}
+		rd.unknownSince[id] = now
+		return true
+	}
+	return now.Sub(since) < unknownGrace
 }
 
 // refuse remembers that id cannot be read, within maxRefusals: expired

@@ -371,10 +371,17 @@ func TestWireFormatKeysAreReadAsTheirText(t *testing.T) {
 	_, err := d.Decode(Record{Key: wire(4, nil, avroPayload(t, `{"type":"record","name":"K2","fields":[{"name":"sku","type":"string"},{"name":"n","type":"long"}]}`, map[string]any{"sku": "sku-1", "n": int64(7)})), Value: v})
 	require.Equal(t, ReasonSubjectMismatch, ReasonOf(err), "%v", err)
 	require.Contains(t, err.Error(), `{\"n\":7,\"sku\":\"sku-1\"}`)
-	// A key of an unknown schema is the record's fault, and says it was the key.
-	_, err = d.Decode(Record{Key: wire(99999, nil, avroString("sku-1")), Value: v})
-	require.Equal(t, ReasonUnknownSchema, ReasonOf(err), "%v", err)
-	require.Contains(t, err.Error(), "record key")
+	// A key that does not decode (a schema the registry does not have, a
+	// plain serializer's bytes that start with zero: a small int64) stays
+	// as its bytes, as before, and is compared as such.
+	for _, key := range [][]byte{wire(99999, nil, avroString("sku-1")), {0, 0, 0, 0, 0, 0, 0, 7}} {
+		asked := reg.requests
+		_, err = d.Decode(Record{Key: key, Value: v})
+		require.Equal(t, ReasonSubjectMismatch, ReasonOf(err), "%v", err)
+		if key[1] == 0 && key[4] == 0 {
+			require.Equal(t, asked, reg.requests, "schema ID 0 is no registry's: not asked")
+		}
+	}
 	// The registry down: the key waits like the value would.
 	reg.setDown(errors.New("connection refused"))
 	_, err = d.Decode(Record{Key: wire(5, nil, avroString("sku-1")), Value: v})
@@ -418,4 +425,98 @@ func TestJustRegisteredSchemaUnknownToALaggingNodeIsRetried(t *testing.T) {
 	// Far beyond the IDs in use (a poison record's): unknown at once.
 	_, err = d.Decode(Record{Key: []byte("sku-1"), Value: wire(3+unknownIDMargin+1, nil, good)})
 	require.Equal(t, ReasonUnknownSchema, ReasonOf(err), "%v", err)
+}
+
+// A union's branches are hashed by index, never by name: an array of
+// field-less records of two long-named types costs one payload byte an
+// item, and names (4,000 bytes each) allocated gigabytes for a 97 KiB
+// record.
+func TestAvroUnionBranchesCostNoMoreThanThePayload(t *testing.T) {
+	ns := strings.Repeat("n.", 2000) + "x"
+	schema := `{"type":"record","name":"R","fields":[{"name":"sku","type":"string"},{"name":"type","type":"string"},
+		{"name":"xs","type":{"type":"array","items":[{"type":"record","name":"A","namespace":"` + ns + `","fields":[]},{"type":"record","name":"B","namespace":"` + ns + `","fields":[]}]}}]}`
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Type: sr.TypeAvro, Schema: schema})
+	d := hostileDecoder(t, reg, FormatAvro)
+	n := 100_000
+	p := append(avroString("a"), avroString("t")...)
+	p = be.AppendVarint(p, int64(n))
+	p = append(p, make([]byte, n)...) // n items, each branch 0
+	p = append(p, 0)
+	var err error
+	alloc := allocated(func() { _, err = d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, p)}) })
+	require.NoError(t, err)
+	require.Less(t, alloc, uint64(64<<20), "bytes allocated for a %d KiB record", len(p)>>10)
+}
+
+// gatedRegistry holds each SchemaByID until released.
+type gatedRegistry struct {
+	*memRegistry
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedRegistry) SchemaByID(ctx context.Context, id int) (sr.Schema, error) {
+	g.entered <- struct{}{}
+	<-g.release
+	return g.memRegistry.SchemaByID(ctx, id)
+}
+
+// Partitions waiting on one fetch of a just-registered schema that a
+// lagging node does not have yet all wait; none is told unknown_schema
+// (the outcome was decided after the waiters were let go).
+func TestConcurrentWaitersForALaggingSchemaAllWait(t *testing.T) {
+	g := &gatedRegistry{memRegistry: registryWith(t), entered: make(chan struct{}, 10), release: make(chan struct{})}
+	d := hostileDecoder(t, g, FormatAvro)
+	good := avroPayload(t, productAvro, product(nil))
+	close(g.release)
+	_, err := d.Decode(Record{Key: []byte("sku-1"), Value: wire(1, nil, good)})
+	require.NoError(t, err)
+	<-g.entered
+	g.release = make(chan struct{})
+	rec := Record{Key: []byte("sku-1"), Value: wire(3, nil, good)}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	wg.Add(1)
+	go func() { defer wg.Done(); _, errs[0] = d.Decode(rec) }()
+	<-g.entered // the fetch is in flight
+	for i := 1; i < len(errs); i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, errs[i] = d.Decode(rec) }()
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		d.registry.mu.Lock()
+		l := d.registry.loading[3]
+		d.registry.mu.Unlock()
+		if l != nil {
+			break
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // the waiters reach the fetch's done
+	close(g.release)
+	wg.Wait()
+	for i, err := range errs {
+		require.ErrorIs(t, err, ErrSchemaRegistryUnavailable, "partition %d: %v", i, err)
+	}
+}
+
+// With every place to remember a lagging ID taken, a new one is the
+// record's fault at once, never retried for good.
+func TestLaggingSchemaGraceEndsWhenItsMemoryIsFull(t *testing.T) {
+	d := hostileDecoder(t, registryWith(t), FormatAvro)
+	clock := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	d.registry.now = func() time.Time { return clock }
+	good := avroPayload(t, productAvro, product(nil))
+	_, err := d.Decode(Record{Key: []byte("sku-1"), Value: wire(1, nil, good)})
+	require.NoError(t, err)
+	for i := range maxRefusals {
+		d.registry.unknownSince[-1-i] = clock
+	}
+	lost := Record{Key: []byte("sku-1"), Value: wire(4, nil, good)}
+	_, err = d.Decode(lost)
+	require.Equal(t, ReasonUnknownSchema, ReasonOf(err), "full, none past its grace: %v", err)
+	// Once those are past their grace, there is room again.
+	clock = clock.Add(unknownGrace)
+	_, err = d.Decode(Record{Key: []byte("sku-1"), Value: wire(5, nil, good)})
+	require.ErrorIs(t, err, ErrSchemaRegistryUnavailable, "%v", err)
 }

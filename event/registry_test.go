@@ -324,7 +324,7 @@ message Product {
 
 func protoMessage(t *testing.T, d *Decoder, id int, idx []int) *dynamicpb.Message {
 	t.Helper()
-	s, err := d.registry.schema(context.Background(), id)
+	s, err := d.registry.schema(context.Background(), id, true)
 	require.NoError(t, err)
 	md, err := s.proto.message(idx)
 	require.NoError(t, err)
