@@ -31,8 +31,10 @@ type jsonDoc struct {
 	// root is the offset of the top-level value.
 	root int
 	// nesting is how deep the deepest array or object is nested (the
-	// top-level one is 1; a scalar document is 0).
+	// top-level one is 1; a scalar document is 0); values counts every
+	// value, at every depth.
 	nesting int
+	values  int
 	// objects lists every object with members in the order they open (so
 	// by offset).
 	objects []object
@@ -312,6 +314,7 @@ func skipSpace(data []byte, i int) int {
 }
 
 func (p *jsonParser) value() error {
+	p.doc.values++
 	if p.pos >= len(p.data) {
 		return p.syntax("unexpected end of input")
 	}

@@ -87,9 +87,8 @@ func (c *jsonSchemaCodec) check(payload []byte) ([]byte, error) {
 	if len(pd.d.issues) > 0 {
 		return nil, decodeErr(ReasonInvalidData, "the payload is not I-JSON: %s", pd.d.issues[0].msg)
 	}
-	if n := c.cost.at(pd.d.nesting); n > MaxSchemaApplications {
-		return nil, decodeErr(ReasonUnusableSchema, "validating this payload (nested %d deep) against its JSON Schema would apply %s subschemas to one value (its recursive references and combinators, every branch counted; the bound is %s)",
-			pd.d.nesting, atLeast(n), english.Sprint(MaxSchemaApplications))
+	if err := c.cost.check(pd.d.nesting, pd.d.values, len(payload)); err != nil {
+		return nil, err
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
 	if err != nil {

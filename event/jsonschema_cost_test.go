@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/sr"
@@ -82,4 +83,60 @@ func TestJSONSchemaUsualRecursionIsCheap(t *testing.T) {
 	}
 	_, err = d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(`{"sku":"a","type":"t","tree":`+tree+`}`))})
 	require.NoError(t, err)
+}
+
+func list(n int, f func(i int) string) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(f(i))
+	}
+	return b.String()
+}
+
+// Applications do not all cost alike: a pattern runs in time its program
+// times the text, an enum is scanned value by value, uniqueItems hashes
+// the array, unevaluated members are copied for each subschema applied in
+// place. Each attack of the second review (every one under the bound on
+// applications; 5 s to 4 minutes each) is refused before validating.
+func TestJSONSchemaWorkIsBoundedByWhatEachSubschemaCosts(t *testing.T) {
+	attacks := []struct{ name, schema, payload string }{
+		{"one big pattern", `{"properties":{"s":{"pattern":"` + strings.ReplaceAll(list(20, func(i int) string { return fmt.Sprintf("[a-z]{%d}y", 1000-i) }), ",", "|") + `"}}}`,
+			`{"sku":"a","type":"t","s":"` + strings.Repeat("abcdefghij", 3000) + `"}`},
+		{"an enum of 10,000 numbers on every item", `{"type":"object","properties":{"xs":{"type":"array","items":{"enum":[` + list(10000, func(i int) string { return fmt.Sprint(i) }) + `]}}}}`,
+			`{"sku":"a","type":"t","xs":[` + list(1000, func(int) string { return "9999" }) + `]}`},
+		{"uniqueItems 990 times", `{"allOf":[` + list(990, func(int) string { return `{"properties":{"xs":{"uniqueItems":true}}}` }) + `]}`,
+			`{"sku":"a","type":"t","xs":[` + list(100000, func(i int) string { return fmt.Sprint(i) }) + `]}`},
+		{"unevaluated members copied 990 times", `{"$schema":"https://json-schema.org/draft/2020-12/schema","unevaluatedProperties":{"type":"string"},"allOf":[` + list(990, func(int) string { return `{"type":"object"}` }) + `]}`,
+			`{"sku":"a","type":"t",` + list(50000, func(i int) string { return fmt.Sprintf(`"%d":"x"`, i) }) + `}`},
+		{"a small pattern 990 times", `{"allOf":[` + list(990, func(int) string { return `{"properties":{"s":{"pattern":"^[a-z]*$"}}}` }) + `]}`,
+			`{"sku":"a","type":"t","s":"` + strings.Repeat("abcdefghij", 90000) + `"}`},
+	}
+	for _, a := range attacks {
+		d := jsonSchemaDecoder(t, a.schema)
+		_, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(a.payload))})
+		require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "%s: %v", a.name, err)
+		require.Contains(t, err.Error(), "work", a.name)
+	}
+}
+
+// A schema of the usual kind on a megabyte of data passes: the bounds are
+// far above what real schemas and records cost.
+func TestJSONSchemaWorkBoundsLeaveRealPayloadsAlone(t *testing.T) {
+	schema := `{"type":"object","required":["sku","type"],"properties":{"sku":{"type":"string","pattern":"^[a-z0-9-]{1,64}$"},"type":{"type":"string"},
+		"lines":{"type":"array","uniqueItems":true,"items":{"type":"object","required":["sku","qty"],"additionalProperties":false,"properties":{
+			"sku":{"type":"string","pattern":"^[a-z0-9-]{1,64}$"},"qty":{"type":"integer","minimum":1},"status":{"enum":["new","packed","shipped","returned"]},
+			"note":{"type":"string","maxLength":200}}}}}}`
+	lines := list(20000, func(i int) string {
+		return fmt.Sprintf(`{"sku":"sku-%06d","qty":%d,"status":"packed","note":"a line of an order, kept for the record"}`, i, 1+i%7)
+	})
+	payload := `{"sku":"order-1","type":"t","lines":[` + lines + `]}`
+	require.Greater(t, len(payload), 1<<20)
+	d := jsonSchemaDecoder(t, schema)
+	start := time.Now()
+	_, err := d.Decode(Record{Key: []byte("order-1"), Value: wire(1, nil, []byte(payload))})
+	require.NoError(t, err)
+	t.Logf("%d KiB validated in %v", len(payload)>>10, time.Since(start))
 }
