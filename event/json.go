@@ -35,6 +35,10 @@ type jsonDoc struct {
 	// value, at every depth.
 	nesting int
 	values  int
+	// pairedBytes sums the sizes of the arrays of 2 to 20 items, a byte
+	// counted once for every such array it lies in: JSON Schema's
+	// uniqueItems compares those arrays' items pairwise.
+	pairedBytes int
 	// objects lists every object with members in the order they open (so
 	// by offset).
 	objects []object
@@ -359,6 +363,7 @@ func (p *jsonParser) array() error {
 	if err := p.enter(); err != nil {
 		return err
 	}
+	start := p.pos
 	p.pos++ // [
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == ']' {
@@ -366,7 +371,7 @@ func (p *jsonParser) array() error {
 		p.depth--
 		return nil
 	}
-	for {
+	for n := 1; ; n++ {
 		p.skipSpace()
 		if err := p.value(); err != nil {
 			return err
@@ -381,6 +386,9 @@ func (p *jsonParser) array() error {
 		case ']':
 			p.pos++
 			p.depth--
+			if n >= 2 && n <= 20 {
+				p.doc.pairedBytes += p.pos - start
+			}
 			return nil
 		default:
 			return p.syntax("expected ',' or ']' in array")

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp/syntax"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )
@@ -34,9 +36,14 @@ const jsonSchemaBase = "https://registry.effectively.invalid/"
 func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec, error) {
 	c := jsonschema.NewCompiler()
 	c.UseLoader(jsonschema.SchemeURLLoader{}) // load nothing
+	regexps := &regexpBudget{}
+	c.UseRegexpEngine(regexps.compile)
 	root, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
 	if err != nil {
 		return nil, fmt.Errorf("the schema is not JSON: %w", err)
+	}
+	if err := checkSchemaDocument(root, "", regexps); err != nil {
+		return nil, err
 	}
 	// References resolve against the root's $id, as Confluent's resolver
 	// does, else against a base of our own that no one can fetch.
@@ -53,6 +60,9 @@ func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec
 		if err != nil {
 			return nil, fmt.Errorf("reference %s is not JSON: %w", Excerpt(r.name), err)
 		}
+		if err := checkSchemaDocument(doc, "", regexps); err != nil {
+			return nil, fmt.Errorf("reference %s: %w", Excerpt(r.name), err)
+		}
 		ref, err := url.Parse(r.name)
 		if err != nil {
 			return nil, fmt.Errorf("reference %s is not a URI reference: %w", Excerpt(r.name), err)
@@ -66,9 +76,18 @@ func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec
 	}
 	s, err := c.Compile(base.String())
 	if err != nil {
+		var se *jsonschema.SchemaValidationError
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &se) && errors.As(se.Err, &ve) {
+			return nil, fmt.Errorf("the schema is not valid against its meta-schema: %s", firstCause(ve))
+		}
 		return nil, err
 	}
-	cost := newSchemaCost(s)
+	regexps.compiled.Store(true)
+	cost, err := newSchemaCost(s)
+	if err != nil {
+		return nil, err
+	}
 	if n := cost.at(0); n > MaxSchemaApplications {
 		return nil, fmt.Errorf("validating one value against this schema would apply %s subschemas to it (its references and combinators, every branch counted; the bound is %s)", atLeast(n), english.Sprint(MaxSchemaApplications))
 	}
@@ -87,7 +106,7 @@ func (c *jsonSchemaCodec) check(payload []byte) ([]byte, error) {
 	if len(pd.d.issues) > 0 {
 		return nil, decodeErr(ReasonInvalidData, "the payload is not I-JSON: %s", pd.d.issues[0].msg)
 	}
-	if err := c.cost.check(pd.d.nesting, pd.d.values, len(payload)); err != nil {
+	if err := c.cost.check(pd.d.nesting, pd.d.values, len(payload), pd.d.pairedBytes); err != nil {
 		return nil, err
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
@@ -147,5 +166,20 @@ func firstCause(ve *jsonschema.ValidationError) string {
 	for len(ve.Causes) > 0 {
 		ve = ve.Causes[0]
 	}
-	return fmt.Sprintf("at /%s: %s", strings.Join(ve.InstanceLocation, "/"), ve.ErrorKind.LocalizedString(english))
+	what := ve.ErrorKind.LocalizedString(english)
+	if f, ok := ve.ErrorKind.(*kind.Format); ok && f.Err != nil {
+		// Not the value again: a regular expression can be a megabyte.
+		what = fmt.Sprintf("not a valid %s: %s", f.Want, shortError(f.Err))
+	}
+	return fmt.Sprintf("at /%s: %s", strings.Join(ve.InstanceLocation, "/"), what)
+}
+
+// shortError is err's message, any regular expression it quotes
+// excerpted.
+func shortError(err error) string {
+	var se *syntax.Error
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s: %s", se.Code, Excerpt(se.Expr))
+	}
+	return err.Error()
 }

@@ -1,7 +1,15 @@
 package event
 
 import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"regexp"
 	"regexp/syntax"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -9,53 +17,75 @@ import (
 // JSON Schema validation (santhosh-tekuri/jsonschema) follows every $ref,
 // allOf, anyOf and oneOf branch of a value and does not stop when its
 // context ends, so its work is bounded before it runs, from the compiled
-// schema and the payload's size. Three measures, each for one value at a
+// schema and the payload's size. Four measures, each for one value at a
 // given depth below the root, every branch counted as taken:
 //
 //   - applications: how many subschemas apply to it. Definitions that each
 //     refer twice to the next cost 2^depth (22 levels took 6.5 s for a
 //     two-field record), a recursive anyOf whose branches both descend
 //     doubles at every level the payload nests.
-//   - per-value work: applications, plus the values of each enum that is
-//     scanned (a number compared as an exact fraction takes about half a
-//     microsecond).
+//   - per-value work: applications, plus the values of each enum and const
+//     that is scanned; numbers (compared, and checked against minimum and
+//     multipleOf, as exact fractions) weigh more.
 //   - per-byte work: work that grows with the value's size — a pattern's
-//     compiled program (a regular expression runs in time its program's
-//     size times the text's length), uniqueItems (the array is hashed),
-//     unevaluatedProperties and unevaluatedItems (the members are copied
-//     for each subschema applied in place).
+//     program (a regular expression runs in time its program's size times
+//     the text's length), a string parsed for format "regex", uniqueItems
+//     (the array is hashed), unevaluatedProperties and unevaluatedItems
+//     (the members are copied for each subschema applied in place).
+//   - uniqueItems: how many apply. An array of up to 20 items is compared
+//     pair by pair, so its bytes cost about 19 times over: that work is
+//     the payload's pairedBytes times pairWeight, for each.
 //
 // A payload is validated only if applications ≤ MaxSchemaApplications at
 // every depth it reaches, per-value work × its values ≤
-// maxSchemaValueWork and per-byte work × its bytes ≤ maxSchemaByteWork;
-// else it is unusable_schema, before validating.
+// maxSchemaValueWork and per-byte work × its bytes + uniqueItems ×
+// pairWeight × its paired bytes ≤ maxSchemaByteWork; else it is
+// unusable_schema, before validating.
+//
+// What cannot be bounded so is refused when the schema is compiled:
+// $dynamicRef and $recursiveRef (their targets are chosen while
+// validating, from any resource), a regular expression of more than
+// maxRegexpInstructions (Go's compiler spends seconds on a megabyte-sized
+// program), more than maxSchemaRegexpInstructions in all, and numbers a
+// double cannot hold (1e-999999 is an exact fraction of a million digits).
 
 // MaxSchemaApplications bounds how many subschemas JSON Schema validation
 // may apply to one value of a payload. Real schemas apply a few dozen.
 const MaxSchemaApplications = 1000
 
-// The work bounds: a few seconds of validation at the very most on a small
-// machine, measured with the attacks of jsonschema_cost_test.go (about
-// 0.8 µs per enum value compared, 9 ns per pattern instruction and byte,
-// 140 ns per byte hashed for uniqueItems, 18 ns per member and subschema
-// for unevaluated members; the weights below are those costs over the
-// pattern's). 1.9 MB of an order's lines, with a length-limited pattern
-// (131 instructions) on each line's SKU, uses half the per-byte bound and
-// a tenth of the per-value one (TestJSONSchemaWorkBoundsLeaveRealPayloadsAlone):
-// a pattern's program is counted as if it ran over every byte, which
-// anchored, bounded patterns never do.
+// The work bounds: two or three seconds of validation at the very most on
+// a small machine, measured with the costliest attacks of each kind
+// (TestJSONSchemaWorstCases prints them; go test -v -run WorstCases
+// ./event/): about 0.8 µs per subschema or enum value, 4 µs per number
+// compared or checked, 17 ns per pattern instruction and byte (a Unicode
+// class), 1.2 µs per byte parsed as a regular expression, 140 ns per byte
+// hashed for uniqueItems and 3.5 µs per paired byte (the pairs of 20 arrays), 18 ns per member and
+// subschema for unevaluated members; the weights below are those costs
+// over the subschema's, and over 9 ns. A megabyte (Kafka's default largest
+// record) of an order's lines, with a length-limited pattern on each
+// line's SKU and uniqueItems on the lines, stays within
+// (TestJSONSchemaWorkBoundsLeaveRealPayloadsAlone): a pattern's program is
+// counted as if it ran over every byte, which anchored, bounded patterns
+// never do.
 const (
-	maxSchemaValueWork = 5_000_000
-	maxSchemaByteWork  = 500_000_000
+	maxSchemaValueWork = 2_000_000
+	maxSchemaByteWork  = 300_000_000
 
+	numberWeight      = 5
+	patternWeight     = 2
+	regexFormatWeight = 140
 	uniqueItemsWeight = 16
+	pairWeight        = 550
 	unevaluatedWeight = 2
+
+	maxRegexpInstructions       = 10_000
+	maxSchemaRegexpInstructions = 100_000
 )
 
-// schemaCost holds the three measures by depth, each the most at any
-// depth up to its index.
+// schemaCost holds the measures by depth, each the most at any depth up
+// to its index.
 type schemaCost struct {
-	apps, perValue, perByte [MaxNesting + 1]uint64
+	apps, perValue, perByte, unique [MaxNesting + 1]uint64
 }
 
 // costCap saturates the application counts: beyond the bound, only "too
@@ -72,38 +102,48 @@ func satAdd(a, b, limit uint64) uint64 {
 	return a + b
 }
 
-func newSchemaCost(root *jsonschema.Schema) *schemaCost {
-	var nodes, anchored []*jsonschema.Schema
+func newSchemaCost(root *jsonschema.Schema) (*schemaCost, error) {
+	var nodes []*jsonschema.Schema
 	seen := map[*jsonschema.Schema]bool{}
-	var walk func(s *jsonschema.Schema)
-	walk = func(s *jsonschema.Schema) {
+	var walk func(s *jsonschema.Schema) error
+	walk = func(s *jsonschema.Schema) error {
 		if s == nil || seen[s] {
-			return
+			return nil
 		}
 		seen[s] = true
 		nodes = append(nodes, s)
-		if s.DynamicAnchor != "" || s.RecursiveAnchor {
-			anchored = append(anchored, s)
+		if s.DynamicRef != nil || s.RecursiveRef != nil {
+			return fmt.Errorf("%s uses $dynamicRef or $recursiveRef, which effectively does not validate: their targets are chosen while validating, so the work cannot be bounded beforehand (use $ref)", s.Location)
 		}
 		for _, c := range schemaInPlace(s) {
-			walk(c)
+			if err := walk(c); err != nil {
+				return err
+			}
 		}
 		for _, group := range schemaNested(s) {
 			for _, c := range group.schemas {
-				walk(c)
+				if err := walk(c); err != nil {
+					return err
+				}
 			}
 		}
+		return nil
 	}
-	walk(root)
+	if err := walk(root); err != nil {
+		return nil, err
+	}
 
 	programs := map[string]uint64{}
 	byteWeight := func(s *jsonschema.Schema) uint64 {
 		var w uint64
 		if s.Pattern != nil {
-			w += programSize(programs, s.Pattern.String())
+			w += patternWeight * programSize(programs, s.Pattern.String())
 		}
 		for re := range s.PatternProperties {
-			w += programSize(programs, re.String()) // on every member name
+			w += patternWeight * programSize(programs, re.String()) // on every member name
+		}
+		if s.Format != nil && s.Format.Name == "regex" {
+			w += regexFormatWeight
 		}
 		if s.UniqueItems {
 			w += uniqueItemsWeight
@@ -115,16 +155,39 @@ func newSchemaCost(root *jsonschema.Schema) *schemaCost {
 	}
 	valueWeight := func(s *jsonschema.Schema) uint64 {
 		w := uint64(1)
+		if s.Minimum != nil || s.Maximum != nil || s.ExclusiveMinimum != nil || s.ExclusiveMaximum != nil || s.MultipleOf != nil {
+			w += numberWeight
+		}
 		if s.Enum != nil {
-			w += uint64(len(s.Enum.Values))
+			for _, v := range s.Enum.Values {
+				w += compareWeight(v)
+			}
+		}
+		if s.Const != nil {
+			w += compareWeight(*s.Const)
 		}
 		return w
 	}
 	var c schemaCost
-	c.apps = costBy(root, nodes, anchored, func(*jsonschema.Schema) uint64 { return 1 }, costCap)
-	c.perValue = costBy(root, nodes, anchored, valueWeight, workCap)
-	c.perByte = costBy(root, nodes, anchored, byteWeight, workCap)
-	return &c
+	c.apps = costBy(root, nodes, func(*jsonschema.Schema) uint64 { return 1 }, costCap)
+	c.perValue = costBy(root, nodes, valueWeight, workCap)
+	c.perByte = costBy(root, nodes, byteWeight, workCap)
+	c.unique = costBy(root, nodes, func(s *jsonschema.Schema) uint64 {
+		if s.UniqueItems {
+			return 1
+		}
+		return 0
+	}, workCap)
+	return &c, nil
+}
+
+// compareWeight is the per-value work of comparing a value with v, an enum
+// value or a const: numbers are compared as exact fractions.
+func compareWeight(v any) uint64 {
+	if _, ok := v.(json.Number); ok {
+		return numberWeight
+	}
+	return 1
 }
 
 // costBy computes, for each depth d, the most weight(s) summed over the
@@ -132,9 +195,8 @@ func newSchemaCost(root *jsonschema.Schema) *schemaCost {
 // root validates. R(s, d) is: s and what it applies in place ($ref, the
 // combinators, if/then/else, dependent schemas) at d = 0; through the
 // subschemas of one property or one item (all that may apply to it)
-// below. Dynamic and recursive references count as reaching every schema
-// that declares a dynamic or recursive anchor.
-func costBy(root *jsonschema.Schema, nodes, anchored []*jsonschema.Schema, weight func(*jsonschema.Schema) uint64, limit uint64) [MaxNesting + 1]uint64 {
+// below.
+func costBy(root *jsonschema.Schema, nodes []*jsonschema.Schema, weight func(*jsonschema.Schema) uint64, limit uint64) [MaxNesting + 1]uint64 {
 	var out [MaxNesting + 1]uint64
 	prev := map[*jsonschema.Schema]uint64{} // R(·, d-1)
 	for d := 0; d <= MaxNesting; d++ {
@@ -161,13 +223,6 @@ func costBy(root *jsonschema.Schema, nodes, anchored []*jsonschema.Schema, weigh
 			for _, c := range schemaInPlace(s) {
 				v = satAdd(v, r(c), limit)
 			}
-			if s.DynamicRef != nil || s.RecursiveRef != nil {
-				for _, a := range anchored {
-					if a != s {
-						v = satAdd(v, r(a), limit)
-					}
-				}
-			}
 			visiting[s] = false
 			cur[s] = v
 			return v
@@ -184,36 +239,221 @@ func costBy(root *jsonschema.Schema, nodes, anchored []*jsonschema.Schema, weigh
 	return out
 }
 
-// programSize is the size of the compiled program of regular expression
-// src, as RE2 (Go's regexp) runs it: its time on a text is at most about
-// that size times the text's length.
+// programSize is the size of the program regular expression src, which
+// the schema's compile accepted, compiles to (regexpSize's estimate).
 func programSize(cache map[string]uint64, src string) uint64 {
 	if n, ok := cache[src]; ok {
 		return n
 	}
 	n := uint64(len(src)) // if it does not parse here, its length
 	if re, err := syntax.Parse(src, syntax.Perl); err == nil {
-		if prog, err := syntax.Compile(re.Simplify()); err == nil {
-			n = uint64(len(prog.Inst))
-		}
+		n = uint64(regexpSize(re, maxRegexpInstructions))
 	}
 	cache[src] = n
 	return n
 }
 
-// check refuses a payload nested depth deep, of values values and size
-// bytes, whose validation would cost more than the bounds.
-func (c *schemaCost) check(depth, values, size int) error {
+// regexpSize estimates, from above, how many instructions re compiles to
+// (regexp/syntax's compiler, after Simplify expands counted repetitions),
+// saturating just past limit so that a huge program is never built to be
+// measured.
+func regexpSize(re *syntax.Regexp, limit int) int {
+	return min(regexpNodeSize(re, limit)+2, limit+1) // and the program's fail and match
+}
+
+func regexpNodeSize(re *syntax.Regexp, limit int) int {
+	n := 1
+	switch re.Op {
+	case syntax.OpLiteral:
+		n = max(len(re.Rune), 1)
+	case syntax.OpCapture:
+		n = 2 + regexpNodeSize(re.Sub[0], limit)
+	case syntax.OpStar, syntax.OpPlus, syntax.OpQuest:
+		n = 1 + regexpNodeSize(re.Sub[0], limit)
+		if mayMatchEmpty(re.Sub[0]) {
+			n++ // a loop of what may match empty is guarded
+		}
+	case syntax.OpRepeat:
+		times := max(re.Min, re.Max, 1)
+		if re.Max == -1 {
+			times = re.Min + 1
+		}
+		each := 1 + regexpNodeSize(re.Sub[0], limit)
+		if mayMatchEmpty(re.Sub[0]) {
+			each++
+		}
+		n = int(min(mulSat(uint64(times), uint64(each)), uint64(limit)+1))
+	case syntax.OpConcat, syntax.OpAlternate:
+		n = 0
+		if re.Op == syntax.OpAlternate {
+			n = len(re.Sub) - 1 // its branch instructions
+		}
+		for _, sub := range re.Sub {
+			if n += regexpNodeSize(sub, limit); n > limit {
+				break
+			}
+		}
+	}
+	return min(n, limit+1)
+}
+
+// mayMatchEmpty is false only where re surely matches at least one
+// character.
+func mayMatchEmpty(re *syntax.Regexp) bool {
+	switch re.Op {
+	case syntax.OpLiteral:
+		return len(re.Rune) == 0
+	case syntax.OpCharClass, syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		return false
+	case syntax.OpPlus, syntax.OpCapture:
+		return mayMatchEmpty(re.Sub[0])
+	case syntax.OpRepeat:
+		return re.Min == 0 || mayMatchEmpty(re.Sub[0])
+	case syntax.OpConcat:
+		for _, sub := range re.Sub {
+			if !mayMatchEmpty(sub) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// regexpBudget compiles a schema's regular expressions for the validator
+// (its RegexpEngine), refusing any whose program would exceed
+// maxRegexpInstructions and, together, maxSchemaRegexpInstructions. Once
+// the schema is compiled, it also checks the strings of format "regex"
+// (asserted by drafts 4 to 7): those are parsed, never compiled.
+type regexpBudget struct {
+	used     int
+	counted  map[string]bool // the schema's, each counted once
+	compiled atomic.Bool
+}
+
+func (b *regexpBudget) compile(src string) (jsonschema.Regexp, error) {
+	re, err := syntax.Parse(src, syntax.Perl)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.count(src, re); err != nil {
+		return nil, err
+	}
+	return &lazyRegexp{src: src}, nil
+}
+
+// count refuses re, parsed from src, if it is too big, or if it is the
+// schema's and the schema's are too big together.
+func (b *regexpBudget) count(src string, re *syntax.Regexp) error {
+	n := regexpSize(re, maxRegexpInstructions)
+	if n > maxRegexpInstructions {
+		return fmt.Errorf("the regular expression %s would compile to more than %s instructions", Excerpt(src), english.Sprint(maxRegexpInstructions))
+	}
+	if b.compiled.Load() || b.counted[src] {
+		return nil
+	}
+	if b.counted == nil {
+		b.counted = map[string]bool{}
+	}
+	b.counted[src] = true
+	if b.used += n; b.used > maxSchemaRegexpInstructions {
+		return fmt.Errorf("the schema's regular expressions would compile to more than %s instructions in all", english.Sprint(maxSchemaRegexpInstructions))
+	}
+	return nil
+}
+
+// lazyRegexp is compiled when first matched: a format "regex" string is
+// only checked, never run.
+type lazyRegexp struct {
+	src  string
+	once sync.Once
+	re   *regexp.Regexp
+}
+
+func (l *lazyRegexp) String() string { return l.src }
+
+func (l *lazyRegexp) MatchString(s string) bool {
+	l.once.Do(func() { l.re = regexp.MustCompile(l.src) }) // it parsed, and is small
+	return l.re.MatchString(s)
+}
+
+// maxSchemaNumberLength bounds how long a number in a schema may be
+// written.
+const maxSchemaNumberLength = 100
+
+// checkSchemaDocument refuses, before the validator compiles it, a schema
+// document holding a number a double cannot hold (beyond its range, or so
+// small it is zero) or written in more than maxSchemaNumberLength
+// characters — the validator compiles and compares numbers as exact
+// fractions, and 1e-999999 has a million digits — or a pattern too big
+// for regexps (the validator would compile it first, and report it in an
+// error quoting it whole).
+func checkSchemaDocument(doc any, at string, regexps *regexpBudget) error {
+	switch v := doc.(type) {
+	case json.Number:
+		if !schemaNumber(string(v)) {
+			return fmt.Errorf("the number %s at %s is not one a double can hold in at most %d characters; a schema's numbers must be", Excerpt(string(v)), cmp.Or(at, "/"), maxSchemaNumberLength)
+		}
+	case map[string]any:
+		var patterns []string
+		if p, ok := v["pattern"].(string); ok {
+			patterns = append(patterns, p)
+		}
+		if pp, ok := v["patternProperties"].(map[string]any); ok {
+			for p := range pp {
+				patterns = append(patterns, p)
+			}
+		}
+		for _, p := range patterns {
+			// What does not parse is left to the validator: it may not be
+			// a pattern at all, but data (a const) named so.
+			if re, err := syntax.Parse(p, syntax.Perl); err == nil {
+				if err := regexps.count(p, re); err != nil {
+					return fmt.Errorf("at %s: %w", cmp.Or(at, "/"), err)
+				}
+			}
+		}
+		for k, x := range v {
+			if err := checkSchemaDocument(x, at+"/"+k, regexps); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, x := range v {
+			if err := checkSchemaDocument(x, at+"/"+strconv.Itoa(i), regexps); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func schemaNumber(s string) bool {
+	if len(s) > maxSchemaNumberLength {
+		return false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return false
+	}
+	mantissa, _, _ := strings.Cut(strings.ToLower(s), "e")
+	return f != 0 || strings.Trim(mantissa, "-0.") == ""
+}
+
+// check refuses a payload nested depth deep, of values values, size bytes
+// and paired bytes in arrays of 2 to 20 items, whose validation would cost
+// more than the bounds.
+func (c *schemaCost) check(depth, values, size, paired int) error {
 	d := min(max(depth, 0), MaxNesting)
 	if n := c.apps[d]; n > MaxSchemaApplications {
 		return decodeErr(ReasonUnusableSchema, "validating this payload (nested %d deep) against its JSON Schema would apply %s subschemas to one value (its references and combinators, every branch counted; the bound is %s)",
 			depth, atLeast(n), english.Sprint(MaxSchemaApplications))
 	}
 	if w := mulSat(c.perValue[d], uint64(values)); w > maxSchemaValueWork {
-		return decodeErr(ReasonUnusableSchema, "validating this payload (%s values) against its JSON Schema would take up to %s steps of per-value work (subschemas and enum values, every branch counted; the bound is %s)",
+		return decodeErr(ReasonUnusableSchema, "validating this payload (%s values) against its JSON Schema would take up to %s steps of per-value work (subschemas, enum values and numbers, every branch counted; the bound is %s)",
 			english.Sprint(values), english.Sprint(w), english.Sprint(maxSchemaValueWork))
 	}
-	if w := mulSat(c.perByte[d], uint64(size)); w > maxSchemaByteWork {
+	w := satAdd(mulSat(c.perByte[d], uint64(size)), mulSat(mulSat(c.unique[d], pairWeight), uint64(paired)), workCap)
+	if w > maxSchemaByteWork {
 		return decodeErr(ReasonUnusableSchema, "validating this payload (%s bytes) against its JSON Schema would take up to %s steps of per-byte work (patterns, uniqueItems, unevaluated members, every branch counted; the bound is %s)",
 			english.Sprint(size), english.Sprint(w), english.Sprint(maxSchemaByteWork))
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"regexp/syntax"
+
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/sr"
 )
@@ -118,18 +120,19 @@ func TestJSONSchemaWorkIsBoundedByWhatEachSubschemaCosts(t *testing.T) {
 		d := jsonSchemaDecoder(t, a.schema)
 		_, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(a.payload))})
 		require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "%s: %v", a.name, err)
-		require.Contains(t, err.Error(), "work", a.name)
+		require.Regexp(t, `steps of per-(value|byte) work|would compile to more than 10,000 instructions`, err.Error(), a.name)
 	}
 }
 
-// A schema of the usual kind on a megabyte of data passes: the bounds are
+// A schema of the usual kind on a megabyte of data (Kafka's default
+// largest record) passes: the bounds are
 // far above what real schemas and records cost.
 func TestJSONSchemaWorkBoundsLeaveRealPayloadsAlone(t *testing.T) {
 	schema := `{"type":"object","required":["sku","type"],"properties":{"sku":{"type":"string","pattern":"^[a-z0-9-]{1,64}$"},"type":{"type":"string"},
 		"lines":{"type":"array","uniqueItems":true,"items":{"type":"object","required":["sku","qty"],"additionalProperties":false,"properties":{
 			"sku":{"type":"string","pattern":"^[a-z0-9-]{1,64}$"},"qty":{"type":"integer","minimum":1},"status":{"enum":["new","packed","shipped","returned"]},
 			"note":{"type":"string","maxLength":200}}}}}}`
-	lines := list(20000, func(i int) string {
+	lines := list(11000, func(i int) string {
 		return fmt.Sprintf(`{"sku":"sku-%06d","qty":%d,"status":"packed","note":"a line of an order, kept for the record"}`, i, 1+i%7)
 	})
 	payload := `{"sku":"order-1","type":"t","lines":[` + lines + `]}`
@@ -139,4 +142,101 @@ func TestJSONSchemaWorkBoundsLeaveRealPayloadsAlone(t *testing.T) {
 	_, err := d.Decode(Record{Key: []byte("order-1"), Value: wire(1, nil, []byte(payload))})
 	require.NoError(t, err)
 	t.Logf("%d KiB validated in %v", len(payload)>>10, time.Since(start))
+}
+
+// Each costliest attack of its kind, sized at the bound, is validated (and
+// its time printed: the bounds' worst cases, a few seconds at most); twice
+// its size is refused. Run with -v to see the times.
+func TestJSONSchemaWorstCases(t *testing.T) {
+	payload := func(field, value string) []byte {
+		return []byte(`{"sku":"a","type":"t","` + field + `":` + value + `}`)
+	}
+	tiny := "2.2250738585072014e-308" // its exact fraction is the costliest a double has
+	attacks := []struct {
+		name, schema string
+		payload      func(n int) []byte
+		n            int
+	}{
+		{"uniqueItems on 20 arrays that differ at their end", `{"properties":{"xs":{"uniqueItems":true}}}`,
+			func(n int) []byte {
+				return payload("xs", "["+list(20, func(i int) string { return "[" + strings.Repeat("1,", n) + fmt.Sprint(i) + "]" })+"]")
+			}, 13_000},
+		{"uniqueItems on a long array of numbers", `{"properties":{"xs":{"uniqueItems":true}}}`,
+			func(n int) []byte { return payload("xs", "["+list(n, func(i int) string { return fmt.Sprint(i) })+"]") }, 1_100_000},
+		{"format regex on a long expression", `{"$schema":"http://json-schema.org/draft-07/schema#","properties":{"s":{"format":"regex"}}}`,
+			func(n int) []byte { return payload("s", `"`+strings.Repeat(`\\pL`, n)+`"`) }, 530_000},
+		{"an enum of tiny numbers", `{"properties":{"xs":{"items":{"enum":[` + list(100, func(i int) string { return fmt.Sprintf("%d%s", i+3, tiny[1:]) }) + `]}}}}`,
+			func(n int) []byte { return payload("xs", "["+list(n, func(int) string { return tiny })+"]") }, 3_900},
+		{"minimum 300 times on tiny numbers", `{"properties":{"xs":{"items":{"allOf":[` + list(300, func(int) string { return `{"minimum":` + tiny + `}` }) + `]}}}}`,
+			func(n int) []byte { return payload("xs", "["+list(n, func(int) string { return tiny })+"]") }, 1_000},
+		{"a pattern of 10,000 instructions", `{"properties":{"s":{"pattern":"` + strings.Repeat(`\\pL`, 9_990) + `"}}}`,
+			func(n int) []byte { return payload("s", `"`+strings.Repeat("a", n)+`"`) }, 14_900},
+	}
+	for _, a := range attacks {
+		d := jsonSchemaDecoder(t, a.schema)
+		p := a.payload(a.n)
+		if raceEnabled { // validating at the bound takes a minute under the race detector
+			p = a.payload(a.n / 20)
+		}
+		start := time.Now()
+		_, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, p)})
+		took := time.Since(start)
+		require.NotEqual(t, ReasonUnusableSchema, ReasonOf(err), "%s: %v", a.name, err)
+		if !raceEnabled { // the race detector's times say nothing of the product's
+			t.Logf("%-52s %8d bytes validated in %v", a.name, len(p), took)
+		}
+		_, err = d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, a.payload(2*a.n))})
+		require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "%s, twice the size: %v", a.name, err)
+	}
+}
+
+// What the work bound cannot weigh is refused when the schema is compiled,
+// at once (the third review's attacks: 96 s through $recursiveRef, 11.7 s
+// through $dynamicRef to an anchor nothing refers to, 20 ms for each
+// comparison with 1e-999999, 11.4 s compiling 20 patterns of a million
+// instructions).
+func TestJSONSchemaUnboundableSchemasAreRefusedWhenCompiled(t *testing.T) {
+	huge := strings.Repeat(`[a-z]`, 30_000)
+	nine := strings.Repeat(`[a-z]`, 9_000)
+	for _, c := range []struct{ name, schema, says string }{
+		{"$recursiveRef", `{"$schema":"https://json-schema.org/draft/2019-09/schema","$recursiveAnchor":true,"anyOf":[{"type":"string"},{"type":"array","items":{"$recursiveRef":"#"}}]}`, "$recursiveRef"},
+		{"$dynamicRef", `{"$schema":"https://json-schema.org/draft/2020-12/schema","$dynamicAnchor":"n","anyOf":[{"type":"string"},{"type":"array","items":{"$dynamicRef":"#n"}}]}`, "$dynamicRef"},
+		{"the 2020-12 meta-schema by $ref", `{"$ref":"https://json-schema.org/draft/2020-12/schema"}`, "$dynamicRef"},
+		{"an enum number of a million digits", `{"properties":{"n":{"enum":[1e-999999, 2]}}}`, "1e-999999"},
+		{"a const beyond a double", `{"properties":{"n":{"const":1e400}}}`, "not one a double can hold"},
+		{"multipleOf so small it is zero", `{"properties":{"n":{"multipleOf":1e-400}}}`, "not one a double can hold"},
+		{"a minimum of 101 characters", `{"properties":{"n":{"minimum":1.` + strings.Repeat("1", 99) + `}}}`, "in at most 100 characters"},
+		{"a pattern of 30,000 instructions", `{"properties":{"s":{"pattern":"` + huge + `"}}}`, "more than 10,000 instructions"},
+		{"pattern properties of 30,000", `{"patternProperties":{"` + huge + `":{}}}`, "more than 10,000 instructions"},
+		{"a pattern that does not parse, of 200,000 bytes", `{"properties":{"s":{"pattern":"(` + strings.Repeat("a", 200_000) + `"}}}`, "missing closing )"},
+		{"twelve patterns of 9,000", `{"properties":{` + list(12, func(i int) string { return fmt.Sprintf(`"s%d":{"pattern":"%s%d"}`, i, nine, i) }) + `}}`, "more than 100,000 instructions in all"},
+	} {
+		start := time.Now()
+		_, err := newJSONSchemaCodec(1, c.schema, nil)
+		require.Error(t, err, c.name)
+		require.Contains(t, err.Error(), c.says, c.name)
+		require.Less(t, len(err.Error()), 1000, "%s: the reason quotes no pattern whole", c.name)
+		if !raceEnabled {
+			t.Logf("%-40s refused in %v", c.name, time.Since(start))
+		}
+		d := jsonSchemaDecoder(t, c.schema)
+		_, err = d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(`{"sku":"a","type":"t"}`))})
+		require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "%s: %v", c.name, err)
+	}
+	// Numbers a double holds, however written, are a schema's to use.
+	_, err := newJSONSchemaCodec(1, `{"properties":{"n":{"enum":[0, -0.0, 0e5, 1e308, 5e-324, -2.2250738585072014e-308],"multipleOf":0.01,"maximum":1.7976931348623157e308}}}`, nil)
+	require.NoError(t, err)
+}
+
+// The size estimate that refuses a pattern before it is compiled is never
+// below the program Go's compiler builds.
+func TestRegexpSizeIsNotBelowTheProgram(t *testing.T) {
+	for _, src := range []string{`a`, `^[a-z0-9-]{1,64}$`, `(a|b|c)*d+`, `\pL{3,7}x?`, `(?i)hello|world`, `((ab){2,5}c){0,3}`,
+		`[^a]{10}`, `(?:x|y|z){100}`, `a{2,}`, `\bword\B`, `(a*)*`, `.+?`, `\d{4}-\d{2}-\d{2}T\d{2}:\d{2}`, `(((a)))`, `a|b|c|d|e|f`, `(a?)+`, `(a|)*`, `(a{0,3}){2}`, `(?:ab|)+c`} {
+		re, err := syntax.Parse(src, syntax.Perl)
+		require.NoError(t, err)
+		prog, err := syntax.Compile(re.Simplify())
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, regexpSize(re, maxRegexpInstructions), len(prog.Inst), src)
+	}
 }
