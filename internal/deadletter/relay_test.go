@@ -55,12 +55,14 @@ func setup(t *testing.T) *bundle {
 	return b
 }
 
-// withoutSource is a bundle whose source topic does not exist (yet).
-func withoutSource(t *testing.T, kind string) *bundle {
+// withoutSource is a bundle whose source topic does not exist (yet), with
+// letters dead letters to relay, and its relay (not started).
+func withoutSource(t *testing.T, kind string, letters int) (*bundle, relayHandle) {
 	t.Helper()
 	b := &bundle{db: pgtest.New(t), source: kafkatest.Name(t, kind), dlq: kafkatest.Name(t, "dlq")}
 	kafkatest.DeleteOnCleanup(t, b.dlq, b.source)
-	return b
+	b.insert(t, letters)
+	return b, b.newRelay(t, b.db.Pool, nil)
 }
 
 // relayHandle is a relay under test and its logs.
@@ -385,10 +387,8 @@ func TestRelayPublishesEachDeadLetterOnce(t *testing.T) {
 // moment (CI saw a three-partition source answered as unknown).
 func TestRelaySizesTheTopicOfAGoneSourceAsOnePartition(t *testing.T) {
 	t.Parallel()
-	b := withoutSource(t, "gone")
+	b, r := withoutSource(t, "gone", 4)
 	adm := kafkatest.Admin(t)
-	b.insert(t, 4)
-	r := b.newRelay(t, b.db.Pool, nil)
 	began := time.Now()
 	stop := start(t, r)
 	b.waitPublished(t)
@@ -410,10 +410,8 @@ func TestRelaySizesTheTopicOfAGoneSourceAsOnePartition(t *testing.T) {
 // partition count, and every dead letter its source partition.
 func TestRelaySizesTheTopicOfASourceServedLate(t *testing.T) {
 	t.Parallel()
-	b := withoutSource(t, "late")
+	b, r := withoutSource(t, "late", 9)
 	adm := kafkatest.Admin(t)
-	b.insert(t, 9)
-	r := b.newRelay(t, b.db.Pool, nil)
 	stop := start(t, r)
 	require.Eventually(t, func() bool { return r.logs.FilterMessage("dead-letter relay active").Len() > 0 }, hangGuard, 10*time.Millisecond,
 		"the relay starts its round")
