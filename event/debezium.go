@@ -259,9 +259,13 @@ func appendDebeziumSource(b []byte, doc *jsonDoc, src int, lsn int64) []byte {
 		case doc.isInteger(v):
 			b = append(b, `,"txId":`...)
 			b = append(b, doc.integer(v)...)
-		case doc.kind(v) == KindString && isDigits(doc.str(v)):
-			b = append(b, `,"txId":`...)
-			b = append(b, doc.str(v)...)
+		case doc.kind(v) == KindString:
+			// A transaction ID written as text: kept as the number it
+			// names ("007" is 7), dropped if it names none.
+			if id, err := strconv.ParseUint(doc.str(v), 10, 64); err == nil {
+				b = append(b, `,"txId":`...)
+				b = strconv.AppendUint(b, id, 10)
+			}
 		}
 	}
 	return append(b, '}')

@@ -298,6 +298,7 @@ func TestDebeziumReSentAcrossUpgradesIsTheSameChange(t *testing.T) {
 		"sequence":          {`"sequence":"[null,\"24263856\"]"`, `"sequence":"[\"24263000\",\"24263856\"]"`},
 		"position a string": {`"lsn":24263856`, `"lsn":"24263856"`},
 		"txId a string":     {`"txId":747`, `"txId":"747"`},
+		"txId zero-padded":  {`"txId":747`, `"txId":"0747"`},
 	} {
 		again, err := d.Decode(dbzRecord(strings.Replace(dbzUpdate, edit[0], edit[1], 1)))
 		require.NoError(t, err, name)
@@ -307,6 +308,16 @@ func TestDebeziumReSentAcrossUpgradesIsTheSameChange(t *testing.T) {
 	src, _ := first.Document()
 	got, _ := src.Get("source")
 	require.JSONEq(t, `{"db":"source","schema":"public","table":"customers","lsn":24263856,"txId":747}`, string(got.Raw()))
+
+	// A txId that names no 64-bit transaction is left out: the data stays
+	// JSON whatever the text held.
+	for _, txID := range []string{`"99999999999999999999999"`, `"-1"`, `"7e3"`, `""`} {
+		ev, err := d.Decode(dbzRecord(strings.Replace(dbzUpdate, `"txId":747`, `"txId":`+txID, 1)))
+		require.NoError(t, err, txID)
+		src, _ := ev.Document()
+		got, _ := src.Get("source")
+		require.JSONEq(t, `{"db":"source","schema":"public","table":"customers","lsn":24263856}`, string(got.Raw()), txID)
+	}
 }
 
 func TestDebeziumHostileKeys(t *testing.T) {
