@@ -118,10 +118,15 @@ func (c *jsonSchemaCodec) check(payload []byte) ([]byte, error) {
 	// double it is hashed as; integers keep their digits.
 	v = asDoubles(v)
 	if err := c.schema.Validate(v); err != nil {
+		// Never err.Error() of a validation error: it renders every
+		// cause, each quoting its value (a gigabyte for 990 failed
+		// formats on a megabyte string).
 		var ve *jsonschema.ValidationError
-		msg := err.Error()
+		var msg string
 		if errors.As(err, &ve) {
 			msg = firstCause(ve)
+		} else {
+			msg = err.Error()
 		}
 		return nil, decodeErr(ReasonSchemaMismatch, "the payload does not match its JSON Schema: %s", Excerpt(msg))
 	}
@@ -171,7 +176,20 @@ func firstCause(ve *jsonschema.ValidationError) string {
 		// Not the value again: a regular expression can be a megabyte.
 		what = fmt.Sprintf("not a valid %s: %s", f.Want, shortError(f.Err))
 	}
-	return fmt.Sprintf("at /%s: %s", strings.Join(ve.InstanceLocation, "/"), what)
+	return shorten(fmt.Sprintf("at /%s: %s", shorten(strings.Join(ve.InstanceLocation, "/")), shorten(what)))
+}
+
+// shorten cuts s to its first 1,000 bytes (at a character's start), marked.
+func shorten(s string) string {
+	const most = 1000
+	if len(s) <= most {
+		return s
+	}
+	cut := most
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // shortError is err's message, any regular expression it quotes

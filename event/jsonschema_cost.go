@@ -74,6 +74,7 @@ const (
 	numberWeight      = 5
 	patternWeight     = 2
 	regexFormatWeight = 140
+	formatWeight      = 12
 	uniqueItemsWeight = 16
 	pairWeight        = 550
 	unevaluatedWeight = 2
@@ -142,8 +143,15 @@ func newSchemaCost(root *jsonschema.Schema) (*schemaCost, error) {
 		for re := range s.PatternProperties {
 			w += patternWeight * programSize(programs, re.String()) // on every member name
 		}
-		if s.Format != nil && s.Format.Name == "regex" {
-			w += regexFormatWeight
+		if s.Format != nil {
+			if s.Format.Name == "regex" {
+				w += regexFormatWeight
+			} else {
+				w += formatWeight // split and parsed: up to 90 ns a byte (duration)
+			}
+		}
+		if s.MinLength != nil || s.MaxLength != nil {
+			w++ // its runes counted
 		}
 		if s.UniqueItems {
 			w += uniqueItemsWeight
@@ -157,6 +165,15 @@ func newSchemaCost(root *jsonschema.Schema) (*schemaCost, error) {
 		w := uint64(1)
 		if s.Minimum != nil || s.Maximum != nil || s.ExclusiveMinimum != nil || s.ExclusiveMaximum != nil || s.MultipleOf != nil {
 			w += numberWeight
+		}
+		w += uint64(len(s.Required)) // every missing name is listed
+		for _, names := range s.DependentRequired {
+			w += uint64(len(names))
+		}
+		for _, dep := range s.Dependencies {
+			if names, ok := dep.([]string); ok {
+				w += uint64(len(names))
+			}
 		}
 		if s.Enum != nil {
 			for _, v := range s.Enum.Values {
@@ -184,8 +201,21 @@ func newSchemaCost(root *jsonschema.Schema) (*schemaCost, error) {
 // compareWeight is the per-value work of comparing a value with v, an enum
 // value or a const: numbers are compared as exact fractions.
 func compareWeight(v any) uint64 {
-	if _, ok := v.(json.Number); ok {
+	switch v := v.(type) {
+	case json.Number:
 		return numberWeight
+	case []any:
+		w := uint64(1)
+		for _, x := range v {
+			w = satAdd(w, compareWeight(x), workCap)
+		}
+		return w
+	case map[string]any:
+		w := uint64(1)
+		for _, x := range v {
+			w = satAdd(w, 1+compareWeight(x), workCap)
+		}
+		return w
 	}
 	return 1
 }
@@ -247,7 +277,7 @@ func programSize(cache map[string]uint64, src string) uint64 {
 	}
 	n := uint64(len(src)) // if it does not parse here, its length
 	if re, err := syntax.Parse(src, syntax.Perl); err == nil {
-		n = uint64(regexpSize(re, maxRegexpInstructions))
+		n = uint64(regexpWork(re, bigClassWeight*maxRegexpInstructions))
 	}
 	cache[src] = n
 	return n
@@ -258,18 +288,34 @@ func programSize(cache map[string]uint64, src string) uint64 {
 // saturating just past limit so that a huge program is never built to be
 // measured.
 func regexpSize(re *syntax.Regexp, limit int) int {
-	return min(regexpNodeSize(re, limit)+2, limit+1) // and the program's fail and match
+	return min(regexpNodeSize(re, limit, 1)+2, limit+1) // and the program's fail and match
 }
 
-func regexpNodeSize(re *syntax.Regexp, limit int) int {
+// bigClassWeight is what an instruction matching a large character class
+// (a Unicode category: hundreds of ranges, searched for each character)
+// costs, in instructions of the usual kind: 43 to 60 ns a byte against 5
+// to 9 (the fourth review).
+const bigClassWeight = 8
+
+// regexpWork is regexpSize with each large class counted bigClassWeight
+// times: the program's cost per byte of text.
+func regexpWork(re *syntax.Regexp, limit int) int {
+	return min(regexpNodeSize(re, limit, bigClassWeight)+2, limit+1)
+}
+
+func regexpNodeSize(re *syntax.Regexp, limit, classWeight int) int {
 	n := 1
 	switch re.Op {
+	case syntax.OpCharClass:
+		if len(re.Rune) > 16 { // more than 8 ranges
+			n = classWeight
+		}
 	case syntax.OpLiteral:
 		n = max(len(re.Rune), 1)
 	case syntax.OpCapture:
-		n = 2 + regexpNodeSize(re.Sub[0], limit)
+		n = 2 + regexpNodeSize(re.Sub[0], limit, classWeight)
 	case syntax.OpStar, syntax.OpPlus, syntax.OpQuest:
-		n = 1 + regexpNodeSize(re.Sub[0], limit)
+		n = 1 + regexpNodeSize(re.Sub[0], limit, classWeight)
 		if mayMatchEmpty(re.Sub[0]) {
 			n++ // a loop of what may match empty is guarded
 		}
@@ -278,7 +324,7 @@ func regexpNodeSize(re *syntax.Regexp, limit int) int {
 		if re.Max == -1 {
 			times = re.Min + 1
 		}
-		each := 1 + regexpNodeSize(re.Sub[0], limit)
+		each := 1 + regexpNodeSize(re.Sub[0], limit, classWeight)
 		if mayMatchEmpty(re.Sub[0]) {
 			each++
 		}
@@ -289,7 +335,7 @@ func regexpNodeSize(re *syntax.Regexp, limit int) int {
 			n = len(re.Sub) - 1 // its branch instructions
 		}
 		for _, sub := range re.Sub {
-			if n += regexpNodeSize(sub, limit); n > limit {
+			if n += regexpNodeSize(sub, limit, classWeight); n > limit {
 				break
 			}
 		}
@@ -388,10 +434,22 @@ const maxSchemaNumberLength = 100
 // for regexps (the validator would compile it first, and report it in an
 // error quoting it whole).
 func checkSchemaDocument(doc any, at string, regexps *regexpBudget) error {
+	return checkSchemaLevel(doc, at, regexps, 0)
+}
+
+// maxSchemaDocumentDepth bounds how deep a schema document nests: the
+// validator's compile takes time in the square of it (1,000 levels of
+// properties, 21 KB, took 5 s).
+const maxSchemaDocumentDepth = 64
+
+func checkSchemaLevel(doc any, at string, regexps *regexpBudget, depth int) error {
+	if depth > maxSchemaDocumentDepth {
+		return fmt.Errorf("the schema nests deeper than %d levels at %s", maxSchemaDocumentDepth, shorten(at))
+	}
 	switch v := doc.(type) {
 	case json.Number:
 		if !schemaNumber(string(v)) {
-			return fmt.Errorf("the number %s at %s is not one a double can hold in at most %d characters; a schema's numbers must be", Excerpt(string(v)), cmp.Or(at, "/"), maxSchemaNumberLength)
+			return fmt.Errorf("the number %s at %s is not one a double can hold in at most %d characters; a schema's numbers must be", Excerpt(string(v)), shorten(cmp.Or(at, "/")), maxSchemaNumberLength)
 		}
 	case map[string]any:
 		var patterns []string
@@ -408,18 +466,18 @@ func checkSchemaDocument(doc any, at string, regexps *regexpBudget) error {
 			// a pattern at all, but data (a const) named so.
 			if re, err := syntax.Parse(p, syntax.Perl); err == nil {
 				if err := regexps.count(p, re); err != nil {
-					return fmt.Errorf("at %s: %w", cmp.Or(at, "/"), err)
+					return fmt.Errorf("at %s: %w", shorten(cmp.Or(at, "/")), err)
 				}
 			}
 		}
 		for k, x := range v {
-			if err := checkSchemaDocument(x, at+"/"+k, regexps); err != nil {
+			if err := checkSchemaLevel(x, at+"/"+k, regexps, depth+1); err != nil {
 				return err
 			}
 		}
 	case []any:
 		for i, x := range v {
-			if err := checkSchemaDocument(x, at+"/"+strconv.Itoa(i), regexps); err != nil {
+			if err := checkSchemaLevel(x, at+"/"+strconv.Itoa(i), regexps, depth+1); err != nil {
 				return err
 			}
 		}

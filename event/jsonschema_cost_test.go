@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"regexp/syntax"
+	"runtime"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/sr"
@@ -113,6 +114,12 @@ func TestJSONSchemaWorkIsBoundedByWhatEachSubschemaCosts(t *testing.T) {
 			`{"sku":"a","type":"t","xs":[` + list(100000, func(i int) string { return fmt.Sprint(i) }) + `]}`},
 		{"unevaluated members copied 990 times", `{"$schema":"https://json-schema.org/draft/2020-12/schema","unevaluatedProperties":{"type":"string"},"allOf":[` + list(990, func(int) string { return `{"type":"object"}` }) + `]}`,
 			`{"sku":"a","type":"t",` + list(50000, func(i int) string { return fmt.Sprintf(`"%d":"x"`, i) }) + `}`},
+		{"format email 990 times on a megabyte", `{"$schema":"http://json-schema.org/draft-07/schema#","properties":{"s":{"allOf":[` + list(990, func(int) string { return `{"format":"email"}` }) + `]}}}`,
+			`{"sku":"a","type":"t","s":"` + strings.Repeat("a", 1<<20) + `"}`},
+		{"10,000 required names on 10,000 objects", `{"properties":{"xs":{"items":{"required":[` + list(10000, func(i int) string { return fmt.Sprintf(`"n%d"`, i) }) + `]}}}}`,
+			`{"sku":"a","type":"t","xs":[` + list(10000, func(int) string { return "{}" }) + `]}`},
+		{"an enum of arrays of tiny numbers", `{"properties":{"xs":{"items":{"enum":[` + list(100, func(i int) string { return "[" + strings.Repeat("2.2250738585072014e-308,", 199) + fmt.Sprint(i) + "]" }) + `]}}}}`,
+			`{"sku":"a","type":"t","xs":[` + list(98, func(int) string { return "[" + strings.Repeat("2.2250738585072014e-308,", 199) + "7]" }) + `]}`},
 		{"a small pattern 990 times", `{"allOf":[` + list(990, func(int) string { return `{"properties":{"s":{"pattern":"^[a-z]*$"}}}` }) + `]}`,
 			`{"sku":"a","type":"t","s":"` + strings.Repeat("abcdefghij", 90000) + `"}`},
 	}
@@ -169,7 +176,9 @@ func TestJSONSchemaWorstCases(t *testing.T) {
 			func(n int) []byte { return payload("xs", "["+list(n, func(int) string { return tiny })+"]") }, 3_900},
 		{"minimum 300 times on tiny numbers", `{"properties":{"xs":{"items":{"allOf":[` + list(300, func(int) string { return `{"minimum":` + tiny + `}` }) + `]}}}}`,
 			func(n int) []byte { return payload("xs", "["+list(n, func(int) string { return tiny })+"]") }, 1_000},
-		{"a pattern of 10,000 instructions", `{"properties":{"s":{"pattern":"` + strings.Repeat(`\\pL`, 9_990) + `"}}}`,
+		{"a pattern of 10,000 Unicode classes that fails at its end", `{"properties":{"s":{"pattern":"` + strings.Repeat(`\\pL`, 9_990) + `1"}}}`,
+			func(n int) []byte { return payload("s", `"`+strings.Repeat("a", n)+`"`) }, 1_840},
+		{"a pattern of 10,000 small classes that fails at its end", `{"properties":{"s":{"pattern":"` + strings.Repeat(`[a-z]`, 9_990) + `1"}}}`,
 			func(n int) []byte { return payload("s", `"`+strings.Repeat("a", n)+`"`) }, 14_900},
 	}
 	for _, a := range attacks {
@@ -199,6 +208,7 @@ func TestJSONSchemaUnboundableSchemasAreRefusedWhenCompiled(t *testing.T) {
 	huge := strings.Repeat(`[a-z]`, 30_000)
 	nine := strings.Repeat(`[a-z]`, 9_000)
 	for _, c := range []struct{ name, schema, says string }{
+		{"a schema nested 100 levels", strings.Repeat(`{"properties":{"a":`, 50) + `{}` + strings.Repeat(`}}`, 50), "nests deeper than 64 levels"},
 		{"$recursiveRef", `{"$schema":"https://json-schema.org/draft/2019-09/schema","$recursiveAnchor":true,"anyOf":[{"type":"string"},{"type":"array","items":{"$recursiveRef":"#"}}]}`, "$recursiveRef"},
 		{"$dynamicRef", `{"$schema":"https://json-schema.org/draft/2020-12/schema","$dynamicAnchor":"n","anyOf":[{"type":"string"},{"type":"array","items":{"$dynamicRef":"#n"}}]}`, "$dynamicRef"},
 		{"the 2020-12 meta-schema by $ref", `{"$ref":"https://json-schema.org/draft/2020-12/schema"}`, "$dynamicRef"},
@@ -239,4 +249,22 @@ func TestRegexpSizeIsNotBelowTheProgram(t *testing.T) {
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, regexpSize(re, maxRegexpInstructions), len(prog.Inst), src)
 	}
+}
+
+// A failure's reason is its first cause, short: the validator's whole
+// error tree, rendered, quotes every cause's location (990 causes at each
+// of 120 levels of 200-byte names took 18.8 s and 1.4 GB).
+func TestJSONSchemaFailureReasonsStayShort(t *testing.T) {
+	d := jsonSchemaDecoder(t, `{"$ref":"#/definitions/n","definitions":{"n":{"allOf":[`+list(990, func(int) string { return `{"maxProperties":0}` })+`],"additionalProperties":{"$ref":"#/definitions/n"}}}}`)
+	name := strings.Repeat("m", 200)
+	payload := `{"sku":"a","type":"t","x":` + strings.Repeat(`{"`+name+`":`, 30) + "{}" + strings.Repeat("}", 30) + "}"
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(payload))})
+	runtime.ReadMemStats(&after)
+	require.Equal(t, ReasonSchemaMismatch, ReasonOf(err), "%v", err)
+	require.Less(t, len(err.Error()), 1500)
+	// Validating allocates 200 MB (the tree of 990 causes at 30 levels);
+	// rendering it, 1.2 GB more.
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(500<<20), "bytes allocated")
 }

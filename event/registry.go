@@ -365,7 +365,7 @@ func (rd *registryDecoder) load(ctx context.Context, id int) (*registrySchema, e
 			// Stopped, not refused: a revoke or a shutdown while compiling.
 			return nil, unavailable(fmt.Sprintf("compiling schema %d", id), err)
 		}
-		return nil, decodeErr(ReasonUnusableSchema, "schema %d cannot be used: %v", id, err)
+		return nil, decodeErr(ReasonUnusableSchema, "schema %d cannot be used: %s", id, shorten(err.Error()))
 	}
 	return s, nil
 }
