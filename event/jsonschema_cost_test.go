@@ -208,6 +208,9 @@ func TestJSONSchemaUnboundableSchemasAreRefusedWhenCompiled(t *testing.T) {
 	huge := strings.Repeat(`[a-z]`, 30_000)
 	nine := strings.Repeat(`[a-z]`, 9_000)
 	for _, c := range []struct{ name, schema, says string }{
+		{"3,000 definitions referring to one another", `{"$ref":"#/$defs/d0","$defs":{` + list(3000, func(i int) string {
+			return fmt.Sprintf(`"d%d":{"type":"object","properties":{"a":{"$ref":"#/$defs/d%d"},"c":{"items":{"$ref":"#/$defs/d%d"}}}}`, i, (i+1)%3000, (i+7)%3000)
+		}) + `}}`, "more than 5,000 objects"},
 		{"a schema nested 100 levels", strings.Repeat(`{"properties":{"a":`, 50) + `{}` + strings.Repeat(`}}`, 50), "nests deeper than 64 levels"},
 		{"$recursiveRef", `{"$schema":"https://json-schema.org/draft/2019-09/schema","$recursiveAnchor":true,"anyOf":[{"type":"string"},{"type":"array","items":{"$recursiveRef":"#"}}]}`, "$recursiveRef"},
 		{"$dynamicRef", `{"$schema":"https://json-schema.org/draft/2020-12/schema","$dynamicAnchor":"n","anyOf":[{"type":"string"},{"type":"array","items":{"$dynamicRef":"#n"}}]}`, "$dynamicRef"},
@@ -267,4 +270,21 @@ func TestJSONSchemaFailureReasonsStayShort(t *testing.T) {
 	// Validating allocates 200 MB (the tree of 990 causes at 30 levels);
 	// rendering it, 1.2 GB more.
 	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(500<<20), "bytes allocated")
+}
+
+// A wide schema of the usual kind compiles, and its work bound with it, in
+// well under a second: 1,500 properties, 300 definitions referring to one
+// another.
+func TestJSONSchemaWideSchemasCompile(t *testing.T) {
+	schema := `{"type":"object","properties":{` + list(1500, func(i int) string { return fmt.Sprintf(`"p%d":{"type":"string","maxLength":10}`, i) }) +
+		`,"tree":{"$ref":"#/$defs/d0"}},"$defs":{` + list(300, func(i int) string {
+		return fmt.Sprintf(`"d%d":{"type":"object","properties":{"a":{"$ref":"#/$defs/d%d"},"c":{"items":{"$ref":"#/$defs/d%d"}}}}`, i, (i+1)%300, (i+7)%300)
+	}) + `}}`
+	start := time.Now()
+	codec, err := newJSONSchemaCodec(1, schema, nil)
+	require.NoError(t, err)
+	if !raceEnabled {
+		t.Logf("%d bytes compiled in %v", len(schema), time.Since(start))
+	}
+	require.NoError(t, codec.cost.check(3, 10, 100, 0))
 }
