@@ -231,8 +231,12 @@ func Excerpt(s string) string {
 	if len(s) <= excerptBytes {
 		return strconv.Quote(s)
 	}
-	cut := s[:excerptBytes]
-	// Do not split a character in two: drop an incomplete trailing one.
+	return strconv.Quote(cutUTF8(s, excerptBytes)) + "..."
+}
+
+// cutUTF8 is s's first n bytes, less a character they would split in two.
+func cutUTF8(s string, n int) string {
+	cut := s[:n]
 	for i := len(cut) - 1; i >= 0 && i >= len(cut)-utf8.UTFMax; i-- {
 		if utf8.RuneStart(cut[i]) {
 			if !utf8.FullRuneInString(cut[i:]) {
@@ -241,5 +245,5 @@ func Excerpt(s string) string {
 			break
 		}
 	}
-	return strconv.Quote(cut) + "..."
+	return cut
 }

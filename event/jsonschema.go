@@ -42,7 +42,8 @@ func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec
 	if err != nil {
 		return nil, fmt.Errorf("the schema is not JSON: %w", err)
 	}
-	if err := checkSchemaDocument(root, "", regexps); err != nil {
+	docs := &schemaDocCheck{regexps: regexps} // the schema and its references together
+	if err := docs.check(root); err != nil {
 		return nil, err
 	}
 	// References resolve against the root's $id, as Confluent's resolver
@@ -60,7 +61,7 @@ func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec
 		if err != nil {
 			return nil, fmt.Errorf("reference %s is not JSON: %w", Excerpt(r.name), err)
 		}
-		if err := checkSchemaDocument(doc, "", regexps); err != nil {
+		if err := docs.check(doc); err != nil {
 			return nil, fmt.Errorf("reference %s: %w", Excerpt(r.name), err)
 		}
 		ref, err := url.Parse(r.name)
@@ -176,20 +177,15 @@ func firstCause(ve *jsonschema.ValidationError) string {
 		// Not the value again: a regular expression can be a megabyte.
 		what = fmt.Sprintf("not a valid %s: %s", f.Want, shortError(f.Err))
 	}
-	return shorten(fmt.Sprintf("at /%s: %s", shorten(strings.Join(ve.InstanceLocation, "/")), shorten(what)))
+	return fmt.Sprintf("at /%s: %s", shorten(strings.Join(ve.InstanceLocation, "/")), shorten(what))
 }
 
-// shorten cuts s to its first 1,000 bytes (at a character's start), marked.
+// shorten cuts s to its first 1,000 bytes, marked.
 func shorten(s string) string {
-	const most = 1000
-	if len(s) <= most {
+	if len(s) <= 1000 {
 		return s
 	}
-	cut := most
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return cutUTF8(s, 1000) + "…"
 }
 
 // shortError is err's message, any regular expression it quotes

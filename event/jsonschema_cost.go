@@ -1,7 +1,6 @@
 package event
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -324,7 +323,7 @@ func programSize(cache map[string]uint64, src string) uint64 {
 	}
 	n := uint64(len(src)) // if it does not parse here, its length
 	if re, err := syntax.Parse(src, syntax.Perl); err == nil {
-		n = uint64(regexpWork(re, bigClassWeight*maxRegexpInstructions))
+		n = uint64(regexpSize(re, bigClassWeight*maxRegexpInstructions, bigClassWeight))
 	}
 	cache[src] = n
 	return n
@@ -332,10 +331,12 @@ func programSize(cache map[string]uint64, src string) uint64 {
 
 // regexpSize estimates, from above, how many instructions re compiles to
 // (regexp/syntax's compiler, after Simplify expands counted repetitions),
-// saturating just past limit so that a huge program is never built to be
-// measured.
-func regexpSize(re *syntax.Regexp, limit int) int {
-	return min(regexpNodeSize(re, limit, 1)+2, limit+1) // and the program's fail and match
+// each instruction matching a large character class counted classWeight
+// times, saturating just past limit so that a huge program is never built
+// to be measured. With classWeight 1 it is the program's size; with
+// bigClassWeight, its cost per byte of text.
+func regexpSize(re *syntax.Regexp, limit, classWeight int) int {
+	return min(regexpNodeSize(re, limit, classWeight)+2, limit+1) // and the program's fail and match
 }
 
 // bigClassWeight is what an instruction matching a large character class
@@ -343,12 +344,6 @@ func regexpSize(re *syntax.Regexp, limit int) int {
 // costs, in instructions of the usual kind: 43 to 60 ns a byte against 5
 // to 9 (the fourth review).
 const bigClassWeight = 8
-
-// regexpWork is regexpSize with each large class counted bigClassWeight
-// times: the program's cost per byte of text.
-func regexpWork(re *syntax.Regexp, limit int) int {
-	return min(regexpNodeSize(re, limit, bigClassWeight)+2, limit+1)
-}
 
 func regexpNodeSize(re *syntax.Regexp, limit, classWeight int) int {
 	n := 1
@@ -418,7 +413,6 @@ func mayMatchEmpty(re *syntax.Regexp) bool {
 // the schema is compiled, it also checks the strings of format "regex"
 // (asserted by drafts 4 to 7): those are parsed, never compiled.
 type regexpBudget struct {
-	objects  int // the schema documents' objects, counted by checkSchemaDocument
 	used     int
 	counted  map[string]bool // the schema's, each counted once
 	compiled atomic.Bool
@@ -438,7 +432,7 @@ func (b *regexpBudget) compile(src string) (jsonschema.Regexp, error) {
 // count refuses re, parsed from src, if it is too big, or if it is the
 // schema's and the schema's are too big together.
 func (b *regexpBudget) count(src string, re *syntax.Regexp) error {
-	n := regexpSize(re, maxRegexpInstructions)
+	n := regexpSize(re, maxRegexpInstructions, 1)
 	if n > maxRegexpInstructions {
 		return fmt.Errorf("the regular expression %s would compile to more than %s instructions", Excerpt(src), english.Sprint(maxRegexpInstructions))
 	}
@@ -474,15 +468,19 @@ func (l *lazyRegexp) MatchString(s string) bool {
 // written.
 const maxSchemaNumberLength = 100
 
-// checkSchemaDocument refuses, before the validator compiles it, a schema
+// schemaDocCheck refuses, before the validator compiles it, a schema
 // document holding a number a double cannot hold (beyond its range, or so
 // small it is zero) or written in more than maxSchemaNumberLength
 // characters — the validator compiles and compares numbers as exact
 // fractions, and 1e-999999 has a million digits — or a pattern too big
 // for regexps (the validator would compile it first, and report it in an
-// error quoting it whole).
-func checkSchemaDocument(doc any, at string, regexps *regexpBudget) error {
-	return checkSchemaLevel(doc, at, regexps, 0)
+// error quoting it whole), or more objects or levels than it compiles
+// quickly. One schemaDocCheck walks a schema and all its references: its bounds are
+// on them together.
+type schemaDocCheck struct {
+	regexps *regexpBudget
+	objects int
+	path    []string // where the walk is: joined only to say where it failed
 }
 
 // maxSchemaObjects bounds the objects (subschemas, and the objects their
@@ -496,17 +494,21 @@ const maxSchemaObjects = 5_000
 // properties, 21 KB, took 5 s).
 const maxSchemaDocumentDepth = 64
 
-func checkSchemaLevel(doc any, at string, regexps *regexpBudget, depth int) error {
-	if depth > maxSchemaDocumentDepth {
-		return fmt.Errorf("the schema nests deeper than %d levels at %s", maxSchemaDocumentDepth, shorten(at))
+func (c *schemaDocCheck) where() string {
+	return shorten("/" + strings.Join(c.path, "/"))
+}
+
+func (c *schemaDocCheck) check(doc any) error {
+	if len(c.path) > maxSchemaDocumentDepth {
+		return fmt.Errorf("the schema nests deeper than %d levels at %s", maxSchemaDocumentDepth, c.where())
 	}
 	switch v := doc.(type) {
 	case json.Number:
 		if !schemaNumber(string(v)) {
-			return fmt.Errorf("the number %s at %s is not one a double can hold in at most %d characters; a schema's numbers must be", Excerpt(string(v)), shorten(cmp.Or(at, "/")), maxSchemaNumberLength)
+			return fmt.Errorf("the number %s at %s is not one a double can hold in at most %d characters; a schema's numbers must be", Excerpt(string(v)), c.where(), maxSchemaNumberLength)
 		}
 	case map[string]any:
-		if regexps.objects++; regexps.objects > maxSchemaObjects {
+		if c.objects++; c.objects > maxSchemaObjects {
 			return fmt.Errorf("the schema and its references hold more than %s objects (subschemas and what their keywords hold); effectively compiles schemas of at most that many", english.Sprint(maxSchemaObjects))
 		}
 		var patterns []string
@@ -522,24 +524,31 @@ func checkSchemaLevel(doc any, at string, regexps *regexpBudget, depth int) erro
 			// What does not parse is left to the validator: it may not be
 			// a pattern at all, but data (a const) named so.
 			if re, err := syntax.Parse(p, syntax.Perl); err == nil {
-				if err := regexps.count(p, re); err != nil {
-					return fmt.Errorf("at %s: %w", shorten(cmp.Or(at, "/")), err)
+				if err := c.regexps.count(p, re); err != nil {
+					return fmt.Errorf("at %s: %w", c.where(), err)
 				}
 			}
 		}
 		for k, x := range v {
-			if err := checkSchemaLevel(x, at+"/"+k, regexps, depth+1); err != nil {
+			if err := c.descend(k, x); err != nil {
 				return err
 			}
 		}
 	case []any:
 		for i, x := range v {
-			if err := checkSchemaLevel(x, at+"/"+strconv.Itoa(i), regexps, depth+1); err != nil {
+			if err := c.descend(strconv.Itoa(i), x); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+func (c *schemaDocCheck) descend(name string, doc any) error {
+	c.path = append(c.path, name)
+	err := c.check(doc)
+	c.path = c.path[:len(c.path)-1]
+	return err
 }
 
 func schemaNumber(s string) bool {
