@@ -77,7 +77,7 @@ type SinkColumn struct {
 	// Value is a constant instead of From.
 	Value string `mapstructure:"value"`
 	// Type is how the value is read and written: text, bigint, numeric,
-	// boolean, timestamptz or jsonb; default text (bigint for
+	// boolean, timestamptz, date or jsonb; default text (bigint for
 	// resourceversion, timestamptz for time).
 	Type string `mapstructure:"type"`
 	// Optional: a missing or null value writes NULL; otherwise the event is
@@ -93,7 +93,7 @@ const (
 )
 
 // SinkTypes are the column types a sink reads values as.
-var SinkTypes = []string{"text", "bigint", "numeric", "boolean", "timestamptz", "jsonb"}
+var SinkTypes = []string{"text", "bigint", "numeric", "boolean", "timestamptz", "date", "jsonb"}
 
 // SinkSources are the event attributes a column can come from, besides a
 // JSON pointer into the data.

@@ -18,7 +18,7 @@ import (
 // column reads one value of a row from an event.
 type column struct {
 	name     string
-	typ      string   // text, bigint, numeric, boolean, timestamptz, jsonb
+	typ      string   // text, bigint, numeric, boolean, timestamptz, date, jsonb
 	from     string   // an attribute, or "" for a pointer or a constant
 	pointer  []string // the JSON pointer's reference tokens
 	raw      string   // the pointer as configured
@@ -31,6 +31,7 @@ type column struct {
 	max     int64
 	float   bool // a double precision or real column takes a float64
 	uuid    bool // a uuid column: text must be a UUID
+	date    bool // a date column: a timestamptz value must not be a number
 	integer bool // integer range checked
 	// numeric(precision, scale): precision 0 is an unconstrained numeric.
 	precision, scale int
@@ -152,7 +153,20 @@ func (c *column) readJSON(v event.Value) (any, error) {
 				return nil, fmt.Errorf("%s is not an integer that fits 64 bits", event.Excerpt(lit))
 			}
 			return n, nil
+		case "date": // days since 1970: Debezium, Kafka Connect, Avro
+			days, err := strconv.ParseInt(lit, 10, 64)
+			if err != nil || days < minDay || days > maxDay {
+				return nil, fmt.Errorf("%s is not a date as days since 1970 (an integer from %d to %d: the years 1 to 9999)", event.Excerpt(lit), minDay, maxDay)
+			}
+			return time.Unix(days*86400, 0).UTC(), nil
 		case "timestamptz": // seconds since the Unix epoch
+			if c.date {
+				// Every binary format writes a date as days since 1970 —
+				// Debezium's io.debezium.time.Date, Kafka Connect's Date,
+				// Avro's date — and read as seconds it would be a day in
+				// January 1970 without a word.
+				return nil, fmt.Errorf("is the number %s, written to a date column: a date as a number is days since 1970 (Debezium, Kafka Connect, Avro) — read it as type: date — and a time as seconds is written to a timestamp column", event.Excerpt(lit))
+			}
 			f, err := strconv.ParseFloat(lit, 64)
 			if err != nil || math.IsInf(f, 0) || math.Abs(f) > 1e11 {
 				return nil, fmt.Errorf("%s is not a time in seconds since 1970", event.Excerpt(lit))
@@ -173,6 +187,13 @@ func (c *column) readJSON(v event.Value) (any, error) {
 		return nil, fmt.Errorf("is a JSON %s, not a %s (read it as jsonb)", k, c.typ)
 	}
 }
+
+// The days since 1970 of 0001-01-01 and 9999-12-31: the dates a sink
+// writes (PostgreSQL's own range is wider, but no RFC 3339 date is).
+const (
+	minDay = -719162
+	maxDay = 2932896
+)
 
 var numericSyntax = regexp.MustCompile(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$`)
 
@@ -209,6 +230,12 @@ func convertString(typ, s string) (any, error) {
 			return nil, fmt.Errorf("%s is not an RFC 3339 time or date: %v", event.Excerpt(s), err)
 		}
 		return t, nil
+	case "date":
+		d, err := time.Parse(time.DateOnly, s)
+		if err != nil {
+			return nil, fmt.Errorf("%s is not a date (YYYY-MM-DD)", event.Excerpt(s))
+		}
+		return d, nil
 	case "jsonb":
 		if _, err := event.ParseDocument([]byte(s)); err != nil {
 			return nil, fmt.Errorf("%s is not JSON", event.Excerpt(s))
@@ -263,6 +290,7 @@ var compatible = map[string][]string{
 	"numeric":     {"numeric", "double precision", "real"},
 	"boolean":     {"boolean"},
 	"timestamptz": {"timestamp with time zone", "timestamp without time zone", "date"},
+	"date":        {"date"},
 	"jsonb":       {"jsonb", "json"},
 }
 
@@ -358,6 +386,8 @@ func (c *column) fit(col handling.Column) error {
 		c.float = true
 	case "uuid":
 		c.uuid = true
+	case "date":
+		c.date = true
 	}
 	return nil
 }

@@ -254,3 +254,70 @@ func TestSinkConfigValidation(t *testing.T) {
 	cfg.Sinks = ordersSinks()
 	require.NoError(t, cfg.Validate())
 }
+
+// A date column: type date reads a number as days since 1970 (how
+// Debezium, Kafka Connect and Avro write a date) and a string as
+// YYYY-MM-DD; a number read as timestamptz into a date column is refused,
+// naming type date, rather than written as a day of January 1970.
+func TestSinkDateColumns(t *testing.T) {
+	sinks := []config.Sink{{
+		Name: "people", Types: []string{"person.updated"}, Table: "people", Mode: config.SinkUpsert,
+		Key: []string{"id"}, Version: "version",
+		Columns: []config.SinkColumn{
+			{Name: "id", From: "subject"},
+			{Name: "version", From: "resourceversion"},
+			{Name: "born", From: "/born", Type: "date", Optional: true},
+			{Name: "seen", From: "/seen", Type: "timestamptz", Optional: true},
+		},
+	}}
+	db, reg, err := setup(t, `CREATE TABLE people (id text PRIMARY KEY, version bigint NOT NULL, born date, seen date);`, sinks)
+	require.NoError(t, err)
+	person := func(id, data string) event.Event {
+		return event.Event{Type: "person.updated", Key: id, Subject: id, Version: 1, Data: []byte(data)}
+	}
+	for id, c := range map[string]struct{ data, born, seen string }{
+		"days":       {`{"born":20427}`, "2025-12-05", ""},
+		"negative":   {`{"born":-1}`, "1969-12-31", ""},
+		"first":      {`{"born":-719162}`, "0001-01-01", ""},
+		"last":       {`{"born":2932896}`, "9999-12-31", ""},
+		"string":     {`{"born":"2026-02-28"}`, "2026-02-28", ""},
+		"seen-text":  {`{"seen":"2026-12-05"}`, "", "2026-12-05"},
+		"seen-stamp": {`{"seen":"2026-12-05T10:00:00Z"}`, "", "2026-12-05"},
+	} {
+		require.Equal(t, dedupe.Applied, apply(t, db, reg, "people", person(id, c.data)).Disposition, id)
+		var born, seen *string
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT born::text, seen::text FROM people WHERE id = $1`, id).Scan(&born, &seen))
+		for _, got := range []struct {
+			col  *string
+			want string
+		}{{born, c.born}, {seen, c.seen}} {
+			if got.want == "" {
+				require.Nil(t, got.col, id)
+			} else {
+				require.NotNil(t, got.col, id)
+				require.Equal(t, got.want, *got.col, id)
+			}
+		}
+	}
+	for _, c := range []struct{ data, want string }{
+		{`{"seen":20427}`, "column seen (from /seen): is the number \"20427\", written to a date column: a date as a number is days since 1970 (Debezium, Kafka Connect, Avro) — read it as type: date"},
+		{`{"born":20427.5}`, `column born (from /born): "20427.5" is not a date as days since 1970`},
+		{`{"born":2932897}`, `column born (from /born): "2932897" is not a date as days since 1970`},
+		{`{"born":-719163}`, `is not a date as days since 1970`},
+		{`{"born":1e400}`, `is not a date as days since 1970`},
+		{`{"born":"2026-02-30"}`, `column born (from /born): "2026-02-30" is not a date (YYYY-MM-DD)`},
+		{`{"born":"2026-12-05T00:00:00Z"}`, `is not a date (YYYY-MM-DD)`},
+		{`{"born":true}`, "column born (from /born): is a boolean, not a date"},
+	} {
+		out := apply(t, db, reg, "people", person("bad", c.data))
+		require.Equal(t, dedupe.DeadLettered, out.Disposition, c.data)
+		require.Equal(t, sink.ReasonInvalidPayload, event.ReasonOf(out.Err), c.data)
+		require.Contains(t, out.Err.Error(), c.want, c.data)
+	}
+	require.Zero(t, db.Count(t, `SELECT count(*) FROM people WHERE id = 'bad'`))
+
+	// A date sink column fits only a date column.
+	sinks[0].Columns[2].Name = "seen_at"
+	_, _, err = setup(t, `CREATE TABLE people (id text PRIMARY KEY, version bigint NOT NULL, seen_at timestamptz, seen date);`, sinks)
+	require.ErrorContains(t, err, "cannot take values read as date")
+}
