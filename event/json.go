@@ -30,15 +30,6 @@ type jsonDoc struct {
 	data []byte
 	// root is the offset of the top-level value.
 	root int
-	// nesting is how deep the deepest array or object is nested (the
-	// top-level one is 1; a scalar document is 0); values counts every
-	// value, at every depth.
-	nesting int
-	values  int
-	// pairedBytes sums the sizes of the arrays of 2 to 20 items, a byte
-	// counted once for every such array it lies in: JSON Schema's
-	// uniqueItems compares those arrays' items pairwise.
-	pairedBytes int
 	// objects lists every object with members in the order they open (so
 	// by offset).
 	objects []object
@@ -318,7 +309,6 @@ func skipSpace(data []byte, i int) int {
 }
 
 func (p *jsonParser) value() error {
-	p.doc.values++
 	if p.pos >= len(p.data) {
 		return p.syntax("unexpected end of input")
 	}
@@ -352,7 +342,6 @@ func (p *jsonParser) literal(word string) error {
 
 func (p *jsonParser) enter() error {
 	p.depth++
-	p.doc.nesting = max(p.doc.nesting, p.depth)
 	if p.depth > p.maxDepth {
 		return &syntaxError{off: p.pos, msg: "nesting deeper than " + strconv.Itoa(p.maxDepth), tooDeep: true}
 	}
@@ -363,7 +352,6 @@ func (p *jsonParser) array() error {
 	if err := p.enter(); err != nil {
 		return err
 	}
-	start := p.pos
 	p.pos++ // [
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == ']' {
@@ -386,9 +374,6 @@ func (p *jsonParser) array() error {
 		case ']':
 			p.pos++
 			p.depth--
-			if n >= 2 && n <= 20 {
-				p.doc.pairedBytes += p.pos - start
-			}
 			return nil
 		default:
 			return p.syntax("expected ',' or ']' in array")

@@ -23,9 +23,7 @@ import (
 // refers to them by; nothing is loaded from anywhere else (no file, no
 // network).
 type jsonSchemaCodec struct {
-	schema *jsonschema.Schema
-	// cost bounds validation's work per value, by the payload's nesting.
-	cost *schemaCost
+	validator *schemaValidator
 }
 
 // jsonSchemaBase is the base URL schemas are compiled under: references
@@ -34,6 +32,13 @@ type jsonSchemaCodec struct {
 const jsonSchemaBase = "https://registry.effectively.invalid/"
 
 func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec, error) {
+	size := len(text)
+	for _, r := range refs {
+		size += len(r.text)
+	}
+	if size > maxSchemaBytes {
+		return nil, fmt.Errorf("the schema and its references are %s bytes; effectively compiles at most %s", english.Sprint(size), english.Sprint(maxSchemaBytes))
+	}
 	c := jsonschema.NewCompiler()
 	c.UseLoader(jsonschema.SchemeURLLoader{}) // load nothing
 	regexps := &regexpBudget{}
@@ -85,14 +90,11 @@ func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec
 		return nil, err
 	}
 	regexps.compiled.Store(true)
-	cost, err := newSchemaCost(s)
+	nodes, err := schemaNodes(s)
 	if err != nil {
 		return nil, err
 	}
-	if n := cost.at(0); n > MaxSchemaApplications {
-		return nil, fmt.Errorf("validating one value against this schema would apply %s subschemas to it (its references and combinators, every branch counted; the bound is %s)", atLeast(n), english.Sprint(MaxSchemaApplications))
-	}
-	return &jsonSchemaCodec{schema: s, cost: cost}, nil
+	return &jsonSchemaCodec{validator: newSchemaValidator(s, nodes, regexps)}, nil
 }
 
 // check validates payload and returns it: it is the event's JSON.
@@ -107,42 +109,24 @@ func (c *jsonSchemaCodec) check(payload []byte) ([]byte, error) {
 	if len(pd.d.issues) > 0 {
 		return nil, decodeErr(ReasonInvalidData, "the payload is not I-JSON: %s", pd.d.issues[0].msg)
 	}
-	if err := c.cost.check(pd.d.nesting, pd.d.values, len(payload), pd.d.pairedBytes); err != nil {
-		return nil, err
-	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
 	if err != nil {
 		return nil, notJSON("the payload", err)
 	}
-	// The validator reads numbers as exact fractions: 1e-999999 would cost
-	// seconds. A number with a fraction or an exponent is validated as the
-	// double it is hashed as; integers keep their digits.
-	v = asDoubles(v)
-	if err := c.schema.Validate(v); err != nil {
-		// Never err.Error() of a validation error: it renders every
-		// cause, each quoting its value (a gigabyte for 990 failed
-		// formats on a megabyte string).
-		var ve *jsonschema.ValidationError
-		var msg string
-		if errors.As(err, &ve) {
-			msg = firstCause(ve)
-		} else {
-			msg = err.Error()
-		}
-		return nil, decodeErr(ReasonSchemaMismatch, "the payload does not match its JSON Schema: %s", Excerpt(msg))
+	// Numbers with a fraction or an exponent are validated as the doubles
+	// they are hashed as (1e-999999 would be a million-digit fraction);
+	// integers keep their digits (at most 309: I-JSON).
+	fail, err := c.validator.validate(asDoubles(v))
+	if err != nil {
+		return nil, err
+	}
+	if fail != nil {
+		return nil, decodeErr(ReasonSchemaMismatch, "the payload does not match its JSON Schema: %s", Excerpt(fail.String()))
 	}
 	return payload, nil
 }
 
 var english = message.NewPrinter(language.English)
-
-// atLeast says n, a saturated count: "more than 1,000" at the cap.
-func atLeast(n uint64) string {
-	if n >= costCap {
-		return "more than " + english.Sprint(MaxSchemaApplications)
-	}
-	return english.Sprint(n)
-}
 
 // asDoubles replaces, in a value from jsonschema.UnmarshalJSON, every
 // number that is not a plain integer with its float64.
@@ -166,18 +150,22 @@ func asDoubles(v any) any {
 	return v
 }
 
-// firstCause is the innermost first cause of a validation error: where it
-// failed and why, in one line.
+// firstCause is the innermost first cause of a validation error (the
+// schema's, against its meta-schema): where it failed and why, in one line.
 func firstCause(ve *jsonschema.ValidationError) string {
 	for len(ve.Causes) > 0 {
 		ve = ve.Causes[0]
 	}
-	what := ve.ErrorKind.LocalizedString(english)
-	if f, ok := ve.ErrorKind.(*kind.Format); ok && f.Err != nil {
+	return fmt.Sprintf("at /%s: %s", shorten(strings.Join(ve.InstanceLocation, "/")), describeFailure(ve.ErrorKind))
+}
+
+// describeFailure says why a value failed, in at most 1,000 bytes.
+func describeFailure(k jsonschema.ErrorKind) string {
+	if f, ok := k.(*kind.Format); ok && f.Err != nil {
 		// Not the value again: a regular expression can be a megabyte.
-		what = fmt.Sprintf("not a valid %s: %s", f.Want, shortError(f.Err))
+		return shorten(fmt.Sprintf("not a valid %s: %s", f.Want, shortError(f.Err)))
 	}
-	return fmt.Sprintf("at /%s: %s", shorten(strings.Join(ve.InstanceLocation, "/")), shorten(what))
+	return shorten(k.LocalizedString(english))
 }
 
 // shorten cuts s to its first 1,000 bytes, marked.

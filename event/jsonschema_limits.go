@@ -1,0 +1,448 @@
+package event
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"regexp"
+	"regexp/syntax"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// What a schema may be is bounded when it is compiled: santhosh-tekuri's
+// compiler takes more than linear time in a schema's objects and depth, its
+// patterns are parsed and compiled, and its numbers are exact fractions.
+// A schema and its references together may hold at most
+// maxSchemaBytes, maxSchemaObjects subschemas and objects (booleans
+// counted: {"allOf":[true, …]} is a subschema each), nest
+// maxSchemaDocumentDepth deep, hold numbers a double can hold, and regular
+// expressions of at most maxRegexpInstructions each,
+// maxSchemaRegexpInstructions and maxSchemaPatternBytes in all (each
+// source parsed and compiled once, however often it is used). $dynamicRef
+// and $recursiveRef are refused (their targets are chosen while
+// validating), and so is a schema that applies itself to the same value
+// ($ref to itself, through allOf…): validating would never end. What a
+// payload's validation may cost is bounded as it runs
+// (jsonschema_validate.go).
+
+// maxSchemaBytes bounds the text of a schema and its references.
+const maxSchemaBytes = 1 << 20
+
+const (
+	maxRegexpInstructions       = 10_000
+	maxSchemaRegexpInstructions = 100_000
+	// Parsing costs up to 10 µs a byte of source (case-folded Unicode
+	// classes): 0.3 s for these, once per schema.
+	maxSchemaPatternBytes = 32 << 10
+)
+
+// stepInstruction is the steps (about nanoseconds) a program's instruction
+// costs per byte of text it runs over: 5 to 11 ns measured, a large
+// Unicode class 43 to 60 (counted bigClassWeight times).
+const stepInstruction = 12
+
+// schemaNodes are the compiled schema's subschemas, the root first. It
+// refuses $dynamicRef and $recursiveRef, and a schema that applies itself
+// to the same value.
+func schemaNodes(root *jsonschema.Schema) ([]*jsonschema.Schema, error) {
+	nodes := []*jsonschema.Schema{root}
+	seen := map[*jsonschema.Schema]bool{root: true}
+	for i := 0; i < len(nodes); i++ {
+		s := nodes[i]
+		if s.DynamicRef != nil || s.RecursiveRef != nil {
+			return nil, fmt.Errorf("%s uses $dynamicRef or $recursiveRef, which effectively does not validate: their targets are chosen while validating (use $ref)", s.Location)
+		}
+		if s.ContentEncoding != nil || s.ContentMediaType != nil || s.ContentSchema != nil || len(s.Extensions) > 0 {
+			return nil, fmt.Errorf("%s: content assertions and vocabulary extensions are not validated", s.Location)
+		}
+		for _, c := range append(schemaInPlace(s), schemaBelow(s)...) {
+			if c != nil && !seen[c] {
+				seen[c] = true
+				nodes = append(nodes, c)
+			}
+		}
+	}
+	// A cycle of schemas applied in place never ends.
+	const (
+		unseen = iota
+		open
+		done
+	)
+	state := make(map[*jsonschema.Schema]int, len(nodes))
+	var visit func(s *jsonschema.Schema) error
+	visit = func(s *jsonschema.Schema) error {
+		switch state[s] {
+		case open:
+			return fmt.Errorf("%s applies itself to the value it validates (through $ref or a combinator, without descending into a member or an item): validating would never end", s.Location)
+		case done:
+			return nil
+		}
+		state[s] = open
+		for _, c := range schemaInPlace(s) {
+			if c != nil {
+				if err := visit(c); err != nil {
+					return err
+				}
+			}
+		}
+		state[s] = done
+		return nil
+	}
+	for _, s := range nodes {
+		if err := visit(s); err != nil {
+			return nil, err
+		}
+	}
+	return nodes, nil
+}
+
+// regexpSize estimates, from above, how many instructions re compiles to
+// (regexp/syntax's compiler, after Simplify expands counted repetitions),
+// each instruction matching a large character class counted classWeight
+// times, saturating just past limit so that a huge program is never built
+// to be measured. With classWeight 1 it is the program's size; with
+// bigClassWeight, its cost per byte of text.
+func regexpSize(re *syntax.Regexp, limit, classWeight int) int {
+	return min(regexpNodeSize(re, limit, classWeight)+2, limit+1) // and the program's fail and match
+}
+
+// bigClassWeight is what an instruction matching a large character class
+// (a Unicode category: hundreds of ranges, searched for each character)
+// costs, in instructions of the usual kind: 43 to 60 ns a byte against 5
+// to 9 (the fourth review).
+const bigClassWeight = 8
+
+func regexpNodeSize(re *syntax.Regexp, limit, classWeight int) int {
+	n := 1
+	switch re.Op {
+	case syntax.OpCharClass:
+		if len(re.Rune) > 16 { // more than 8 ranges
+			n = classWeight
+		}
+	case syntax.OpLiteral:
+		n = max(len(re.Rune), 1)
+	case syntax.OpCapture:
+		n = 2 + regexpNodeSize(re.Sub[0], limit, classWeight)
+	case syntax.OpStar, syntax.OpPlus, syntax.OpQuest:
+		n = 1 + regexpNodeSize(re.Sub[0], limit, classWeight)
+		if mayMatchEmpty(re.Sub[0]) {
+			n++ // a loop of what may match empty is guarded
+		}
+	case syntax.OpRepeat:
+		times := max(re.Min, re.Max, 1)
+		if re.Max == -1 {
+			times = re.Min + 1
+		}
+		each := 1 + regexpNodeSize(re.Sub[0], limit, classWeight)
+		if mayMatchEmpty(re.Sub[0]) {
+			each++
+		}
+		n = int(min(mulSat(uint64(times), uint64(each)), uint64(limit)+1))
+	case syntax.OpConcat, syntax.OpAlternate:
+		n = 0
+		if re.Op == syntax.OpAlternate {
+			n = len(re.Sub) - 1 // its branch instructions
+		}
+		for _, sub := range re.Sub {
+			if n += regexpNodeSize(sub, limit, classWeight); n > limit {
+				break
+			}
+		}
+	}
+	return min(n, limit+1)
+}
+
+// mayMatchEmpty is false only where re surely matches at least one
+// character.
+func mayMatchEmpty(re *syntax.Regexp) bool {
+	switch re.Op {
+	case syntax.OpLiteral:
+		return len(re.Rune) == 0
+	case syntax.OpCharClass, syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		return false
+	case syntax.OpPlus, syntax.OpCapture:
+		return mayMatchEmpty(re.Sub[0])
+	case syntax.OpRepeat:
+		return re.Min == 0 || mayMatchEmpty(re.Sub[0])
+	case syntax.OpConcat:
+		for _, sub := range re.Sub {
+			if !mayMatchEmpty(sub) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// regexpBudget compiles a schema's regular expressions for the validator
+// (its RegexpEngine), each source once however often the schema uses it,
+// refusing one whose program would exceed maxRegexpInstructions and, all
+// the schema's together, more than maxSchemaRegexpInstructions or
+// maxSchemaPatternBytes of source. Once the schema is compiled, it checks
+// the strings of format "regex" (asserted by drafts 4 to 7): parsed, never
+// compiled, never kept.
+type regexpBudget struct {
+	schema       map[string]*schemaRegexp
+	instructions int
+	bytes        int
+	compiled     atomic.Bool
+}
+
+// schemaRegexp is one of a schema's regular expressions: parsed when the
+// schema is, compiled when first matched.
+type schemaRegexp struct {
+	src  string
+	err  error  // it does not parse
+	cost uint64 // steps per byte of text
+	once sync.Once
+	re   *regexp.Regexp
+}
+
+func (b *regexpBudget) compile(src string) (jsonschema.Regexp, error) {
+	if b.compiled.Load() {
+		re, err := syntax.Parse(src, syntax.Perl)
+		if err != nil {
+			return nil, err
+		}
+		if regexpSize(re, maxRegexpInstructions, 1) > maxRegexpInstructions {
+			return nil, fmt.Errorf("the regular expression %s would compile to more than %s instructions", Excerpt(src), english.Sprint(maxRegexpInstructions))
+		}
+		return &schemaRegexp{src: src}, nil
+	}
+	r, err := b.admit(src)
+	if err != nil {
+		return nil, err
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return r, nil
+}
+
+// admit parses src, one of the schema's regular expressions, once, and
+// refuses it when it or the schema's together are too big. A source that
+// does not parse is the validator's to report.
+func (b *regexpBudget) admit(src string) (*schemaRegexp, error) {
+	if r, ok := b.schema[src]; ok {
+		return r, nil
+	}
+	if b.bytes += len(src); b.bytes > maxSchemaPatternBytes {
+		return nil, fmt.Errorf("the schema's regular expressions hold more than %s bytes in all", english.Sprint(maxSchemaPatternBytes))
+	}
+	if b.schema == nil {
+		b.schema = map[string]*schemaRegexp{}
+	}
+	r := &schemaRegexp{src: src}
+	b.schema[src] = r
+	re, err := syntax.Parse(src, syntax.Perl)
+	if err != nil {
+		r.err = err
+		return r, nil
+	}
+	n := regexpSize(re, maxRegexpInstructions, 1)
+	if n > maxRegexpInstructions {
+		return nil, fmt.Errorf("the regular expression %s would compile to more than %s instructions", Excerpt(src), english.Sprint(maxRegexpInstructions))
+	}
+	if b.instructions += n; b.instructions > maxSchemaRegexpInstructions {
+		return nil, fmt.Errorf("the schema's regular expressions would compile to more than %s instructions in all", english.Sprint(maxSchemaRegexpInstructions))
+	}
+	r.re = regexp.MustCompile(src) // it parsed, and is small
+	r.once.Do(func() {})
+	if onePass(r.re) {
+		// One instruction a byte, a large class's at most.
+		r.cost = bigClassWeight * stepInstruction
+	} else {
+		r.cost = uint64(regexpSize(re, bigClassWeight*maxRegexpInstructions, bigClassWeight)) * stepInstruction
+	}
+	return r, nil
+}
+
+// onePass says whether Go matches re with its one-pass matcher, one
+// instruction a byte whatever the program's size (an anchored pattern
+// that never has two ways to go on: ^[\p{L} .-]{1,100}$). The regexp
+// package keeps that in a private field; TestOnePassIsSeen fails if it
+// ever stops being there, and until then every pattern is costed by its
+// program's size.
+func onePass(re *regexp.Regexp) bool {
+	f := reflect.ValueOf(re).Elem().FieldByName("onepass")
+	return f.IsValid() && f.Kind() == reflect.Pointer && !f.IsNil()
+}
+
+// cost is the steps the schema's regular expression src costs per byte of
+// text it runs over.
+func (b *regexpBudget) cost(src string) uint64 {
+	if r, ok := b.schema[src]; ok {
+		return r.cost
+	}
+	return bigClassWeight * maxRegexpInstructions * stepInstruction // not one of the schema's: never so
+}
+
+func (r *schemaRegexp) String() string { return r.src }
+
+func (r *schemaRegexp) MatchString(s string) bool {
+	r.once.Do(func() { r.re = regexp.MustCompile(r.src) }) // it parsed, and is small
+	return r.re.MatchString(s)
+}
+
+// maxSchemaNumberLength bounds how long a number in a schema may be
+// written.
+const maxSchemaNumberLength = 100
+
+// schemaDocCheck refuses, before the validator compiles it, a schema
+// document holding a number a double cannot hold (beyond its range, or so
+// small it is zero) or written in more than maxSchemaNumberLength
+// characters — the validator compiles and compares numbers as exact
+// fractions, and 1e-999999 has a million digits — or a pattern too big
+// for regexps (the validator would compile it first, and report it in an
+// error quoting it whole), or more objects or levels than it compiles
+// quickly. One schemaDocCheck walks a schema and all its references: its bounds are
+// on them together.
+type schemaDocCheck struct {
+	regexps *regexpBudget
+	objects int
+	path    []string // where the walk is: joined only to say where it failed
+}
+
+// maxSchemaObjects bounds the objects and booleans (subschemas, and what
+// their keywords hold) of a schema and its references: the validator's
+// compile takes more than linear time in them (3,000 definitions referring
+// to one another, 18,000 objects, took 5 s; 6,000 objects take 0.4 s;
+// {"allOf":[true, …]} with 200,000 took 4 minutes).
+const maxSchemaObjects = 5_000
+
+// maxSchemaDocumentDepth bounds how deep a schema document nests: the
+// validator's compile takes time in the square of it (1,000 levels of
+// properties, 21 KB, took 5 s).
+const maxSchemaDocumentDepth = 64
+
+func (c *schemaDocCheck) where() string {
+	return shorten("/" + strings.Join(c.path, "/"))
+}
+
+func (c *schemaDocCheck) check(doc any) error {
+	if len(c.path) > maxSchemaDocumentDepth {
+		return fmt.Errorf("the schema nests deeper than %d levels at %s", maxSchemaDocumentDepth, c.where())
+	}
+	switch v := doc.(type) {
+	case json.Number:
+		if !schemaNumber(string(v)) {
+			return fmt.Errorf("the number %s at %s is not one a double can hold in at most %d characters; a schema's numbers must be", Excerpt(string(v)), c.where(), maxSchemaNumberLength)
+		}
+	case bool: // true and false are subschemas too
+		if c.objects++; c.objects > maxSchemaObjects {
+			return c.tooMany()
+		}
+	case map[string]any:
+		if c.objects++; c.objects > maxSchemaObjects {
+			return c.tooMany()
+		}
+		var patterns []string
+		if p, ok := v["pattern"].(string); ok {
+			patterns = append(patterns, p)
+		}
+		if pp, ok := v["patternProperties"].(map[string]any); ok {
+			for p := range pp {
+				patterns = append(patterns, p)
+			}
+		}
+		for _, p := range patterns {
+			// What does not parse is left to the validator: it may not be
+			// a pattern at all, but data (a const) named so.
+			if _, err := c.regexps.admit(p); err != nil {
+				return fmt.Errorf("at %s: %w", c.where(), err)
+			}
+		}
+		for k, x := range v {
+			if err := c.descend(k, x); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, x := range v {
+			if err := c.descend(strconv.Itoa(i), x); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (c *schemaDocCheck) tooMany() error {
+	return fmt.Errorf("the schema and its references hold more than %s objects and booleans (subschemas and what their keywords hold); effectively compiles schemas of at most that many", english.Sprint(maxSchemaObjects))
+}
+
+func (c *schemaDocCheck) descend(name string, doc any) error {
+	c.path = append(c.path, name)
+	err := c.check(doc)
+	c.path = c.path[:len(c.path)-1]
+	return err
+}
+
+func schemaNumber(s string) bool {
+	if len(s) > maxSchemaNumberLength {
+		return false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return false
+	}
+	mantissa, _, _ := strings.Cut(strings.ToLower(s), "e")
+	return f != 0 || strings.Trim(mantissa, "-0.") == ""
+}
+
+func mulSat(a, b uint64) uint64 {
+	if a != 0 && b > math.MaxUint64/a {
+		return math.MaxUint64
+	}
+	return a * b
+}
+
+// schemaInPlace are the schemas s applies to the value it validates.
+func schemaInPlace(s *jsonschema.Schema) []*jsonschema.Schema {
+	out := []*jsonschema.Schema{s.Ref, s.RecursiveRef, s.Not, s.If, s.Then, s.Else}
+	if s.DynamicRef != nil {
+		out = append(out, s.DynamicRef.Ref)
+	}
+	out = append(out, s.AllOf...)
+	out = append(out, s.AnyOf...)
+	out = append(out, s.OneOf...)
+	for _, c := range s.DependentSchemas {
+		out = append(out, c)
+	}
+	for _, dep := range s.Dependencies {
+		if c, ok := dep.(*jsonschema.Schema); ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// schemaBelow are the schemas s applies to its members and items.
+func schemaBelow(s *jsonschema.Schema) []*jsonschema.Schema {
+	out := []*jsonschema.Schema{s.PropertyNames, s.UnevaluatedProperties, s.Items2020, s.Contains, s.UnevaluatedItems}
+	for _, c := range s.Properties {
+		out = append(out, c)
+	}
+	for _, c := range s.PatternProperties {
+		out = append(out, c)
+	}
+	out = append(out, s.PrefixItems...)
+	switch items := s.Items.(type) {
+	case *jsonschema.Schema:
+		out = append(out, items)
+	case []*jsonschema.Schema:
+		out = append(out, items...)
+	}
+	for _, a := range []any{s.AdditionalProperties, s.AdditionalItems} {
+		if c, ok := a.(*jsonschema.Schema); ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}

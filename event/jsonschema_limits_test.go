@@ -1,0 +1,384 @@
+package event
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"regexp"
+	"regexp/syntax"
+	"runtime"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/sr"
+)
+
+// validateJSON validates payload against schema as the jsonschema format
+// does, without the envelope's mapping.
+func validateJSON(t *testing.T, schema, payload string) error {
+	t.Helper()
+	codec, err := newJSONSchemaCodec(1, schema, nil)
+	if err != nil {
+		return decodeErr(ReasonUnusableSchema, "%v", err) // as a decoder has it
+	}
+	_, err = codec.check([]byte(payload))
+	return err
+}
+
+func jsonSchemaDecoder(t *testing.T, schema string) *Decoder {
+	t.Helper()
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Type: sr.TypeJSON, Schema: schema})
+	return hostileDecoder(t, reg, FormatJSONSchema)
+}
+
+// A schema whose definitions each refer twice to the next costs 2^depth
+// subschemas per value: at 22 levels the library's validator took 6.5 s
+// for one two-field record. Effectively's stops at its budget: the record
+// is unusable_schema, the partition moves on; at 7 and 8 levels (511 and
+// 1,023 subschemas) it is validated.
+func TestJSONSchemaExponentialReferencesStopAtTheBudget(t *testing.T) {
+	for _, depth := range []int{7, 8, 22, 60} {
+		defs := ""
+		for i := range depth {
+			defs += fmt.Sprintf(`"d%d":{"allOf":[{"$ref":"#/definitions/d%d"},{"$ref":"#/definitions/d%d"}]},`, i, i+1, i+1)
+		}
+		defs += fmt.Sprintf(`"d%d":{"type":"object"}`, depth)
+		d := jsonSchemaDecoder(t, `{"$schema":"http://json-schema.org/draft-07/schema#","allOf":[{"$ref":"#/definitions/d0"}],"definitions":{`+defs+`}}`)
+		_, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(`{"sku":"a","type":"t"}`))})
+		if depth <= 8 {
+			require.NoError(t, err, "depth %d", depth)
+			continue
+		}
+		require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "depth %d: %v", depth, err)
+		require.Contains(t, err.Error(), "more than 1,000,000,000 steps of work")
+	}
+}
+
+// A recursive schema whose two anyOf branches both descend doubles the
+// work at every level where both fail: a payload that fails at its
+// bottom, 40 levels down, would take 2^40 steps, and stops at the budget;
+// one that passes takes the first branch at every level.
+func TestJSONSchemaRecursiveBranchingStopsAtTheBudget(t *testing.T) {
+	d := jsonSchemaDecoder(t, `{"anyOf":[{"type":"object"},{"type":"array","items":{"$ref":"#/$defs/n"}},{"type":"array","items":{"$ref":"#/$defs/n"}}],
+		"$defs":{"n":{"anyOf":[{"type":"string"},{"type":"array","items":{"$ref":"#/$defs/n"}},{"type":"array","items":{"$ref":"#/$defs/n"}}]}}}`)
+	deep := func(bottom string) []byte {
+		return []byte(strings.Repeat("[", 40) + bottom + strings.Repeat("]", 40))
+	}
+	_, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(`{"sku":"a","type":"t"}`))})
+	require.NoError(t, err)
+	_, err = d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(`[[[1]]]`))})
+	require.Equal(t, ReasonSchemaMismatch, ReasonOf(err), "%v", err) // shallow: decided
+	_, err = d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, deep(`"x"`))})
+	require.NotEqual(t, ReasonUnusableSchema, ReasonOf(err), "%v", err) // it matches: validated
+	require.NotEqual(t, ReasonSchemaMismatch, ReasonOf(err), "%v", err)
+	_, err = d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, deep(`1`))})
+	require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "%v", err)
+	require.Contains(t, err.Error(), "steps of work")
+}
+
+// Recursive schemas of the usual kind (a tree, a linked list, an
+// expression) apply a few subschemas per value at any depth.
+func TestJSONSchemaUsualRecursionIsCheap(t *testing.T) {
+	schema := `{"type":"object","properties":{"sku":{"type":"string"},"type":{"type":"string"},
+		"tree":{"$ref":"#/$defs/node"}},
+		"$defs":{"node":{"oneOf":[{"type":"number"},{"type":"object","required":["op"],"properties":{"op":{"enum":["+","*"]},
+			"left":{"$ref":"#/$defs/node"},"right":{"$ref":"#/$defs/node"}}}]}}}`
+	d := jsonSchemaDecoder(t, schema)
+	tree := `1`
+	for range 100 {
+		tree = `{"op":"+","left":` + tree + `,"right":2}`
+	}
+	_, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(`{"sku":"a","type":"t","tree":`+tree+`}`))})
+	require.NoError(t, err)
+}
+
+func list(n int, f func(i int) string) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(f(i))
+	}
+	return b.String()
+}
+
+// Every attack of the five reviews of the earlier, weighed-beforehand
+// bound (each seconds to minutes, or gigabytes, in the library's
+// validator) is decided or stopped at the budget, allocating little.
+// Run with -v to see what each takes.
+func TestJSONSchemaAttacksAreDecidedOrStopped(t *testing.T) {
+	nestedUnique := func(levels, per int) string { // arrays in arrays, each of more than 20 items
+		inner := "1"
+		for range levels {
+			inner = "[" + inner + "," + strings.Repeat("1e300,", per) + "2]"
+		}
+		return inner
+	}
+	deepStrings := func(levels, per int) string {
+		inner := `"y"`
+		for range levels {
+			inner = "[" + strings.Repeat(`"y",`, per) + inner + "]"
+		}
+		return inner
+	}
+	attacks := []struct{ name, schema, payload string }{
+		{"one big pattern", `{"properties":{"s":{"pattern":"` + strings.ReplaceAll(list(20, func(i int) string { return fmt.Sprintf("[a-z]{%d}y", 450-i) }), ",", "|") + `"}}}`,
+			`{"sku":"a","type":"t","s":"` + strings.Repeat("abcdefghij", 3000) + `"}`},
+		{"an enum of 10,000 numbers on every item", `{"type":"object","properties":{"xs":{"type":"array","items":{"enum":[` + list(10000, func(i int) string { return fmt.Sprint(i) }) + `]}}}}`,
+			`{"sku":"a","type":"t","xs":[` + list(1000, func(int) string { return "9999" }) + `]}`},
+		{"uniqueItems 990 times", `{"allOf":[` + list(990, func(int) string { return `{"properties":{"xs":{"uniqueItems":true}}}` }) + `]}`,
+			`{"sku":"a","type":"t","xs":[` + list(100000, func(i int) string { return fmt.Sprint(i) }) + `]}`},
+		{"unevaluated members copied 990 times", `{"$schema":"https://json-schema.org/draft/2020-12/schema","unevaluatedProperties":{"type":"string"},"allOf":[` + list(990, func(int) string { return `{"type":"object"}` }) + `]}`,
+			`{"sku":"a","type":"t",` + list(50000, func(i int) string { return fmt.Sprintf(`"%d":"x"`, i) }) + `}`},
+		{"format email 990 times on a megabyte", `{"$schema":"http://json-schema.org/draft-07/schema#","properties":{"s":{"allOf":[` + list(990, func(int) string { return `{"format":"email"}` }) + `]}}}`,
+			`{"sku":"a","type":"t","s":"` + strings.Repeat("a", 1<<20) + `"}`},
+		{"10,000 required names on 10,000 objects", `{"properties":{"xs":{"items":{"required":[` + list(10000, func(i int) string { return fmt.Sprintf(`"n%d"`, i) }) + `]}}}}`,
+			`{"sku":"a","type":"t","xs":[` + list(10000, func(int) string { return "{}" }) + `]}`},
+		{"an enum of arrays of tiny numbers", `{"properties":{"xs":{"items":{"enum":[` + list(100, func(i int) string { return "[" + strings.Repeat("2.2250738585072014e-308,", 199) + fmt.Sprint(i) + "]" }) + `]}}}}`,
+			`{"sku":"a","type":"t","xs":[` + list(98, func(int) string { return "[" + strings.Repeat("2.2250738585072014e-308,", 199) + "7]" }) + `]}`},
+		{"a small pattern 990 times", `{"allOf":[` + list(990, func(int) string { return `{"properties":{"s":{"pattern":"^[a-z]*$"}}}` }) + `]}`,
+			`{"sku":"a","type":"t","s":"` + strings.Repeat("abcdefghij", 90000) + `"}`},
+		{"uniqueItems 9 times at each of 120 nested levels", `{"$ref":"#/$defs/u","$defs":{"u":{"allOf":[` + list(9, func(int) string { return `{"uniqueItems":true}` }) + `],"items":{"$ref":"#/$defs/u"}}}}`,
+			nestedUnique(120, 1000)},
+		{"three failures per string, 127 levels of anyOf", `{"$ref":"#/$defs/n","$defs":{"n":{"anyOf":[{"type":"array","items":{"$ref":"#/$defs/n"}},{"type":"string","minLength":5,"pattern":"^x"},{"type":"string","maxLength":0}]}}}`,
+			deepStrings(126, 100)},
+		{"format regex on a megabyte of folded classes", `{"$schema":"http://json-schema.org/draft-07/schema#","properties":{"s":{"allOf":[{"format":"regex"},{"format":"regex"}]}}}`,
+			`{"sku":"a","type":"t","s":"` + strings.Repeat(`(?i)\\p{Lu}`, 100000) + `"}`},
+		{"format regex on many 4 KB strings", `{"$schema":"http://json-schema.org/draft-07/schema#","items":{"format":"regex"}}`,
+			`[` + list(250, func(int) string { return `"` + strings.Repeat(`(?i)\\p{Lu}`, 370) + `"` }) + `]`},
+		{"type integer on 170,000 big integers", `{"items":{"type":"integer","minimum":0}}`,
+			`[` + list(3300, func(int) string { return "1" + strings.Repeat("0", 300) }) + `]`},
+		{"dependentSchemas at every level", `{"$ref":"#/$defs/d","$defs":{"d":{"dependentSchemas":{"a":{"$ref":"#/$defs/e"}},"additionalProperties":{"$ref":"#/$defs/d"}},"e":{"dependentSchemas":{"a":{"properties":{"a":{"$ref":"#/$defs/d"}}}}}}}`,
+			strings.Repeat(`{"a":`, 127) + "1" + strings.Repeat("}", 127)},
+		{"a chain of 1,500 references", `{"$ref":"#/$defs/d0","$defs":{` + list(1500, func(i int) string { return fmt.Sprintf(`"d%d":{"$ref":"#/$defs/d%d"}`, i, i+1) }) + `,"d1500":{}}}`, `{}`},
+	}
+	for _, a := range attacks {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		err := validateJSON(t, a.schema, a.payload)
+		took := time.Since(start)
+		runtime.ReadMemStats(&after)
+		alloc := after.TotalAlloc - before.TotalAlloc
+		if !raceEnabled {
+			t.Logf("%-50s %8d bytes: %-16s in %v, %d MB allocated", a.name, len(a.payload), ReasonOf(err), took.Round(time.Millisecond), alloc>>20)
+		}
+		// Decided, or stopped; never an error of another kind.
+		require.Contains(t, []Reason{"", ReasonSchemaMismatch, ReasonUnusableSchema}, ReasonOf(err), "%s: %v", a.name, err)
+		require.Less(t, alloc, uint64(400<<20), "%s: bytes allocated", a.name)
+		require.Less(t, after.HeapInuse, uint64(300<<20), "%s: heap in use after", a.name)
+	}
+}
+
+// Records of the usual kind, to a megabyte (Kafka's default largest
+// record), pass: the budget is far above what they cost. (The fourth
+// and fifth reviews' records that the weighed-beforehand bound refused
+// are among them.)
+func TestJSONSchemaBudgetLeavesRealPayloadsAlone(t *testing.T) {
+	zones := list(598, func(i int) string { return fmt.Sprintf(`"Zone/City_%03d"`, i) })
+	events := list(30, func(i int) string {
+		return fmt.Sprintf(`{"type":"object","required":["kind","id"],"properties":{"kind":{"const":"event-%d"},"id":{"type":"string","format":"uuid"},"at":{"type":"string","format":"date-time"},"n":{"type":"integer","minimum":0}}}`, i)
+	})
+	for _, c := range []struct{ name, schema, payload string }{
+		{"order lines: patterns, an enum, uniqueItems", `{"type":"object","required":["sku","type"],"properties":{"sku":{"type":"string","pattern":"^[a-z0-9-]{1,64}$"},"type":{"type":"string"},
+		"lines":{"type":"array","uniqueItems":true,"items":{"type":"object","required":["sku","qty"],"additionalProperties":false,"properties":{
+			"sku":{"type":"string","pattern":"^[a-z0-9-]{1,64}$"},"qty":{"type":"integer","minimum":1},"status":{"enum":["new","packed","shipped","returned"]},
+			"note":{"type":"string","maxLength":200}}}}}}`,
+			`{"sku":"order-1","type":"t","lines":[` + list(11000, func(i int) string {
+				return fmt.Sprintf(`{"sku":"sku-%06d","qty":%d,"status":"packed","note":"a line of an order, kept for the record"}`, i, 1+i%7)
+			}) + `]}`},
+		{"readings in one of 598 time zones", `{"properties":{"readings":{"items":{"properties":{"zone":{"enum":[` + zones + `]},"value":{"type":"number"}}}}}}`,
+			`{"readings":[` + list(20000, func(i int) string { return fmt.Sprintf(`{"zone":"Zone/City_%03d","value":%d.5}`, i%598, i) }) + `]}`},
+		{"orders with currency, country and email", `{"properties":{"orders":{"items":{"required":["email"],"properties":{"email":{"type":"string","format":"email","pattern":"^[^@\\s]+@[^@\\s]+\\.[a-z]{2,}$"},
+			"currency":{"enum":["EUR","USD","GBP","JPY","CHF","SEK","NOK","DKK","PLN","CZK"]},"country":{"type":"string","pattern":"^[A-Z]{2}$"},"total":{"type":"number","minimum":0,"multipleOf":0.01}}}}}}`,
+			`{"orders":[` + list(8000, func(i int) string {
+				return fmt.Sprintf(`{"email":"customer%d@example.com","currency":"EUR","country":"DE","total":%d.25}`, i, i)
+			}) + `]}`},
+		{"names in any script", `{"items":{"properties":{"name":{"type":"string","pattern":"^[\\p{L}\\p{M}' .-]{1,100}$"}}}}`,
+			`[` + list(12000, func(i int) string { return `{"name":"Zoë Ångström-Łukasiewicz"}` }) + `]`},
+		{"one of 30 event types", `{"items":{"oneOf":[` + events + `]}}`,
+			`[` + list(5000, func(i int) string {
+				return fmt.Sprintf(`{"kind":"event-%d","id":"0b7e9c1a-3f2d-4c5b-8a9e-%012d","at":"2026-12-07T10:00:00Z","n":%d}`, i%30, i, i)
+			}) + `]`},
+	} {
+		start := time.Now()
+		require.NoError(t, validateJSON(t, c.schema, c.payload), c.name)
+		took := time.Since(start)
+		codec, err := newJSONSchemaCodec(1, c.schema, nil)
+		require.NoError(t, err)
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(c.payload))
+		require.NoError(t, err)
+		fail, steps, over := codec.validator.run(asDoubles(v), false)
+		require.Nil(t, fail)
+		require.Empty(t, over)
+		require.Less(t, steps, int64(maxSchemaWork/5), "%s: a fifth of the budget at most", c.name)
+		if !raceEnabled {
+			t.Logf("%-45s %5d KiB validated in %v, %s steps", c.name, len(c.payload)>>10, took.Round(time.Millisecond), english.Sprint(steps))
+		}
+	}
+}
+
+// What the budget costs at worst, kind by kind: each payload would take
+// more than the budget, so each is stopped, and how long that took is the
+// most a record of that kind can cost (printed; run with -v).
+func TestJSONSchemaWorstCases(t *testing.T) {
+	tiny := "2.2250738585072014e-308" // its exact fraction is the costliest a double has
+	for _, a := range []struct{ name, schema, payload string }{
+		{"uniqueItems on a long array of numbers, 50 times", `{"allOf":[` + list(50, func(int) string { return `{"uniqueItems":true}` }) + `]}`,
+			"[" + list(200_000, func(i int) string { return fmt.Sprint(i) }) + "]"},
+		{"uniqueItems on 20 arrays that differ at their end", `{"allOf":[` + list(100, func(int) string { return `{"uniqueItems":true}` }) + `]}`,
+			"[" + list(20, func(i int) string { return "[" + strings.Repeat("1,", 25_000) + fmt.Sprint(i) + "]" }) + "]"},
+		{"format uri on a megabyte, 990 times", `{"$schema":"http://json-schema.org/draft-07/schema#","allOf":[` + list(990, func(int) string { return `{"format":"uri"}` }) + `]}`,
+			`"http://a/` + strings.Repeat("b/", 1<<19) + `"`},
+		{"minimum 300 times on tiny numbers", `{"items":{"allOf":[` + list(300, func(int) string { return `{"minimum":` + tiny + `}` }) + `]}}`,
+			"[" + list(40_000, func(int) string { return tiny }) + "]"},
+		{"a pattern of 1,000 Unicode classes, matched at the end", `{"items":{"pattern":"` + strings.Repeat(`\\pL`, 999) + `1"}}`,
+			"[" + list(100, func(int) string { return `"` + strings.Repeat("a", 9_999) + `1"` }) + "]"},
+		{"a pattern of 6,000 small classes, matched at the end", `{"items":{"pattern":"` + strings.Repeat(`[a-z]`, 5_999) + `1"}}`,
+			"[" + list(100, func(int) string { return `"` + strings.Repeat("a", 9_999) + `1"` }) + "]"},
+		{"format regex on 4 KB of folded classes", `{"$schema":"http://json-schema.org/draft-07/schema#","items":{"format":"regex"}}`,
+			"[" + list(200, func(int) string { return `"` + strings.Repeat(`(?i)\\p{Lu}`, 370) + `"` }) + "]"},
+		{"format duration on a megabyte, 990 times", `{"$schema":"http://json-schema.org/draft-07/schema#","allOf":[` + list(990, func(int) string { return `{"format":"duration"}` }) + `]}`,
+			`"P` + strings.Repeat("1", 1<<20) + `D"`},
+		{"unevaluatedProperties through 900 allOf", `{"$schema":"https://json-schema.org/draft/2020-12/schema","unevaluatedProperties":{"type":"string"},"allOf":[` + list(900, func(int) string { return `{"type":"object"}` }) + `]}`,
+			"{" + list(30_000, func(i int) string { return fmt.Sprintf(`"%d":"x"`, i) }) + "}"},
+		{"references that double 30 times", `{"$ref":"#/$defs/d0","$defs":{` + list(30, func(i int) string {
+			return fmt.Sprintf(`"d%d":{"allOf":[{"$ref":"#/$defs/d%d"},{"$ref":"#/$defs/d%d"}]}`, i, i+1, i+1)
+		}) + `,"d30":{"type":"object"}}}`, `{}`},
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		err := validateJSON(t, a.schema, a.payload)
+		took := time.Since(start)
+		runtime.ReadMemStats(&after)
+		require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "%s: %v", a.name, err)
+		if !raceEnabled { // the race detector's times say nothing of the product's
+			t.Logf("%-50s %8d bytes: stopped in %v, %d MB allocated", a.name, len(a.payload), took.Round(time.Millisecond), (after.TotalAlloc-before.TotalAlloc)>>20)
+		}
+	}
+}
+
+// What a schema may be is bounded when it is compiled, at once (the
+// reviews' attacks: 96 s through $recursiveRef, 11.7 s through $dynamicRef
+// to an anchor nothing refers to, 20 ms for each comparison with
+// 1e-999999, 11.4 s compiling 20 patterns of a million instructions, 4
+// minutes compiling {"allOf":[true, …]}, 23 s compiling one folded-class
+// pattern used by 160 objects).
+func TestJSONSchemaUnboundableSchemasAreRefusedWhenCompiled(t *testing.T) {
+	huge := strings.Repeat(`[a-z]{1000}`, 30)
+	nine := strings.Repeat(`[a-z]{1000}`, 4) // 8,000 instructions
+	for _, c := range []struct{ name, schema, says string }{
+		{"3,000 definitions referring to one another", `{"$ref":"#/$defs/d0","$defs":{` + list(3000, func(i int) string {
+			return fmt.Sprintf(`"d%d":{"type":"object","properties":{"a":{"$ref":"#/$defs/d%d"},"c":{"items":{"$ref":"#/$defs/d%d"}}}}`, i, (i+1)%3000, (i+7)%3000)
+		}) + `}}`, "more than 5,000 objects"},
+		{"a schema nested 100 levels", strings.Repeat(`{"properties":{"a":`, 50) + `{}` + strings.Repeat(`}}`, 50), "nests deeper than 64 levels"},
+		{"$recursiveRef", `{"$schema":"https://json-schema.org/draft/2019-09/schema","$recursiveAnchor":true,"anyOf":[{"type":"string"},{"type":"array","items":{"$recursiveRef":"#"}}]}`, "$recursiveRef"},
+		{"$dynamicRef", `{"$schema":"https://json-schema.org/draft/2020-12/schema","$dynamicAnchor":"n","anyOf":[{"type":"string"},{"type":"array","items":{"$dynamicRef":"#n"}}]}`, "$dynamicRef"},
+		{"the 2020-12 meta-schema by $ref", `{"$ref":"https://json-schema.org/draft/2020-12/schema"}`, "$dynamicRef"},
+		{"an enum number of a million digits", `{"properties":{"n":{"enum":[1e-999999, 2]}}}`, "1e-999999"},
+		{"a const beyond a double", `{"properties":{"n":{"const":1e400}}}`, "not one a double can hold"},
+		{"multipleOf so small it is zero", `{"properties":{"n":{"multipleOf":1e-400}}}`, "not one a double can hold"},
+		{"a minimum of 101 characters", `{"properties":{"n":{"minimum":1.` + strings.Repeat("1", 99) + `}}}`, "in at most 100 characters"},
+		{"a pattern of 30,000 instructions", `{"properties":{"s":{"pattern":"` + huge + `"}}}`, "more than 10,000 instructions"},
+		{"pattern properties of 30,000", `{"patternProperties":{"` + huge + `":{}}}`, "more than 10,000 instructions"},
+		{"40 patterns of 1,000 bytes", `{"properties":{` + list(40, func(i int) string { return fmt.Sprintf(`"s%d":{"pattern":"%s%d"}`, i, strings.Repeat("a", 1000), i) }) + `}}`, "more than 32,768 bytes in all"},
+		{"200,000 true subschemas", `{"allOf":[` + list(200_000, func(int) string { return "true" }) + `]}`, "more than 5,000 objects and booleans"},
+		{"a schema of more than a megabyte", `{"description":"` + strings.Repeat("a", 1<<20) + `"}`, "effectively compiles at most 1,048,576"},
+		{"6,000 true subschemas", `{"allOf":[` + list(6_000, func(int) string { return "true" }) + `]}`, "more than 5,000 objects and booleans"},
+		{"a schema that refers to itself", `{"$ref":"#"}`, "applies itself"},
+		{"definitions that apply each other", `{"$ref":"#/$defs/a","$defs":{"a":{"anyOf":[{"type":"string"},{"$ref":"#/$defs/b"}]},"b":{"allOf":[{"$ref":"#/$defs/a"}]}}}`, "applies itself"},
+		{"a pattern that does not parse, of 20,000 bytes", `{"properties":{"s":{"pattern":"(` + strings.Repeat("a", 20_000) + `"}}}`, "missing closing )"},
+		{"thirteen patterns of 8,000", `{"properties":{` + list(13, func(i int) string { return fmt.Sprintf(`"s%d":{"pattern":"%s%d"}`, i, nine, i) }) + `}}`, "more than 100,000 instructions in all"},
+	} {
+		start := time.Now()
+		_, err := newJSONSchemaCodec(1, c.schema, nil)
+		require.Error(t, err, c.name)
+		require.Contains(t, err.Error(), c.says, c.name)
+		require.Less(t, len(err.Error()), 1000, "%s: the reason quotes no pattern whole", c.name)
+		if !raceEnabled {
+			t.Logf("%-40s refused in %v", c.name, time.Since(start))
+		}
+		d := jsonSchemaDecoder(t, c.schema)
+		_, err = d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(`{"sku":"a","type":"t"}`))})
+		require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "%s: %v", c.name, err)
+	}
+	// Numbers a double holds, however written, are a schema's to use.
+	_, err := newJSONSchemaCodec(1, `{"properties":{"n":{"enum":[0, -0.0, 0e5, 1e308, 5e-324, -2.2250738585072014e-308],"multipleOf":0.01,"maximum":1.7976931348623157e308}}}`, nil)
+	require.NoError(t, err)
+}
+
+// The size estimate that refuses a pattern before it is compiled is never
+// below the program Go's compiler builds.
+func TestRegexpSizeIsNotBelowTheProgram(t *testing.T) {
+	for _, src := range []string{`a`, `^[a-z0-9-]{1,64}$`, `(a|b|c)*d+`, `\pL{3,7}x?`, `(?i)hello|world`, `((ab){2,5}c){0,3}`,
+		`[^a]{10}`, `(?:x|y|z){100}`, `a{2,}`, `\bword\B`, `(a*)*`, `.+?`, `\d{4}-\d{2}-\d{2}T\d{2}:\d{2}`, `(((a)))`, `a|b|c|d|e|f`, `(a?)+`, `(a|)*`, `(a{0,3}){2}`, `(?:ab|)+c`} {
+		re, err := syntax.Parse(src, syntax.Perl)
+		require.NoError(t, err)
+		prog, err := syntax.Compile(re.Simplify())
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, regexpSize(re, maxRegexpInstructions, 1), len(prog.Inst), src)
+	}
+}
+
+// A failure's reason is its first cause, short: the validator's whole
+// error tree, rendered, quotes every cause's location (990 causes at each
+// of 120 levels of 200-byte names took 18.8 s and 1.4 GB).
+func TestJSONSchemaFailureReasonsStayShort(t *testing.T) {
+	d := jsonSchemaDecoder(t, `{"$ref":"#/definitions/n","definitions":{"n":{"allOf":[`+list(990, func(int) string { return `{"maxProperties":0}` })+`],"additionalProperties":{"$ref":"#/definitions/n"}}}}`)
+	name := strings.Repeat("m", 200)
+	payload := `{"sku":"a","type":"t","x":` + strings.Repeat(`{"`+name+`":`, 30) + "{}" + strings.Repeat("}", 30) + "}"
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := d.Decode(Record{Key: []byte("a"), Value: wire(1, nil, []byte(payload))})
+	runtime.ReadMemStats(&after)
+	require.Equal(t, ReasonSchemaMismatch, ReasonOf(err), "%v", err)
+	require.Less(t, len(err.Error()), 1500)
+	// Validating allocates 200 MB (the tree of 990 causes at 30 levels);
+	// rendering it, 1.2 GB more.
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(500<<20), "bytes allocated")
+}
+
+// A wide schema of the usual kind compiles, and its work bound with it, in
+// well under a second: 1,500 properties, 300 definitions referring to one
+// another.
+func TestJSONSchemaWideSchemasCompile(t *testing.T) {
+	schema := `{"type":"object","properties":{` + list(1500, func(i int) string { return fmt.Sprintf(`"p%d":{"type":"string","maxLength":10}`, i) }) +
+		`,"tree":{"$ref":"#/$defs/d0"}},"$defs":{` + list(300, func(i int) string {
+		return fmt.Sprintf(`"d%d":{"type":"object","properties":{"a":{"$ref":"#/$defs/d%d"},"c":{"items":{"$ref":"#/$defs/d%d"}}}}`, i, (i+1)%300, (i+7)%300)
+	}) + `}}`
+	start := time.Now()
+	codec, err := newJSONSchemaCodec(1, schema, nil)
+	require.NoError(t, err)
+	if !raceEnabled {
+		t.Logf("%d bytes compiled in %v", len(schema), time.Since(start))
+	}
+	_, err = codec.check([]byte(`{"p1":"x","tree":{"a":{"a":{}},"c":[{}]}}`))
+	require.NoError(t, err)
+}
+
+// Where a schema check fails is joined only when it fails: a megabyte
+// member name above 4,000 objects would otherwise be copied into the
+// location of each (4 GB).
+func TestSchemaDocumentCheckCopiesNoPaths(t *testing.T) {
+	schema := `{"properties":{"` + strings.Repeat("n", 1<<20) + `":{"properties":{` + list(4000, func(i int) string { return fmt.Sprintf(`"a%d":{}`, i) }) + `}}}}`
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	require.NoError(t, err)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	require.NoError(t, (&schemaDocCheck{regexps: &regexpBudget{}}).check(doc))
+	runtime.ReadMemStats(&after)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(16<<20), "bytes allocated")
+}
+
+// The one-pass matcher is seen where Go uses it; without it, anchored
+// patterns of large classes are costed by their program's size.
+func TestOnePassIsSeen(t *testing.T) {
+	require.True(t, onePass(regexp.MustCompile(`^[\p{L}\p{M}' .-]{1,100}$`)))
+	require.False(t, onePass(regexp.MustCompile(`[\p{L}]{1,100}`)))
+}

@@ -1,0 +1,258 @@
+package event
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/require"
+)
+
+// verdicts runs one payload through effectively's validator and the
+// library's, on the schema both read from codec.
+func verdicts(t *testing.T, codec *jsonSchemaCodec, data []byte) (ours, library bool, decided bool) {
+	t.Helper()
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	require.NoError(t, err)
+	_, err = codec.check(data)
+	if ReasonOf(err) == ReasonInvalidData || ReasonOf(err) == ReasonUnusableSchema {
+		return false, false, false // not I-JSON: never validated
+	}
+	libErr := codec.validator.root.Validate(asDoubles(v))
+	return err == nil, libErr == nil, true
+}
+
+// Every test of the official suite (drafts 7 and 2020-12) whose schema
+// effectively accepts gets the verdict the library gives it, and the
+// suite's wherever the library's is.
+func TestJSONSchemaValidatorAgreesWithTheSuite(t *testing.T) {
+	drafts := map[string]string{"draft7": "http://json-schema.org/draft-07/schema#", "draft2020-12": "https://json-schema.org/draft/2020-12/schema"}
+	var cases, agreeSuite, refused, notIJSON int
+	for dir, metaURL := range drafts {
+		files, err := filepath.Glob(filepath.Join("testdata", "json-schema-test-suite", dir, "*.json"))
+		require.NoError(t, err)
+		require.NotEmpty(t, files)
+		for _, file := range files {
+			raw, err := os.ReadFile(file)
+			require.NoError(t, err)
+			var groups []struct {
+				Description string
+				Schema      json.RawMessage
+				Tests       []struct {
+					Description string
+					Data        json.RawMessage
+					Valid       bool
+				}
+			}
+			require.NoError(t, json.Unmarshal(raw, &groups), file)
+			for _, g := range groups {
+				schema := string(g.Schema)
+				var obj map[string]any
+				if json.Unmarshal(g.Schema, &obj) == nil {
+					if _, ok := obj["$schema"]; !ok {
+						schema = `{"$schema":"` + metaURL + `",` + strings.TrimPrefix(strings.TrimSpace(schema), "{")
+						if strings.TrimSpace(string(g.Schema)) == "{}" {
+							schema = `{"$schema":"` + metaURL + `"}`
+						}
+					}
+				}
+				codec, err := newJSONSchemaCodec(1, schema, nil)
+				if err != nil {
+					refused++ // remote references, $dynamicRef, a schema applying itself
+					continue
+				}
+				for _, c := range g.Tests {
+					name := fmt.Sprintf("%s: %s: %s", filepath.Base(file), g.Description, c.Description)
+					ours, library, decided := verdicts(t, codec, c.Data)
+					if !decided {
+						notIJSON++
+						continue
+					}
+					cases++
+					require.Equal(t, library, ours, "%s (%s / %s)", name, schema, c.Data)
+					if ours == c.Valid {
+						agreeSuite++
+					} else {
+						t.Logf("the library and effectively both differ from the suite: %s", name)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d tests: %d as the suite says, all as the library; %d schemas refused, %d payloads not I-JSON", cases, agreeSuite, refused, notIJSON)
+	require.Greater(t, cases, 1500)
+	require.GreaterOrEqual(t, agreeSuite, cases-10)
+}
+
+// Generated schemas of every keyword, nested and combined, and generated
+// payloads: effectively's verdict is the library's.
+func TestJSONSchemaValidatorAgreesWithTheLibrary(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := 3000
+	if testing.Short() {
+		n = 500
+	}
+	var compared, valid int
+	for i := range n {
+		draft := []string{"http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-07/schema#", "https://json-schema.org/draft/2019-09/schema", "https://json-schema.org/draft/2020-12/schema"}[rng.IntN(4)]
+		g := &schemaGen{rng: rng, draft: draft}
+		body := g.schema(3)
+		defs := `"definitions":{"a":` + g.schema(2) + `,"b":` + g.schema(2) + `}`
+		schema := `{"$schema":"` + draft + `","allOf":[` + body + `],` + defs + `}`
+		codec, err := newJSONSchemaCodec(1, schema, nil)
+		if err != nil {
+			continue // a generated cycle, or a pattern of the draft's dialect
+		}
+		for range 8 {
+			data := g.value(3)
+			ours, library, decided := verdicts(t, codec, []byte(data))
+			if decided {
+				require.Equal(t, library, ours, "schema %d %s\npayload %s", i, schema, data)
+				compared++
+				if ours {
+					valid++
+				}
+			}
+		}
+	}
+	t.Logf("%d payloads compared, %d valid", compared, valid)
+	require.Greater(t, compared, n*4)
+	require.Greater(t, valid, compared/10)
+	require.Less(t, valid, compared*9/10)
+}
+
+// schemaGen writes random schemas and values over a small alphabet, so
+// that the values often match and often fail.
+type schemaGen struct {
+	rng   *rand.Rand
+	draft string
+}
+
+func (g *schemaGen) pick(xs ...string) string { return xs[g.rng.IntN(len(xs))] }
+
+func (g *schemaGen) value(depth int) string {
+	k := g.rng.IntN(10)
+	if depth == 0 {
+		k %= 6
+	}
+	switch k {
+	case 0:
+		return g.pick("null", "true", "false")
+	case 1:
+		return g.pick("0", "1", "-1", "1.0", "2.5", "3", "1e2", "100", "7", "0.1", "-0")
+	case 2, 3:
+		return g.pick(`"a"`, `"b"`, `"ab"`, `"abc"`, `""`, `"2020-01-02"`, `"x@y.z"`, `"A1"`, `"[a-"`, `"^a+$"`)
+	case 4, 5, 6:
+		var items []string
+		for range g.rng.IntN(4) {
+			items = append(items, g.value(depth-1))
+		}
+		if g.rng.IntN(4) == 0 && len(items) > 0 {
+			items = append(items, items[0])
+		}
+		return "[" + strings.Join(items, ",") + "]"
+	default:
+		var members []string
+		seen := map[string]bool{}
+		for range g.rng.IntN(4) {
+			k := g.pick("a", "b", "c", "ab", "x1")
+			if !seen[k] {
+				seen[k] = true
+				members = append(members, `"`+k+`":`+g.value(depth-1))
+			}
+		}
+		return "{" + strings.Join(members, ",") + "}"
+	}
+}
+
+func (g *schemaGen) schema(depth int) string {
+	if depth == 0 || g.rng.IntN(5) == 0 {
+		return g.pick(`true`, `false`, `{}`, `{"type":"string"}`, `{"type":"integer"}`, `{"$ref":"#/definitions/a"}`, `{"minimum":1}`, `{"enum":[1,"a",null,[1]]}`)
+	}
+	var kws []string
+	modern := strings.Contains(g.draft, "/draft/")
+	for range 1 + g.rng.IntN(3) {
+		sub := func() string { return g.schema(depth - 1) }
+		switch g.rng.IntN(26) {
+		case 0:
+			kws = append(kws, `"type":`+g.pick(`"object"`, `"array"`, `"number"`, `["string","null"]`, `"integer"`, `"boolean"`))
+		case 1:
+			kws = append(kws, `"const":`+g.value(1))
+		case 2:
+			kws = append(kws, `"enum":[`+g.value(1)+`,`+g.value(1)+`,1.0]`)
+		case 3:
+			kws = append(kws, `"properties":{"a":`+sub()+`,"ab":`+sub()+`}`)
+		case 4:
+			kws = append(kws, `"patternProperties":{"^a":`+sub()+`,"1$":`+sub()+`}`)
+		case 5:
+			kws = append(kws, `"additionalProperties":`+sub())
+		case 6:
+			kws = append(kws, `"required":["a"]`, `"minProperties":1`, `"maxProperties":2`)
+		case 7:
+			kws = append(kws, `"items":`+sub())
+		case 8:
+			if modern && strings.Contains(g.draft, "2020-12") {
+				kws = append(kws, `"prefixItems":[`+sub()+`,`+sub()+`]`)
+			} else {
+				kws = append(kws, `"items":[`+sub()+`,`+sub()+`]`, `"additionalItems":`+sub())
+			}
+		case 9:
+			kws = append(kws, `"contains":`+sub())
+			if modern {
+				kws = append(kws, `"minContains":`+g.pick("0", "1", "2"), `"maxContains":2`)
+			}
+		case 10:
+			kws = append(kws, `"uniqueItems":true`, `"minItems":1`, `"maxItems":3`)
+		case 11:
+			kws = append(kws, `"minLength":1`, `"maxLength":2`)
+		case 12:
+			kws = append(kws, `"pattern":"`+g.pick("^a", "b$", "^[a-z]+$", `\\d`)+`"`)
+		case 13:
+			kws = append(kws, `"minimum":`+g.pick("0", "1.5", "-1"), `"exclusiveMaximum":`+g.pick("3", "100"))
+		case 14:
+			kws = append(kws, `"multipleOf":`+g.pick("0.5", "2", "0.1"))
+		case 15:
+			kws = append(kws, `"allOf":[`+sub()+`,`+sub()+`]`)
+		case 16:
+			kws = append(kws, `"anyOf":[`+sub()+`,`+sub()+`]`)
+		case 17:
+			kws = append(kws, `"oneOf":[`+sub()+`,`+sub()+`,`+sub()+`]`)
+		case 18:
+			kws = append(kws, `"not":`+sub())
+		case 19:
+			if g.draft != "http://json-schema.org/draft-04/schema#" {
+				kws = append(kws, `"if":`+sub(), `"then":`+sub(), `"else":`+sub())
+			}
+		case 20:
+			if modern {
+				kws = append(kws, `"unevaluatedProperties":`+sub())
+			} else {
+				kws = append(kws, `"dependencies":{"a":["b"],"b":`+sub()+`}`)
+			}
+		case 21:
+			if modern {
+				kws = append(kws, `"unevaluatedItems":`+sub())
+			}
+		case 22:
+			if modern {
+				kws = append(kws, `"dependentSchemas":{"a":`+sub()+`}`, `"dependentRequired":{"b":["c"]}`)
+			}
+		case 23:
+			if g.draft != "http://json-schema.org/draft-04/schema#" {
+				kws = append(kws, `"propertyNames":`+sub())
+			}
+		case 24:
+			kws = append(kws, `"$ref":"#/definitions/`+g.pick("a", "b")+`"`)
+		case 25:
+			kws = append(kws, `"format":"`+g.pick("date", "email", "regex", "ipv4")+`"`)
+		}
+	}
+	// A keyword twice is the last one's: fine for both validators.
+	return "{" + strings.Join(kws, ",") + "}"
+}
