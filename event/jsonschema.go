@@ -2,12 +2,10 @@ package event
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"regexp/syntax"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -94,7 +92,11 @@ func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec
 	if err != nil {
 		return nil, err
 	}
-	return &jsonSchemaCodec{validator: newSchemaValidator(s, nodes, regexps)}, nil
+	validator, err := newSchemaValidator(s, nodes, regexps)
+	if err != nil {
+		return nil, err
+	}
+	return &jsonSchemaCodec{validator: validator}, nil
 }
 
 // check validates payload and returns it: it is the event's JSON.
@@ -113,10 +115,8 @@ func (c *jsonSchemaCodec) check(payload []byte) ([]byte, error) {
 	if err != nil {
 		return nil, notJSON("the payload", err)
 	}
-	// Numbers with a fraction or an exponent are validated as the doubles
-	// they are hashed as (1e-999999 would be a million-digit fraction);
-	// integers keep their digits (at most 309: I-JSON).
-	fail, err := c.validator.validate(asDoubles(v))
+	// Numbers are compared exactly, as decimals: 1e-400 is above 0.
+	fail, err := c.validator.validate(asDecimals(v))
 	if err != nil {
 		return nil, err
 	}
@@ -127,28 +127,6 @@ func (c *jsonSchemaCodec) check(payload []byte) ([]byte, error) {
 }
 
 var english = message.NewPrinter(language.English)
-
-// asDoubles replaces, in a value from jsonschema.UnmarshalJSON, every
-// number that is not a plain integer with its float64.
-func asDoubles(v any) any {
-	switch v := v.(type) {
-	case json.Number:
-		if strings.ContainsAny(string(v), ".eE") {
-			if f, err := strconv.ParseFloat(string(v), 64); err == nil {
-				return f
-			}
-		}
-	case map[string]any:
-		for k, x := range v {
-			v[k] = asDoubles(x)
-		}
-	case []any:
-		for i, x := range v {
-			v[i] = asDoubles(x)
-		}
-	}
-	return v
-}
 
 // firstCause is the innermost first cause of a validation error (the
 // schema's, against its meta-schema): where it failed and why, in one line.

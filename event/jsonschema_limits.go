@@ -255,12 +255,56 @@ func (b *regexpBudget) admit(src string) (*schemaRegexp, error) {
 	r.re = regexp.MustCompile(src) // it parsed, and is small
 	r.once.Do(func() {})
 	if onePass(r.re) {
-		// One instruction a byte, a large class's at most.
-		r.cost = bigClassWeight * stepInstruction
+		// One instruction a character, a large class's at most, and the
+		// instructions that match nothing between two (captures, empty
+		// assertions: ^(?:()()…a)*$ runs hundreds a byte).
+		prog, err := syntax.Compile(re.Simplify())
+		if err != nil {
+			return nil, err
+		}
+		r.cost = uint64(bigClassWeight+longestEmptyRun(prog)) * stepInstruction
 	} else {
 		r.cost = uint64(regexpSize(re, bigClassWeight*maxRegexpInstructions, bigClassWeight)) * stepInstruction
 	}
 	return r, nil
+}
+
+// longestEmptyRun is the most instructions that match no character prog
+// can run between two that do.
+func longestEmptyRun(prog *syntax.Prog) int {
+	const visiting = -1
+	memo := make([]int, len(prog.Inst)) // 0: not known; visiting; else 1 + the run
+	var run func(pc uint32) int
+	run = func(pc uint32) int {
+		switch memo[pc] {
+		case visiting:
+			return len(prog.Inst) // a loop that matches nothing: the program's size
+		case 0:
+		default:
+			return memo[pc] - 1
+		}
+		memo[pc] = visiting
+		in := prog.Inst[pc]
+		n := 0
+		switch in.Op {
+		case syntax.InstRune, syntax.InstRune1, syntax.InstRuneAny, syntax.InstRuneAnyNotNL, syntax.InstMatch, syntax.InstFail:
+		case syntax.InstAlt, syntax.InstAltMatch:
+			n = 1 + max(run(in.Out), run(in.Arg))
+		default: // captures, empty-width assertions, no-ops
+			n = 1 + run(in.Out)
+		}
+		n = min(n, len(prog.Inst))
+		memo[pc] = n + 1
+		return n
+	}
+	longest := run(uint32(prog.Start))
+	for _, in := range prog.Inst {
+		switch in.Op {
+		case syntax.InstRune, syntax.InstRune1, syntax.InstRuneAny, syntax.InstRuneAnyNotNL:
+			longest = max(longest, run(in.Out))
+		}
+	}
+	return longest
 }
 
 // onePass says whether Go matches re with its one-pass matcher, one

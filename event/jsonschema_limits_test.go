@@ -213,7 +213,7 @@ func TestJSONSchemaBudgetLeavesRealPayloadsAlone(t *testing.T) {
 		require.NoError(t, err)
 		v, err := jsonschema.UnmarshalJSON(strings.NewReader(c.payload))
 		require.NoError(t, err)
-		fail, steps, over := codec.validator.run(asDoubles(v), false)
+		fail, steps, over := codec.validator.run(asDecimals(v), false, maxSchemaWork)
 		require.Nil(t, fail)
 		require.Empty(t, over)
 		require.Less(t, steps, int64(maxSchemaWork/5), "%s: a fifth of the budget at most", c.name)

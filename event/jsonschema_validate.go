@@ -1,10 +1,8 @@
 package event
 
 import (
-	"encoding/json"
 	"fmt"
 	"hash/maphash"
-	"math"
 	"math/big"
 	"slices"
 	"strconv"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/message"
 )
 
 // effectively validates a payload against the schema santhosh-tekuri's
@@ -62,7 +61,7 @@ const (
 	stepApply     = 300    // a subschema applied: its frame, its checks
 	stepMember    = 150    // a member put in, or compared against, an unevaluated set
 	stepNode      = 20     // a value visited: compared, hashed, iterated
-	stepNumber    = 100    // a number read as an exact fraction, compared, divided, plus a step per digit of it and of its exponent
+	stepNumber    = 100    // a number compared (plus a step per 8 digits), or 18 of its digits divided
 	stepFormat    = 20     // per byte of a string checked against a format, but for formatWeights
 	stepRegexByte = 20_000 // per byte of a string parsed as a regular expression
 	stepFailure   = 100    // a failure, plus a step per level of its location
@@ -91,6 +90,15 @@ type schemaInfo struct {
 	enumString map[string]bool // the enum's strings, looked up instead of scanned
 	pattern    uint64          // the pattern's cost per byte of text
 	patterns   map[jsonschema.Regexp]uint64
+	// The numeric bounds, as decimals.
+	minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf *decimal
+	enumNumber                                                       map[decimal]bool
+	constValue                                                       any
+	enumValues                                                       []any
+	// discriminators are the properties whose schemas hold a const or an
+	// enum: checked first, they fail the wrong branch of a oneOf of event
+	// types before its other properties are checked.
+	discriminators []string
 	// Which members the schema itself evaluates (as the library counts
 	// them for unevaluatedProperties and unevaluatedItems).
 	allProps  bool
@@ -110,7 +118,7 @@ const (
 
 var typeNames = map[string]uint8{"null": typeNull, "boolean": typeBoolean, "number": typeNumber, "integer": typeInteger, "string": typeString, "array": typeArray, "object": typeObject}
 
-func newSchemaValidator(root *jsonschema.Schema, nodes []*jsonschema.Schema, regexps *regexpBudget) *schemaValidator {
+func newSchemaValidator(root *jsonschema.Schema, nodes []*jsonschema.Schema, regexps *regexpBudget) (*schemaValidator, error) {
 	sv := &schemaValidator{root: root, info: make(map[*jsonschema.Schema]*schemaInfo, len(nodes)), seed: maphash.MakeSeed()}
 	for _, s := range nodes {
 		in := &schemaInfo{}
@@ -119,15 +127,21 @@ func newSchemaValidator(root *jsonschema.Schema, nodes []*jsonschema.Schema, reg
 				in.types |= typeNames[t]
 			}
 		}
-		// The schema's values as the payload's are: doubles, but for
-		// integers.
+		// The schema's values as the payload's are: numbers as decimals
+		// (copies: the compiled schema is the library's).
 		if s.Const != nil {
-			*s.Const = asDoubles(*s.Const)
+			in.constValue = asDecimals(deepCopyJSON(*s.Const))
 		}
 		if s.Enum != nil {
-			for i, v := range s.Enum.Values {
-				v = asDoubles(v)
-				s.Enum.Values[i] = v
+			for _, v := range s.Enum.Values {
+				v = asDecimals(deepCopyJSON(v))
+				in.enumValues = append(in.enumValues, v)
+				if d, ok := v.(decimal); ok {
+					if in.enumNumber == nil {
+						in.enumNumber = map[decimal]bool{}
+					}
+					in.enumNumber[d] = true
+				}
 				in.enumTypes |= jsonTypeOf(v)
 				if str, ok := v.(string); ok {
 					if in.enumString == nil {
@@ -139,6 +153,11 @@ func newSchemaValidator(root *jsonschema.Schema, nodes []*jsonschema.Schema, reg
 		}
 		if s.Pattern != nil {
 			in.pattern = regexps.cost(s.Pattern.String())
+		}
+		for name, sub := range s.Properties {
+			if sub.Const != nil || sub.Enum != nil {
+				in.discriminators = append(in.discriminators, name)
+			}
 		}
 		for re := range s.PatternProperties {
 			if in.patterns == nil {
@@ -159,9 +178,40 @@ func newSchemaValidator(root *jsonschema.Schema, nodes []*jsonschema.Schema, reg
 			in.allItems = s.Items2020 != nil
 			in.someItems = len(s.PrefixItems)
 		}
+		for _, b := range []struct {
+			r  *big.Rat
+			to **decimal
+		}{{s.Minimum, &in.minimum}, {s.Maximum, &in.maximum}, {s.ExclusiveMinimum, &in.exclusiveMinimum}, {s.ExclusiveMaximum, &in.exclusiveMaximum}, {s.MultipleOf, &in.multipleOf}} {
+			if b.r != nil {
+				d, err := ratDecimal(b.r)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", s.Location, err)
+				}
+				*b.to = &d
+			}
+		}
 		sv.info[s] = in
 	}
-	return sv
+	return sv, nil
+}
+
+// deepCopyJSON copies a value jsonschema.UnmarshalJSON read.
+func deepCopyJSON(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		c := make(map[string]any, len(v))
+		for k, x := range v {
+			c[k] = deepCopyJSON(x)
+		}
+		return c
+	case []any:
+		c := make([]any, len(v))
+		for i, x := range v {
+			c[i] = deepCopyJSON(x)
+		}
+		return c
+	}
+	return v
 }
 
 // jsonTypeOf is v's type, a number an integer too when it is one.
@@ -177,28 +227,13 @@ func jsonTypeOf(v any) uint8 {
 		return typeArray
 	case map[string]any:
 		return typeObject
-	case json.Number:
-		if !strings.ContainsAny(string(v), ".eE") {
-			return typeNumber | typeInteger
-		}
-		if r, ok := new(big.Rat).SetString(string(v)); ok && r.IsInt() {
-			return typeNumber | typeInteger
-		}
-		return typeNumber
-	case float64:
-		if v == math.Trunc(v) {
+	case decimal:
+		if v.isInteger() {
 			return typeNumber | typeInteger
 		}
 		return typeNumber
 	}
 	return 0
-}
-
-func abs(n int) int {
-	if n < 0 {
-		return -n
-	}
-	return n
 }
 
 // schemaFailure is where and why a payload first failed.
@@ -244,20 +279,21 @@ type schemaRun struct {
 }
 
 // validate validates v, a value jsonschema.UnmarshalJSON read, its
-// numbers with a fraction or an exponent made doubles (asDoubles). It
+// numbers made decimals (asDecimals). It
 // returns the first failure, or an error when the validation would cost
 // more than a payload may.
 func (sv *schemaValidator) validate(v any) (*schemaFailure, error) {
-	fail, _, over := sv.run(v, false)
+	fail, used, over := sv.run(v, false, maxSchemaWork)
 	if over != "" {
 		return nil, decodeErr(ReasonUnusableSchema, "validating this payload against its JSON Schema %s: effectively validates a record only within a fixed budget, so that no schema can stall a partition", over)
 	}
 	if fail == nil {
 		return nil, nil
 	}
-	// Again, to say where and why: about the same steps (members are
-	// visited in another order), so within the budget, or said so.
-	if why, _, over := sv.run(v, true); over == "" && why != nil {
+	// Again, to say where and why, within what the budget has left: about
+	// the same steps (members are visited in another order), or it is
+	// said that where is too costly to say.
+	if why, _, over := sv.run(v, true, maxSchemaWork-used); over == "" && why != nil {
 		return why, nil
 	}
 	return &schemaFailure{kind: &kind.Schema{Location: "(where would take more than the budget to say)"}}, nil
@@ -265,19 +301,19 @@ func (sv *schemaValidator) validate(v any) (*schemaFailure, error) {
 
 // run validates v once, explaining its failure or not, in steps. over
 // says why it stopped, when it did.
-func (sv *schemaValidator) run(v any, explain bool) (fail *schemaFailure, steps int64, over string) {
-	r := &schemaRun{sv: sv, work: maxSchemaWork, explain: explain}
+func (sv *schemaValidator) run(v any, explain bool, budget int64) (fail *schemaFailure, steps int64, over string) {
+	r := &schemaRun{sv: sv, work: budget, explain: explain}
 	defer func() {
 		if p := recover(); p != nil {
 			ob, ok := p.(schemaOverBudget)
 			if !ok {
 				panic(p)
 			}
-			fail, steps, over = nil, maxSchemaWork, ob.why
+			fail, steps, over = nil, budget, ob.why
 		}
 	}()
 	_, fail = r.validate(sv.root, v, false)
-	return fail, maxSchemaWork - r.work, ""
+	return fail, budget - r.work, ""
 }
 
 func (r *schemaRun) charge(steps uint64) {
@@ -293,10 +329,11 @@ func (r *schemaRun) charge(steps uint64) {
 // payload fails in all but one branch of each oneOf, and those failures
 // are dropped).
 func (r *schemaRun) fail(k func() jsonschema.ErrorKind) *schemaFailure {
-	r.charge(stepFailure + uint64(len(r.path)))
 	if !r.explain {
+		r.charge(stepFailure)
 		return errSchemaFailed
 	}
+	r.charge(stepFailure + stepNode*uint64(len(r.path))) // the location copied
 	return &schemaFailure{at: slices.Clone(r.path), kind: k()}
 }
 
@@ -321,6 +358,7 @@ func (r *schemaRun) unevalFrom(v any, s *jsonschema.Schema, in *schemaInfo, call
 			r.hold(n)
 			ue.props = make(map[string]struct{}, len(v))
 			for k := range v {
+				r.charge(uint64(len(k)) / 8) // hashed
 				ue.props[k] = struct{}{}
 			}
 		}
@@ -349,6 +387,7 @@ func (r *schemaRun) hold(n int) {
 func (r *schemaRun) merge(ue *uneval, other uneval) {
 	r.charge(uint64(len(ue.props)+len(ue.items)) * stepMember)
 	for k := range ue.props {
+		r.charge(uint64(len(k)) / 8)
 		if _, ok := other.props[k]; !ok {
 			delete(ue.props, k)
 		}
@@ -388,10 +427,10 @@ func (r *schemaRun) apply(s *jsonschema.Schema, in *schemaInfo, v any, ue uneval
 	if in.types != 0 && in.types&t == 0 {
 		return ue, r.fail(func() jsonschema.ErrorKind { return &kind.Type{Got: jsonTypeName(t), Want: s.Types.ToStrings()} })
 	}
-	if s.Const != nil && !r.equals(v, *s.Const) {
+	if s.Const != nil && !r.equals(v, in.constValue) {
 		return ue, r.fail(func() jsonschema.ErrorKind { return &kind.Const{Got: v, Want: *s.Const} })
 	}
-	if s.Enum != nil && !r.inEnum(in, s.Enum.Values, v, t) {
+	if s.Enum != nil && !r.inEnum(in, in.enumValues, v, t) {
 		return ue, r.fail(func() jsonschema.ErrorKind { return &kind.Enum{Got: v, Want: s.Enum.Values} })
 	}
 	if s.Format != nil {
@@ -427,8 +466,8 @@ func (r *schemaRun) apply(s *jsonschema.Schema, in *schemaInfo, v any, ue uneval
 		f = r.array(s, v, &ue)
 	case string:
 		f = r.string(s, in, v)
-	case json.Number, float64:
-		f = r.number(s, v)
+	case decimal:
+		f = r.number(in, v)
 	}
 	if f != nil {
 		return ue, f
@@ -482,9 +521,13 @@ func (r *schemaRun) inEnum(in *schemaInfo, values []any, v any, t uint8) bool {
 	if in.enumTypes&t == 0 {
 		return false
 	}
-	if str, ok := v.(string); ok {
-		r.charge(stepNode + uint64(len(str))/8)
-		return in.enumString[str]
+	switch v := v.(type) {
+	case string:
+		r.charge(stepNode + uint64(len(v))/8)
+		return in.enumString[v]
+	case decimal:
+		r.charge(stepNode + uint64(len(v.digits))/8)
+		return in.enumNumber[v]
 	}
 	for _, x := range values {
 		if r.equals(v, x) {
@@ -516,6 +559,16 @@ func (r *schemaRun) object(s *jsonschema.Schema, in *schemaInfo, obj map[string]
 			}
 		case *jsonschema.Schema:
 			if f := r.inPlace(dep, obj, ue); f != nil {
+				return f
+			}
+		}
+	}
+	// Which properties are checked first changes no verdict, only how
+	// soon a failing one is found.
+	for _, pname := range in.discriminators {
+		r.charge(stepNode + uint64(len(pname))/8)
+		if pvalue, ok := obj[pname]; ok {
+			if f := r.below(s.Properties[pname], pvalue, named(pname)); f != nil {
 				return f
 			}
 		}
@@ -712,65 +765,47 @@ func (r *schemaRun) string(s *jsonschema.Schema, in *schemaInfo, str string) *sc
 	return nil
 }
 
-func (r *schemaRun) number(s *jsonschema.Schema, v any) *schemaFailure {
-	if s.Minimum == nil && s.Maximum == nil && s.ExclusiveMinimum == nil && s.ExclusiveMaximum == nil && s.MultipleOf == nil {
-		return nil
+func (r *schemaRun) number(in *schemaInfo, n decimal) *schemaFailure {
+	for _, b := range []struct {
+		bound *decimal
+		fails func(c int) bool
+		name  string
+	}{
+		{in.minimum, func(c int) bool { return c < 0 }, "minimum"},
+		{in.maximum, func(c int) bool { return c > 0 }, "maximum"},
+		{in.exclusiveMinimum, func(c int) bool { return c <= 0 }, "exclusiveMinimum"},
+		{in.exclusiveMaximum, func(c int) bool { return c >= 0 }, "exclusiveMaximum"},
+	} {
+		if b.bound == nil {
+			continue
+		}
+		r.charge(stepNumber + uint64(min(len(n.digits), len(b.bound.digits)))/8)
+		if b.fails(n.cmp(*b.bound)) {
+			return r.fail(func() jsonschema.ErrorKind { return numberFailure{n, b.name, *b.bound} })
+		}
 	}
-	n := r.rat(v)
-	if s.Minimum != nil && r.cmp(n, s.Minimum) < 0 {
-		return r.fail(func() jsonschema.ErrorKind { return &kind.Minimum{Got: n, Want: s.Minimum} })
-	}
-	if s.Maximum != nil && r.cmp(n, s.Maximum) > 0 {
-		return r.fail(func() jsonschema.ErrorKind { return &kind.Maximum{Got: n, Want: s.Maximum} })
-	}
-	if s.ExclusiveMinimum != nil && r.cmp(n, s.ExclusiveMinimum) <= 0 {
-		return r.fail(func() jsonschema.ErrorKind { return &kind.ExclusiveMinimum{Got: n, Want: s.ExclusiveMinimum} })
-	}
-	if s.ExclusiveMaximum != nil && r.cmp(n, s.ExclusiveMaximum) >= 0 {
-		return r.fail(func() jsonschema.ErrorKind { return &kind.ExclusiveMaximum{Got: n, Want: s.ExclusiveMaximum} })
-	}
-	if s.MultipleOf != nil {
-		r.charge(stepNumber + numberDigits(n) + numberDigits(s.MultipleOf))
-		if q := new(big.Rat).Quo(n, s.MultipleOf); !q.IsInt() {
-			return r.fail(func() jsonschema.ErrorKind { return &kind.MultipleOf{Got: n, Want: s.MultipleOf} })
+	if in.multipleOf != nil {
+		// Chunks of 18 digits, each a multiplication and a remainder.
+		r.charge(stepNumber * (2 + uint64(len(n.digits))/18))
+		if !n.multipleOf(*in.multipleOf) {
+			return r.fail(func() jsonschema.ErrorKind { return numberFailure{n, "multipleOf", *in.multipleOf} })
 		}
 	}
 	return nil
 }
 
-func (r *schemaRun) cmp(a, b *big.Rat) int {
-	r.charge(stepNumber + numberDigits(a) + numberDigits(b))
-	return a.Cmp(b)
+// numberFailure is a number out of a bound: the library's kinds hold
+// fractions, and a payload's number can be 1e-999999.
+type numberFailure struct {
+	got     decimal
+	keyword string
+	want    decimal
 }
 
-// numberDigits is about how many decimal digits n's numerator and
-// denominator have together.
-func numberDigits(n *big.Rat) uint64 {
-	return uint64(n.Num().BitLen()+n.Denom().BitLen()) * 3 / 10
-}
+func (f numberFailure) KeywordPath() []string { return []string{f.keyword} }
 
-// rat is the number v exactly, as the library reads it (a double as the
-// shortest decimal that reads back as it). A payload's numbers are
-// doubles or integers within a double's range (I-JSON): at most 309
-// digits.
-func (r *schemaRun) rat(v any) *big.Rat {
-	var s string
-	digits := 0
-	switch v := v.(type) {
-	case json.Number:
-		s = string(v)
-		digits = len(s)
-	case float64:
-		s = strconv.FormatFloat(v, 'g', -1, 64)
-		_, exp := math.Frexp(v)
-		digits = len(s) + abs(exp)*3/10 // 1e-308 is a fraction of 308 digits
-	}
-	r.charge(stepNumber + 10*uint64(digits))
-	n, ok := new(big.Rat).SetString(s)
-	if !ok {
-		return new(big.Rat)
-	}
-	return n
+func (f numberFailure) LocalizedString(*message.Printer) string {
+	return fmt.Sprintf("%s: %s fails %s %s", f.keyword, Excerpt(f.got.String()), f.keyword, f.want.String())
 }
 
 func (r *schemaRun) conditions(s *jsonschema.Schema, v any, ue *uneval) *schemaFailure {
@@ -839,6 +874,7 @@ func (r *schemaRun) conditions(s *jsonschema.Schema, v any, ue *uneval) *schemaF
 func (r *schemaRun) unevaluated(s *jsonschema.Schema, v any, ue *uneval) *schemaFailure {
 	if obj, ok := v.(map[string]any); ok && s.UnevaluatedProperties != nil {
 		for pname := range ue.props {
+			r.charge(uint64(len(pname)) / 8)
 			if f := r.below(s.UnevaluatedProperties, obj[pname], named(pname)); f != nil {
 				return f
 			}
@@ -896,35 +932,14 @@ func (r *schemaRun) equals(a, b any) bool {
 			r.charge(uint64(min(len(a), len(b))) / 8)
 		}
 		return ok && a == b
-	case float64:
-		switch b := b.(type) {
-		case float64:
-			return a == b // equal doubles are the same shortest decimal
-		case json.Number:
-			return r.sameNumber(b, a)
+	case decimal:
+		b, ok := b.(decimal)
+		if ok {
+			r.charge(uint64(min(len(a.digits), len(b.digits))) / 8)
 		}
-		return false
-	case json.Number: // an integer
-		switch b := b.(type) {
-		case json.Number:
-			// JSON writes an integer one way, but for -0.
-			return a == b || strings.TrimPrefix(string(a), "-") == "0" && strings.TrimPrefix(string(b), "-") == "0"
-		case float64:
-			return r.sameNumber(a, b)
-		}
-		return false
+		return ok && a == b
 	}
 	return false
-}
-
-// sameNumber says whether the integer n is the double f: if it is, it
-// reads as f.
-func (r *schemaRun) sameNumber(n json.Number, f float64) bool {
-	r.charge(stepNumber + uint64(len(n)))
-	if g, err := strconv.ParseFloat(string(n), 64); err != nil || g != f {
-		return false
-	}
-	return r.rat(n).Cmp(r.rat(f)) == 0
 }
 
 // duplicates finds two equal items of arr: pair by pair in a short array,
@@ -986,17 +1001,15 @@ func (r *schemaRun) hash(h *maphash.Hash, v any) {
 		h.WriteByte('s')
 		h.WriteString(v)
 		h.WriteByte(0)
-	case json.Number, float64:
-		f, _ := v.(float64)
-		if n, ok := v.(json.Number); ok {
-			f, _ = strconv.ParseFloat(string(n), 64)
-		}
-		if f == 0 {
-			f = 0 // -0 too
-		}
+	case decimal: // equal numbers are equal decimals
+		r.charge(uint64(len(v.digits)) / 8)
 		h.WriteByte('d')
-		var b [16]byte
-		h.Write(strconv.AppendUint(b[:0], math.Float64bits(f), 16))
+		if v.neg {
+			h.WriteByte('-')
+		}
+		h.WriteString(v.digits)
+		var b [24]byte
+		h.Write(strconv.AppendInt(b[:0], v.exp, 10))
 	case []any:
 		h.WriteByte('[')
 		for _, x := range v {
