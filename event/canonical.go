@@ -254,7 +254,7 @@ func appendCanonicalString(b []byte, s string) []byte {
 // nothing.
 func appendCanonicalNumber(b, lit []byte) []byte {
 	if len(lit) > 300 || !isIntegerLiteral(lit) {
-		f, err := strconv.ParseFloat(string(lit), 64)
+		f, err := parseDouble(string(lit))
 		if err != nil {
 			return b
 		}

@@ -614,10 +614,8 @@ func (p *jsonParser) number() error {
 	}
 	// An integer of up to 300 digits is below 1e300: in range, without
 	// parsing it.
-	if !integer || p.pos-start > 300 {
-		if _, err := strconv.ParseFloat(string(p.data[start:p.pos]), 64); err != nil {
-			p.issue(issueRange, start, start)
-		}
+	if (!integer || p.pos-start > 300) && !inDoubleRange(p.data[start:p.pos]) {
+		p.issue(issueRange, start, start)
 	}
 	return nil
 }

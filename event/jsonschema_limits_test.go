@@ -382,3 +382,65 @@ func TestOnePassIsSeen(t *testing.T) {
 	require.True(t, onePass(regexp.MustCompile(`^[\p{L}\p{M}' .-]{1,100}$`)))
 	require.False(t, onePass(regexp.MustCompile(`[\p{L}]{1,100}`)))
 }
+
+// A one-pass pattern runs its captures and empty assertions between two
+// characters: ^(?:()()…a)*$ runs hundreds of instructions a byte (23 s for
+// ten on a megabyte, charged as one a byte in the sixth review). It is
+// charged the longest such run.
+func TestOnePassPatternsPayTheirEmptyRuns(t *testing.T) {
+	caps := `^(?:` + strings.Repeat("()", 300) + `a)*$`
+	require.True(t, onePass(regexp.MustCompile(caps)))
+	b := &regexpBudget{}
+	r, err := b.admit(caps)
+	require.NoError(t, err)
+	plain, err := b.admit(`^a*$`)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, r.cost, uint64(600*stepInstruction))
+	require.Less(t, plain.cost, uint64(20*stepInstruction))
+	err = validateJSON(t, `{"allOf":[`+list(10, func(int) string { return `{"pattern":"` + caps + `"}` })+`]}`, `"`+strings.Repeat("a", 1<<20-10)+`"`)
+	require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "%v", err)
+}
+
+// Member names are hashed into the sets of unevaluated members, and paid
+// for by their length: a megabyte name under 2^10 applications of 2,000
+// true subschemas took 24.5 s (the sixth review).
+func TestJSONSchemaLongNamesArePaidFor(t *testing.T) {
+	trues := `{"allOf":[` + list(2000, func(int) string { return "true" }) + `]}`
+	schema := `{"unevaluatedProperties":true,"$ref":"#/$defs/d0","$defs":{` + list(10, func(i int) string {
+		return fmt.Sprintf(`"d%d":{"allOf":[{"$ref":"#/$defs/d%d"},{"$ref":"#/$defs/d%d"}]}`, i, i+1, i+1)
+	}) + `,"d10":` + trues + `}}`
+	codec, err := newJSONSchemaCodec(1, schema, nil)
+	require.NoError(t, err)
+	for _, name := range []string{"k", strings.Repeat("k", 1<<20-100)} {
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(`{"` + name + `":1}`))
+		require.NoError(t, err)
+		_, steps, over := codec.validator.run(asDecimals(v), false, maxSchemaWork)
+		if len(name) > 1 {
+			require.NotEmpty(t, over, "a megabyte name is paid for")
+		}
+		t.Logf("a name of %d bytes: %s steps %s", len(name), english.Sprint(steps), over)
+	}
+}
+
+// A failing payload is run again to say where it fails, with what the
+// first run left of the budget: never two budgets.
+func TestJSONSchemaExplainingHasWhatIsLeft(t *testing.T) {
+	// Each item fails deep in a branch that is dropped, the last one for good.
+	schema := `{"items":{"anyOf":[{"$ref":"#/$defs/deep"},true]},"contains":{"const":"never"},"$defs":{"deep":{"items":{"$ref":"#/$defs/deep"},"type":"array","minItems":1}}}`
+	item := strings.Repeat("[", 100) + strings.Repeat("]", 100)
+	for _, n := range []int{10, 10000} {
+		payload := "[" + list(n, func(int) string { return item }) + "]"
+		codec, err := newJSONSchemaCodec(1, schema, nil)
+		require.NoError(t, err)
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(payload))
+		require.NoError(t, err)
+		fail, first, over := codec.validator.run(asDecimals(v), false, maxSchemaWork)
+		require.Empty(t, over)
+		require.NotNil(t, fail)
+		why, err := codec.validator.validate(asDecimals(v))
+		require.NoError(t, err)
+		_, unsaid := why.kind.(unexplained)
+		require.Equal(t, first > maxSchemaWork/2, unsaid, "%d items: unexplained when, and only when, the first run took more than half the budget", n)
+		t.Logf("%d items: the first run took %s steps; %s", n, english.Sprint(first), why)
+	}
+}

@@ -256,3 +256,60 @@ func (g *schemaGen) schema(depth int) string {
 	// A keyword twice is the last one's: fine for both validators.
 	return "{" + strings.Join(kws, ",") + "}"
 }
+
+// Numbers are compared as written, exactly, as the library and the spec
+// compare them: not as the doubles they round to (the sixth review).
+func TestJSONSchemaNumbersAreExact(t *testing.T) {
+	for _, c := range []struct {
+		schema, payload string
+		valid           bool
+	}{
+		{`{"type":"integer"}`, `1.0000000000000001`, false},
+		{`{"type":"number","maximum":100}`, `100.00000000000000001`, false},
+		{`{"exclusiveMaximum":100}`, `99.999999999999999999`, true},
+		{`{"exclusiveMinimum":0}`, `1e-400`, true},
+		{`{"exclusiveMinimum":0}`, `-1e-400`, false},
+		{`{"const":0.3}`, `0.30000000000000001`, false},
+		{`{"const":0.3}`, `3e-1`, true},
+		{`{"enum":[1]}`, `1.0000000000000001`, false},
+		{`{"enum":[1]}`, `1.000`, true},
+		{`{"not":{"const":0}}`, `1e-400`, true},
+		{`{"const":0}`, `-0.0e7`, true},
+		{`{"uniqueItems":true}`, `[1, 1.0000000000000001]`, true},
+		{`{"uniqueItems":true}`, `[1, 10e-1]`, false},
+		{`{"multipleOf":0.1}`, `0.1000000000000000055511151231257827`, false},
+		{`{"multipleOf":0.1}`, `12.3`, true},
+		{`{"multipleOf":3}`, `9.0000000000000001`, false},
+		{`{"multipleOf":3}`, `9e300`, true},
+		{`{"multipleOf":0.5}`, `1e-999999`, false},
+		{`{"maximum":9007199254740992}`, `9007199254740993.0`, false},
+		{`{"const":9007199254740993}`, `9007199254740993e0`, true},
+		{`{"type":"integer","minimum":1}`, `0.99999999999999999`, false},
+		{`{"$schema":"http://json-schema.org/draft-04/schema#","type":"integer"}`, `1e2`, true},
+	} {
+		codec, err := newJSONSchemaCodec(1, c.schema, nil)
+		require.NoError(t, err)
+		ours, library, decided := verdicts(t, codec, []byte(c.payload))
+		require.True(t, decided)
+		require.Equal(t, c.valid, ours, "%s ← %s", c.schema, c.payload)
+		if c.payload != `1e-999999` { // the library's own fraction would have a million digits
+			require.Equal(t, library, ours, "%s ← %s: as the library", c.schema, c.payload)
+		}
+	}
+}
+
+func TestDecimal(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		cmp  int
+	}{
+		{"1", "1.0", 0}, {"10e-1", "1", 0}, {"-0", "0.0e5", 0}, {"1e-400", "0", 1}, {"-1e-400", "0", -1},
+		{"0.5", "0.05", 1}, {"-0.5", "-0.05", -1}, {"123.45", "1.2345e2", 0}, {"99.9", "100", -1}, {"1e999999", "9e999998", 1},
+	} {
+		require.Equal(t, c.cmp, parseDecimal(c.a).cmp(parseDecimal(c.b)), "%s ? %s", c.a, c.b)
+		require.Equal(t, -c.cmp, parseDecimal(c.b).cmp(parseDecimal(c.a)), "%s ? %s", c.b, c.a)
+	}
+	for lit, integer := range map[string]bool{"1": true, "1.0": true, "1.5": false, "1e2": true, "15e-1": false, "0": true, "1e-400": false, "123456789e-3": false, "123000e-3": true} {
+		require.Equal(t, integer, parseDecimal(lit).isInteger(), lit)
+	}
+}
