@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"math/bits"
 	"strconv"
 	"strings"
 )
@@ -98,35 +99,101 @@ func (d decimal) sign() int {
 	return 1
 }
 
-// multipleOf says whether d is an integer multiple of m (m > 0, a
+// divisor is a schema's multipleOf, ready to divide by: M and b of
+// m = M × 10^b, M in 64 bits when it fits.
+type divisor struct {
+	m     decimal
+	b     int64
+	small uint64 // M, or 0 when it needs more than 64 bits
+	big   *big.Int
+}
+
+func newDivisor(m decimal) *divisor {
+	dv := &divisor{m: m, b: m.exp - int64(len(m.digits))}
+	if v, err := strconv.ParseUint(m.digits, 10, 64); err == nil {
+		dv.small = v
+	} else {
+		dv.big, _ = new(big.Int).SetString(m.digits, 10)
+	}
+	return dv
+}
+
+// chunks is how many pieces of 18 digits multipleOf reads d in.
+func (d decimal) chunks() int { return (len(d.digits) + 17) / 18 }
+
+// multipleOf says whether d is an integer multiple of dv's m (m > 0, a
 // schema's: at most 100 characters, within a double's range). d is N ×
 // 10^a and m is M × 10^b, N and M integers not divisible by 10: d/m is
 // N/M × 10^(a−b), an integer only if a ≥ b (else it needs N divisible by
-// a power of ten) and N × 10^(a−b) is divisible by M. Its work is in
-// d's digits and a−b, which a payload within a double's range keeps
-// below about 700.
-func (d decimal) multipleOf(m decimal) bool {
+// a power of ten) and N × 10^(a−b) is divisible by M. N is read 18 digits
+// at a time, each a multiplication and a remainder; 10^(a−b) by squaring.
+func (d decimal) multipleOf(dv *divisor) bool {
 	if d.isZero() {
 		return true
 	}
 	a := d.exp - int64(len(d.digits))
-	b := m.exp - int64(len(m.digits))
-	if a < b {
+	if a < dv.b {
 		return false
 	}
-	mod, _ := new(big.Int).SetString(m.digits, 10)
-	r := new(big.Int)
-	var chunk big.Int
+	if dv.small != 0 {
+		m := dv.small
+		var r uint64
+		for s := d.digits; s != ""; {
+			n := min(len(s), 18)
+			chunk, _ := strconv.ParseUint(s[:n], 10, 64)
+			r = addMod(mulMod(r, pow10u[n], m), chunk%m, m)
+			s = s[n:]
+		}
+		p, base := uint64(1)%m, uint64(10)%m
+		for e := a - dv.b; e > 0; e >>= 1 {
+			if e&1 == 1 {
+				p = mulMod(p, base, m)
+			}
+			base = mulMod(base, base, m)
+		}
+		return mulMod(r, p, m) == 0
+	}
+	r, chunk := new(big.Int), new(big.Int)
 	for s := d.digits; s != ""; {
 		n := min(len(s), 18)
 		v, _ := strconv.ParseUint(s[:n], 10, 64)
-		r.Mul(r, pow10(n))
+		r.Mul(r, pow10big[n])
 		r.Add(r, chunk.SetUint64(v))
-		r.Mod(r, mod)
+		r.Mod(r, dv.big)
 		s = s[n:]
 	}
-	r.Mul(r, new(big.Int).Exp(big.NewInt(10), big.NewInt(a-b), mod))
-	return r.Mod(r, mod).Sign() == 0
+	r.Mul(r, new(big.Int).Exp(big.NewInt(10), big.NewInt(a-dv.b), dv.big))
+	return r.Mod(r, dv.big).Sign() == 0
+}
+
+var (
+	pow10u   [19]uint64
+	pow10big [19]*big.Int
+)
+
+func init() {
+	p := uint64(1)
+	for i := range pow10u {
+		pow10u[i] = p
+		pow10big[i] = new(big.Int).SetUint64(p)
+		p *= 10
+	}
+}
+
+// mulMod is a × b mod m, for a, b < m... or any a, b when a × b / m fits.
+func mulMod(a, b, m uint64) uint64 {
+	hi, lo := bits.Mul64(a%m, b%m)
+	_, rem := bits.Div64(hi, lo, m)
+	return rem
+}
+
+// addMod is a + b mod m, for a, b < m.
+func addMod(a, b, m uint64) uint64 {
+	sum, carry := bits.Add64(a, b, 0)
+	if carry != 0 || sum >= m {
+		sum -= m
+	}
+	return sum
 }
 
 func pow10(n int) *big.Int {
@@ -180,6 +247,40 @@ func ratDecimal(r *big.Rat) (decimal, error) {
 	// r = num × (10^k / denom) × 10^-k, and the middle term is an integer.
 	scaled := new(big.Int).Mul(r.Num(), new(big.Int).Quo(pow10(k), r.Denom()))
 	return parseDecimal(scaled.String() + "e-" + strconv.Itoa(k)), nil
+}
+
+// maxPayloadExponent bounds the decimal exponents of a payload's numbers
+// that JSON Schema validation compares: beyond, a number is 0 or infinite
+// to any double, and the library's own reading of it gives up.
+const maxPayloadExponent = 1_000_000
+
+// payloadDecimals is asDecimals, refusing a number whose exponent is
+// beyond ±maxPayloadExponent.
+func payloadDecimals(v any) (any, error) {
+	v = asDecimals(v)
+	var check func(v any) error
+	check = func(v any) error {
+		switch v := v.(type) {
+		case decimal:
+			if v.exp > maxPayloadExponent || v.exp < -maxPayloadExponent {
+				return fmt.Errorf("the number %s has an exponent beyond ±%d", Excerpt(v.String()), maxPayloadExponent)
+			}
+		case map[string]any:
+			for _, x := range v {
+				if err := check(x); err != nil {
+					return err
+				}
+			}
+		case []any:
+			for _, x := range v {
+				if err := check(x); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return v, check(v)
 }
 
 // asDecimals replaces, in a value from jsonschema.UnmarshalJSON, every

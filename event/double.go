@@ -7,46 +7,107 @@ import (
 )
 
 // parseDouble is strconv.ParseFloat(s, 64) for a valid JSON number, but
-// for the subnormal range (below 2.2250738585072014e-308), where
-// ParseFloat leaves its fast path for a decimal one that takes 15 µs a
-// number: a megabyte of 5e-324 took 2.3 s a parse. There the double is
-// the mantissa × 2^1074 / 10^-exponent rounded to the nearest integer (ties
-// to even) as its bits, computed exactly on at most 20 digits; a longer
-// mantissa is cut to 19, and when the cut and the cut + 1 round alike so
-// does every mantissa between them, else (a tie within the cut digits,
-// which takes hundreds of digits to write) ParseFloat decides.
+// never on ParseFloat's slow path, which takes 15 to 55 µs a number (a
+// megabyte of 5e-324, or of 1.700000000000000038622811e+308, took two to
+// four seconds to decode), nor on its bug beyond 800 digits (1 followed by
+// 800 zeros and e-800 reads as 0.1). ParseFloat's fast path decides a
+// mantissa of up to 19 digits, written without its zeros; a subnormal of
+// up to 20 digits is computed exactly (subnormalBits). A longer mantissa
+// is cut to 19: when the cut and the cut + 1 round alike, so does every
+// mantissa between them. Else the cut is to 800 digits and rounded as an
+// exact fraction; if that still straddles two doubles, the 800 digits are
+// the tie between them (a tie takes at most 767) and the digits beyond,
+// which are not all zeros, round it up.
 func parseDouble(s string) (float64, error) {
-	// Below 10^-307 some doubles are subnormal; below 10^-324, all round
-	// to zero.
-	if decimalMagnitude(s) > -307 {
-		return strconv.ParseFloat(s, 64)
+	sign := 1.0
+	if len(s) > 0 && s[0] == '-' {
+		sign = -1
+	}
+	switch mag := decimalMagnitude(s); {
+	case mag >= 310: // at least 10^309
+		return sign * math.Inf(1), rangeError(s)
+	case mag < -324: // below half the smallest subnormal, or zero
+		return sign * 0, nil
 	}
 	d := parseDecimal(s)
 	if d.isZero() {
-		return strconv.ParseFloat(s, 64)
-	}
-	sign := 1.0
-	if d.neg {
-		sign = -1
-	}
-	if d.exp < -324 {
 		return sign * 0, nil
 	}
 	digits, scale := d.digits, d.exp-int64(len(d.digits)) // d = digits × 10^scale
-	if len(digits) <= 20 {
-		bits, ok := subnormalBits(digits, scale, false)
-		if ok {
-			return sign * math.Float64frombits(bits), nil
-		}
-		return strconv.ParseFloat(s, 64)
+	if len(digits) <= 19 {
+		return checkRange(s, sign*shortDouble(digits, scale))
 	}
 	cut, cutScale := digits[:19], scale+int64(len(digits)-19)
-	low, okLow := subnormalBits(cut, cutScale, false)
-	high, okHigh := subnormalBits(cut, cutScale, true)
-	if okLow && okHigh && low == high {
-		return sign * math.Float64frombits(low), nil
+	up, upScale := increment(cut, cutScale)
+	if low := shortDouble(cut, cutScale); low == shortDouble(up, upScale) {
+		return checkRange(s, sign*low)
 	}
-	return strconv.ParseFloat(s, 64)
+	n := min(len(digits), 800)
+	cut, cutScale = digits[:n], scale+int64(len(digits)-n)
+	low := ratDouble(cut, cutScale)
+	if n == len(digits) {
+		return checkRange(s, sign*low)
+	}
+	up, upScale = increment(cut, cutScale)
+	return checkRange(s, sign*ratDouble(up, upScale))
+}
+
+// shortDouble is the double nearest digits × 10^scale, digits at most 20.
+func shortDouble(digits string, scale int64) float64 {
+	if int64(len(digits))+scale <= -307 {
+		if bits, ok := subnormalBits(digits, scale, false); ok {
+			return math.Float64frombits(bits)
+		}
+		return ratDouble(digits, scale)
+	}
+	if int64(len(digits))+scale > 310 {
+		return math.Inf(1)
+	}
+	f, _ := strconv.ParseFloat(digits+"e"+strconv.FormatInt(scale, 10), 64)
+	return f
+}
+
+// ratDouble is the double nearest digits × 10^scale, computed exactly.
+func ratDouble(digits string, scale int64) float64 {
+	if int64(len(digits))+scale > 310 {
+		return math.Inf(1)
+	}
+	if int64(len(digits))+scale < -324 {
+		return 0
+	}
+	num, _ := new(big.Int).SetString(digits, 10)
+	r := new(big.Rat)
+	if scale >= 0 {
+		r.SetInt(num.Mul(num, pow10(int(scale))))
+	} else {
+		r.SetFrac(num, pow10(int(-scale)))
+	}
+	f, _ := r.Float64()
+	return f
+}
+
+// increment is digits + 1 (at the last digit), without trailing zeros.
+func increment(digits string, scale int64) (string, int64) {
+	b := []byte(digits)
+	i := len(b) - 1
+	for ; i >= 0 && b[i] == '9'; i-- {
+	}
+	if i < 0 {
+		return "1", scale + int64(len(b))
+	}
+	b[i]++
+	return string(b[:i+1]), scale + int64(len(b)-i-1)
+}
+
+func checkRange(s string, f float64) (float64, error) {
+	if math.IsInf(f, 0) {
+		return f, rangeError(s)
+	}
+	return f, nil
+}
+
+func rangeError(s string) error {
+	return &strconv.NumError{Func: "ParseFloat", Num: Excerpt(s), Err: strconv.ErrRange}
 }
 
 // subnormalBits rounds (digits, plus one when up) × 10^scale to a multiple
@@ -79,7 +140,7 @@ func inDoubleRange[T string | []byte](lit T) bool {
 	if decimalMagnitude(lit) <= 308 {
 		return true
 	}
-	_, err := strconv.ParseFloat(string(lit), 64)
+	_, err := parseDouble(string(lit))
 	return err == nil
 }
 

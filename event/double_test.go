@@ -25,7 +25,17 @@ func TestParseDoubleIsParseFloat(t *testing.T) {
 		half := new(big.Rat).SetFrac(new(big.Int).SetInt64(2*k+1), new(big.Int).Lsh(big.NewInt(1), 1075))
 		cases = append(cases, half.FloatString(1100))
 	}
+	// Just above and below the midpoints between doubles, in 20 to 40
+	// digits, across the range: ParseFloat's slow path.
 	rng := rand.New(rand.NewPCG(3, 4))
+	for range 3000 {
+		f := math.Float64frombits(rng.Uint64() & 0x7fefffffffffffff)
+		mid := new(big.Rat).SetFloat64(f)
+		next := new(big.Rat).SetFloat64(math.Nextafter(f, math.Inf(1)))
+		mid.Add(mid, next).Quo(mid, big.NewRat(2, 1))
+		text := new(big.Float).SetPrec(2000).SetRat(mid).Text('e', 19+rng.IntN(21))
+		cases = append(cases, text)
+	}
 	for range 20000 {
 		n := 1 + rng.IntN(60)
 		digits := make([]byte, n)
@@ -33,14 +43,35 @@ func TestParseDoubleIsParseFloat(t *testing.T) {
 			digits[i] = byte('0' + rng.IntN(10))
 		}
 		digits[0] = byte('1' + rng.IntN(9))
-		cases = append(cases, fmt.Sprintf("%s.%se%d", digits[:1], digits[1:], -300-rng.IntN(30)))
+		cases = append(cases, fmt.Sprintf("%s.%se%d", digits[:1], digits[1:], -330+rng.IntN(640)))
 	}
+	// Beyond 800 digits ParseFloat is wrong (1 and 800 zeros, e-800, reads
+	// as 0.1): there the exact fraction decides.
+	tie := "1.00000000000000011102230246251565404236316680908203125" // between 1 and the next double
+	cases = append(cases, tie, tie+strings.Repeat("0", 800)+"1", "-"+tie+strings.Repeat("0", 900)+"1e-5", "1"+strings.Repeat("0", 800)+"e-800", "2"+strings.Repeat("0", 900)+"e-900", "1"+strings.Repeat("0", 1000)+"e-600", "0."+strings.Repeat("0", 900)+"1e800")
 	for _, c := range cases {
-		want, wantErr := strconv.ParseFloat(c, 64)
+		exact, _ := new(big.Rat).SetString(c)
+		want, _ := exact.Float64()
+		if strings.HasPrefix(c, "-") && want == 0 {
+			want = math.Copysign(0, -1)
+		}
+		var wantErr error
+		if math.IsInf(want, 0) {
+			wantErr = strconv.ErrRange
+		}
+		if len(c) < 800 {
+			pf, pfErr := strconv.ParseFloat(c, 64)
+			require.Equal(t, math.Float64bits(want), math.Float64bits(pf), "%s: the exact fraction is ParseFloat's", Excerpt(c))
+			require.Equal(t, wantErr == nil, pfErr == nil, c)
+		}
 		got, err := parseDouble(c)
 		require.Equal(t, wantErr == nil, err == nil, c)
 		require.Equal(t, math.Float64bits(want), math.Float64bits(got), "%s: %v, want %v", Excerpt(c), got, want)
 	}
+	require.True(t, inDoubleRange("1"+strings.Repeat("0", 1000)+"e-700"))
+	require.False(t, inDoubleRange("1"+strings.Repeat("0", 1000)+"e-600"), "1e400")
+	require.False(t, inDoubleRange("1.8e308"))
+	require.True(t, inDoubleRange("1.7976931348623157e308"))
 }
 
 func TestDecimalMagnitude(t *testing.T) {

@@ -116,7 +116,11 @@ func (c *jsonSchemaCodec) check(payload []byte) ([]byte, error) {
 		return nil, notJSON("the payload", err)
 	}
 	// Numbers are compared exactly, as decimals: 1e-400 is above 0.
-	fail, err := c.validator.validate(asDecimals(v))
+	v, err = payloadDecimals(v)
+	if err != nil {
+		return nil, decodeErr(ReasonInvalidData, "the payload is not I-JSON: %v", err)
+	}
+	fail, err := c.validator.validate(v)
 	if err != nil {
 		return nil, err
 	}

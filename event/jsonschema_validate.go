@@ -58,18 +58,22 @@ const maxSchemaLiveMembers = 1_000_000
 
 // The steps charged for each kind of work: about its cost in nanoseconds.
 const (
-	stepApply     = 300    // a subschema applied: its frame, its checks
-	stepMember    = 80     // a member put in, or compared against, an unevaluated set
-	stepNode      = 20     // a value visited: compared, hashed, iterated
-	stepNumber    = 100    // a number compared (plus a step per 8 digits), or 18 of its digits divided
-	stepFormat    = 20     // per byte of a string checked against a format, but for formatWeights
-	stepRegexByte = 20_000 // per byte of a string parsed as a regular expression
-	stepFailure   = 100    // a failure, plus a step per level of its location
-	stepHash      = 300    // an item hashed and looked up, for uniqueItems
+	stepApply         = 200    // a subschema applied: its frame, its checks
+	stepMember        = 80     // a member put in, or compared against, an unevaluated set
+	stepNode          = 20     // a value visited: compared, hashed, iterated
+	stepNumber        = 100    // a number compared (plus a step per 8 digits), or 18 of its digits divided
+	stepFormat        = 20     // per byte of a string checked against a format, but for formatWeights
+	stepRegexByte     = 20_000 // per byte of a string parsed as a regular expression
+	stepFailure       = 100    // a failure, plus a step per level of its location
+	stepMultipleOf    = 60     // 18 digits divided by a divisor of 64 bits
+	stepMultipleOfBig = 400    // by a longer one
+	stepHash          = 300    // an item hashed and looked up, for uniqueItems
 )
 
 // formatWeights are the formats that cost more a byte than stepFormat.
-var formatWeights = map[string]uint64{"duration": 100, "period": 100}
+// (json-pointer and relative-json-pointer split the string into a
+// substring per slash, semver per dot.)
+var formatWeights = map[string]uint64{"duration": 100, "period": 100, "json-pointer": 200, "relative-json-pointer": 200, "semver": 100}
 
 // maxRegexFormatLength bounds the strings format "regex" parses: parsing
 // case-folded Unicode classes takes microseconds a byte.
@@ -91,14 +95,20 @@ type schemaInfo struct {
 	pattern    uint64          // the pattern's cost per byte of text
 	patterns   map[jsonschema.Regexp]uint64
 	// The numeric bounds, as decimals.
-	minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf *decimal
-	enumNumber                                                       map[decimal]bool
-	constValue                                                       any
-	enumValues                                                       []any
+	minimum, maximum, exclusiveMinimum, exclusiveMaximum *decimal
+	multipleOf                                           *divisor
+	enumNumber                                           map[decimal]bool
+	constValue                                           any
+	enumValues                                           []any
 	// discriminators are the properties whose schemas hold a const or an
 	// enum: checked first, they fail the wrong branch of a oneOf of event
 	// types before its other properties are checked.
 	discriminators []string
+	// consts are the string consts of properties a value must meet to
+	// pass the schema (its own properties, and its $ref's): a oneOf,
+	// anyOf or if skips a branch whose const the value's property is
+	// not, without applying it.
+	consts []propertyConst
 	// Which members the schema itself evaluates (as the library counts
 	// them for unevaluatedProperties and unevaluatedItems).
 	allProps  bool
@@ -181,7 +191,7 @@ func newSchemaValidator(root *jsonschema.Schema, nodes []*jsonschema.Schema, reg
 		for _, b := range []struct {
 			r  *big.Rat
 			to **decimal
-		}{{s.Minimum, &in.minimum}, {s.Maximum, &in.maximum}, {s.ExclusiveMinimum, &in.exclusiveMinimum}, {s.ExclusiveMaximum, &in.exclusiveMaximum}, {s.MultipleOf, &in.multipleOf}} {
+		}{{s.Minimum, &in.minimum}, {s.Maximum, &in.maximum}, {s.ExclusiveMinimum, &in.exclusiveMinimum}, {s.ExclusiveMaximum, &in.exclusiveMaximum}} {
 			if b.r != nil {
 				d, err := ratDecimal(b.r)
 				if err != nil {
@@ -190,9 +200,60 @@ func newSchemaValidator(root *jsonschema.Schema, nodes []*jsonschema.Schema, reg
 				*b.to = &d
 			}
 		}
+		if s.MultipleOf != nil {
+			m, err := ratDecimal(s.MultipleOf)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", s.Location, err)
+			}
+			in.multipleOf = newDivisor(m)
+		}
 		sv.info[s] = in
 	}
+	for _, s := range nodes {
+		sv.info[s].consts = propertyConsts(s, 0)
+	}
 	return sv, nil
+}
+
+// propertyConst is a property that must hold a string.
+type propertyConst struct{ name, value string }
+
+// propertyConsts are the string consts of the properties s requires of a
+// value that has them: its own (where its properties apply: beside a
+// $ref only from draft 2019-09), and what its $ref requires.
+func propertyConsts(s *jsonschema.Schema, hops int) []propertyConst {
+	var out []propertyConst
+	if s.Ref == nil || s.DraftVersion >= 2019 {
+		for name, sub := range s.Properties {
+			if sub.Const != nil {
+				if v, ok := (*sub.Const).(string); ok {
+					out = append(out, propertyConst{name, v})
+				}
+			}
+		}
+	}
+	if s.Ref != nil && hops < 8 {
+		out = append(out, propertyConsts(s.Ref, hops+1)...)
+	}
+	return out
+}
+
+// cannotPass says, cheaply, that v fails s: v has a property whose
+// value is not the string s requires of it.
+func (r *schemaRun) cannotPass(s *jsonschema.Schema, v any) bool {
+	obj, ok := v.(map[string]any)
+	if !ok || r.explain { // explaining, the branch's own failure is said
+		return false
+	}
+	for _, c := range r.sv.info[s].consts {
+		r.charge(stepNode + uint64(len(c.name))/8)
+		if x, ok := obj[c.name]; ok {
+			if str, ok := x.(string); !ok || str != c.value {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // deepCopyJSON copies a value jsonschema.UnmarshalJSON read.
@@ -243,6 +304,9 @@ type schemaFailure struct {
 }
 
 func (f *schemaFailure) String() string {
+	if f.kind == nil { // a run that does not explain
+		return "it fails"
+	}
 	var b strings.Builder
 	for _, p := range f.at {
 		b.WriteByte('/')
@@ -340,66 +404,96 @@ func (r *schemaRun) fail(k func() jsonschema.ErrorKind) *schemaFailure {
 // errSchemaFailed is every failure of a run that does not explain.
 var errSchemaFailed = &schemaFailure{}
 
-// uneval is what of an object's members or an array's items no subschema
-// applied so far has evaluated, kept only where unevaluatedProperties or
-// unevaluatedItems will need it (nil sets: all evaluated, or not kept).
+// uneval keeps, where unevaluatedProperties or unevaluatedItems will
+// need it, what of an object's members or an array's items the
+// subschemas applied so far have evaluated: the library keeps what is
+// left instead, a copy of every member for every subschema applied in
+// place, which cost a batch of small events under 100 if/then branches
+// more than the budget. It grows only by what is evaluated.
 type uneval struct {
-	props map[string]struct{}
-	items map[int]struct{}
+	tracking bool
+	all      bool                // every member or item
+	props    map[string]struct{} // members evaluated
+	items    map[int]struct{}    // items at prefix and beyond evaluated
+	prefix   int                 // items before it evaluated
+	size     int                 // the value's members or items
+	held     int                 // entries added, counted in r.live
 }
 
-func (r *schemaRun) unevalFrom(v any, s *jsonschema.Schema, in *schemaInfo, callerNeeds bool) (uneval, int) {
-	var ue uneval
-	n := 0
+func (r *schemaRun) unevalFrom(v any, s *jsonschema.Schema, in *schemaInfo, callerNeeds bool) uneval {
 	switch v := v.(type) {
 	case map[string]any:
-		if !in.allProps && (callerNeeds || s.UnevaluatedProperties != nil) {
-			n = len(v)
-			r.hold(n)
-			ue.props = make(map[string]struct{}, len(v))
-			for k := range v {
-				r.charge(uint64(len(k)) / 8) // hashed
-				ue.props[k] = struct{}{}
-			}
+		if callerNeeds || s.UnevaluatedProperties != nil {
+			return uneval{tracking: true, all: in.allProps, size: len(v)}
 		}
 	case []any:
-		if !in.allItems && (callerNeeds || s.UnevaluatedItems != nil) && in.someItems < len(v) {
-			n = len(v) - in.someItems
-			r.hold(n)
-			ue.items = make(map[int]struct{}, n)
-			for i := in.someItems; i < len(v); i++ {
-				ue.items[i] = struct{}{}
-			}
+		if callerNeeds || s.UnevaluatedItems != nil {
+			return uneval{tracking: true, all: in.allItems, prefix: min(in.someItems, len(v)), size: len(v)}
 		}
 	}
-	return ue, n
+	return uneval{}
 }
 
-func (r *schemaRun) hold(n int) {
-	r.charge(uint64(n) * stepMember)
-	if r.live += n; r.live > maxSchemaLiveMembers {
-		panic(schemaOverBudget{fmt.Sprintf("would keep more than %s members in its sets of unevaluated members at once", english.Sprint(maxSchemaLiveMembers))})
+// done says whether nothing is left to evaluate, or nothing is kept.
+func (ue *uneval) done() bool {
+	return !ue.tracking || ue.all || len(ue.props)+ue.prefix+len(ue.items) >= ue.size
+}
+
+func (r *schemaRun) hold(ue *uneval) {
+	r.charge(stepMember)
+	ue.held++
+	if r.live++; r.live > maxSchemaLiveMembers {
+		panic(schemaOverBudget{fmt.Sprintf("would keep more than %s members in its sets of evaluated members at once", english.Sprint(maxSchemaLiveMembers))})
 	}
 }
 
-// merge keeps unevaluated only what other left unevaluated too: other's
-// subschema passed, and what it evaluated counts.
+func (r *schemaRun) evaluatedProp(ue *uneval, name string) {
+	if !ue.tracking || ue.all {
+		return
+	}
+	r.charge(uint64(len(name)) / 8) // hashed
+	if _, ok := ue.props[name]; ok {
+		return
+	}
+	if ue.props == nil {
+		ue.props = map[string]struct{}{}
+	}
+	r.hold(ue)
+	ue.props[name] = struct{}{}
+}
+
+func (r *schemaRun) evaluatedItem(ue *uneval, i int) {
+	if !ue.tracking || ue.all || i < ue.prefix {
+		return
+	}
+	if _, ok := ue.items[i]; ok {
+		return
+	}
+	if ue.items == nil {
+		ue.items = map[int]struct{}{}
+	}
+	r.hold(ue)
+	ue.items[i] = struct{}{}
+}
+
+// merge adds to ue what other, a subschema applied in place that passed,
+// evaluated.
 func (r *schemaRun) merge(ue *uneval, other uneval) {
-	r.charge(uint64(len(ue.props)+len(ue.items)) * stepMember)
-	for k := range ue.props {
-		r.charge(uint64(len(k)) / 8)
-		if _, ok := other.props[k]; !ok {
-			delete(ue.props, k)
-		}
+	if !ue.tracking || !other.tracking {
+		return
 	}
-	for i := range ue.items {
-		if _, ok := other.items[i]; !ok {
-			delete(ue.items, i)
-		}
+	if other.all {
+		ue.all = true
+		return
+	}
+	ue.prefix = max(ue.prefix, other.prefix)
+	for k := range other.props {
+		r.evaluatedProp(ue, k)
+	}
+	for i := range other.items {
+		r.evaluatedItem(ue, i)
 	}
 }
-
-func (ue uneval) isEmpty() bool { return len(ue.props) == 0 && len(ue.items) == 0 }
 
 // validate applies s to v, the value at r.path. It returns what s left
 // unevaluated when v passes, or the first failure.
@@ -409,10 +503,9 @@ func (r *schemaRun) validate(s *jsonschema.Schema, v any, callerNeeds bool) (une
 		panic(schemaOverBudget{fmt.Sprintf("would apply subschemas more than %s deep (references, combinators and nested values together)", english.Sprint(maxSchemaFrames))})
 	}
 	in := r.sv.info[s]
-	ue, held := r.unevalFrom(v, s, in, callerNeeds)
-	ue, f := r.apply(s, in, v, ue)
+	ue, f := r.apply(s, in, v, r.unevalFrom(v, s, in, callerNeeds))
 	r.frames--
-	r.live -= held
+	r.live -= ue.held // merged into the caller's, or dropped
 	return ue, f
 }
 
@@ -486,7 +579,7 @@ func (r *schemaRun) apply(s *jsonschema.Schema, in *schemaInfo, v any, ue uneval
 // inPlace applies sub to the value s applies to, merging what it
 // evaluated into ue when it passes.
 func (r *schemaRun) inPlace(sub *jsonschema.Schema, v any, ue *uneval) *schemaFailure {
-	got, f := r.validate(sub, v, !ue.isEmpty())
+	got, f := r.validate(sub, v, !ue.done())
 	if f == nil {
 		r.merge(ue, got)
 	}
@@ -574,7 +667,11 @@ func (r *schemaRun) object(s *jsonschema.Schema, in *schemaInfo, obj map[string]
 		}
 	}
 	var additional []string
-	for pname, pvalue := range obj {
+	members := obj
+	if len(s.Properties) == 0 && len(s.PatternProperties) == 0 && s.AdditionalProperties == nil {
+		members = nil // no keyword here reads them
+	}
+	for pname, pvalue := range members {
 		r.charge(stepNode + uint64(len(pname))/8)
 		evaluated := false
 		if sub, ok := s.Properties[pname]; ok {
@@ -606,7 +703,7 @@ func (r *schemaRun) object(s *jsonschema.Schema, in *schemaInfo, obj map[string]
 			}
 		}
 		if evaluated {
-			delete(ue.props, pname)
+			r.evaluatedProp(ue, pname)
 		}
 	}
 	if len(additional) > 0 {
@@ -725,7 +822,7 @@ func (r *schemaRun) array(s *jsonschema.Schema, arr []any, ue *uneval) *schemaFa
 			}
 			matched = append(matched, i)
 			if s.DraftVersion >= 2020 {
-				delete(ue.items, i)
+				r.evaluatedItem(ue, i)
 			}
 		}
 		if s.MinContains != nil {
@@ -784,11 +881,16 @@ func (r *schemaRun) number(in *schemaInfo, n decimal) *schemaFailure {
 			return r.fail(func() jsonschema.ErrorKind { return numberFailure{n, b.name, *b.bound} })
 		}
 	}
-	if in.multipleOf != nil {
-		// Chunks of 18 digits, each a multiplication and a remainder.
-		r.charge(stepNumber * (2 + uint64(len(n.digits))/18))
-		if !n.multipleOf(*in.multipleOf) {
-			return r.fail(func() jsonschema.ErrorKind { return numberFailure{n, "multipleOf", *in.multipleOf} })
+	if dv := in.multipleOf; dv != nil {
+		// Chunks of 18 digits, each a multiplication and a remainder, in
+		// 64 bits or (a divisor of more than 19 digits) in big integers.
+		perChunk := uint64(stepMultipleOf)
+		if dv.small == 0 {
+			perChunk = stepMultipleOfBig
+		}
+		r.charge(stepNumber + perChunk*uint64(1+n.chunks()))
+		if !n.multipleOf(dv) {
+			return r.fail(func() jsonschema.ErrorKind { return numberFailure{n, "multipleOf", dv.m} })
 		}
 	}
 	return nil
@@ -833,6 +935,9 @@ func (r *schemaRun) conditions(s *jsonschema.Schema, v any, ue *uneval) *schemaF
 		matched := false
 		var first *schemaFailure
 		for _, sub := range s.AnyOf {
+			if r.cannotPass(sub, v) {
+				continue
+			}
 			if f := r.inPlace(sub, v, ue); f != nil {
 				if first == nil {
 					first = f
@@ -840,11 +945,14 @@ func (r *schemaRun) conditions(s *jsonschema.Schema, v any, ue *uneval) *schemaF
 				continue
 			}
 			matched = true
-			if ue.isEmpty() { // else every branch evaluates members
+			if ue.done() { // else every branch evaluates members
 				break
 			}
 		}
 		if !matched {
+			if first == nil { // every branch skipped
+				return r.fail(func() jsonschema.ErrorKind { return &kind.AnyOf{} })
+			}
 			return first
 		}
 	}
@@ -852,7 +960,10 @@ func (r *schemaRun) conditions(s *jsonschema.Schema, v any, ue *uneval) *schemaF
 		matched := -1
 		var first *schemaFailure
 		for i, sub := range s.OneOf {
-			got, f := r.validate(sub, v, !ue.isEmpty())
+			if r.cannotPass(sub, v) {
+				continue
+			}
+			got, f := r.validate(sub, v, !ue.done())
 			if f != nil {
 				if first == nil {
 					first = f
@@ -866,11 +977,14 @@ func (r *schemaRun) conditions(s *jsonschema.Schema, v any, ue *uneval) *schemaF
 			r.merge(ue, got)
 		}
 		if matched == -1 {
+			if first == nil { // every branch skipped
+				return r.fail(func() jsonschema.ErrorKind { return &kind.OneOf{} })
+			}
 			return first
 		}
 	}
 	if s.If != nil {
-		if r.inPlace(s.If, v, ue) == nil {
+		if !r.cannotPass(s.If, v) && r.inPlace(s.If, v, ue) == nil {
 			if s.Then != nil {
 				return r.inPlace(s.Then, v, ue)
 			}
@@ -882,22 +996,29 @@ func (r *schemaRun) conditions(s *jsonschema.Schema, v any, ue *uneval) *schemaF
 }
 
 func (r *schemaRun) unevaluated(s *jsonschema.Schema, v any, ue *uneval) *schemaFailure {
-	if obj, ok := v.(map[string]any); ok && s.UnevaluatedProperties != nil {
-		for pname := range ue.props {
-			r.charge(uint64(len(pname)) / 8)
-			if f := r.below(s.UnevaluatedProperties, obj[pname], named(pname)); f != nil {
+	if obj, ok := v.(map[string]any); ok && s.UnevaluatedProperties != nil && !ue.all {
+		for pname, pvalue := range obj {
+			r.charge(stepNode + uint64(len(pname))/8)
+			if _, ok := ue.props[pname]; ok {
+				continue
+			}
+			if f := r.below(s.UnevaluatedProperties, pvalue, named(pname)); f != nil {
 				return f
 			}
 		}
-		ue.props = nil
+		ue.all = true
 	}
-	if arr, ok := v.([]any); ok && s.UnevaluatedItems != nil {
-		for i := range ue.items {
+	if arr, ok := v.([]any); ok && s.UnevaluatedItems != nil && !ue.all {
+		for i := ue.prefix; i < len(arr); i++ {
+			r.charge(stepNode)
+			if _, ok := ue.items[i]; ok {
+				continue
+			}
 			if f := r.below(s.UnevaluatedItems, arr[i], indexed(i)); f != nil {
 				return f
 			}
 		}
-		ue.items = nil
+		ue.all = true
 	}
 	return nil
 }

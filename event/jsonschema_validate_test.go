@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -179,7 +180,7 @@ func (g *schemaGen) schema(depth int) string {
 	modern := strings.Contains(g.draft, "/draft/")
 	for range 1 + g.rng.IntN(3) {
 		sub := func() string { return g.schema(depth - 1) }
-		switch g.rng.IntN(26) {
+		switch g.rng.IntN(28) {
 		case 0:
 			kws = append(kws, `"type":`+g.pick(`"object"`, `"array"`, `"number"`, `["string","null"]`, `"integer"`, `"boolean"`))
 		case 1:
@@ -251,6 +252,17 @@ func (g *schemaGen) schema(depth int) string {
 			kws = append(kws, `"$ref":"#/definitions/`+g.pick("a", "b")+`"`)
 		case 25:
 			kws = append(kws, `"format":"`+g.pick("date", "email", "regex", "ipv4")+`"`)
+		case 26: // branches told apart by a const, as event types are
+			branch := func() string {
+				rest := sub()
+				if !strings.HasPrefix(rest, "{") || rest == "{}" {
+					rest = `{"type":"object"}`
+				}
+				return `{"properties":{"` + g.pick("a", "b") + `":{"const":` + g.pick(`"a"`, `"b"`, `"ab"`, `1`) + `}},` + strings.TrimPrefix(rest, "{")
+			}
+			kws = append(kws, `"`+g.pick("oneOf", "anyOf")+`":[`+branch()+`,`+branch()+`,{"$ref":"#/definitions/a","properties":{"a":{"const":"b"}}}]`)
+		case 27:
+			kws = append(kws, `"if":{"properties":{"a":{"const":"`+g.pick("a", "b")+`"}}}`, `"then":`+sub(), `"else":`+sub())
 		}
 	}
 	// A keyword twice is the last one's: fine for both validators.
@@ -312,4 +324,37 @@ func TestDecimal(t *testing.T) {
 	for lit, integer := range map[string]bool{"1": true, "1.0": true, "1.5": false, "1e2": true, "15e-1": false, "0": true, "1e-400": false, "123456789e-3": false, "123000e-3": true} {
 		require.Equal(t, integer, parseDecimal(lit).isInteger(), lit)
 	}
+}
+
+// multipleOf by remainders is the exact quotient's integrality, for
+// divisors of 64 bits and longer.
+func TestDecimalMultipleOf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	digits := func(max int) string {
+		b := make([]byte, 1+rng.IntN(max))
+		for i := range b {
+			b[i] = byte('0' + rng.IntN(10))
+		}
+		b[0] = byte('1' + rng.IntN(9))
+		return string(b)
+	}
+	hits := 0
+	for range 5000 {
+		md, me := digits(25), rng.IntN(17)-8
+		m := fmt.Sprintf("%se%d", md, me)
+		n := fmt.Sprintf("%se%d", digits(60), rng.IntN(25)-12)
+		if rng.IntN(3) == 0 { // a multiple: M × K × 10^(b+c)
+			mi, _ := new(big.Int).SetString(md, 10)
+			ki, _ := new(big.Int).SetString(digits(6), 10)
+			n = fmt.Sprintf("%se%d", mi.Mul(mi, ki), me+rng.IntN(7)-3)
+		}
+		nr, _ := new(big.Rat).SetString(n)
+		mr, _ := new(big.Rat).SetString(m)
+		want := new(big.Rat).Quo(nr, mr).IsInt()
+		if want {
+			hits++
+		}
+		require.Equal(t, want, parseDecimal(n).multipleOf(newDivisor(parseDecimal(m))), "%s multipleOf %s", n, m)
+	}
+	require.Greater(t, hits, 500)
 }
