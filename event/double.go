@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/big"
 	"strconv"
+	"strings"
 )
 
 // parseDouble is strconv.ParseFloat(s, 64) for a valid JSON number, but
@@ -49,7 +50,56 @@ func parseDouble(s string) (float64, error) {
 		return checkRange(s, sign*low)
 	}
 	up, upScale = increment(cut, cutScale)
-	return checkRange(s, sign*ratDouble(up, upScale))
+	high := ratDouble(up, upScale)
+	if low == high {
+		return checkRange(s, sign*low)
+	}
+	// The tie between low and high is written in at most 767 digits, so
+	// it is the cut or at least the cut + 1: the number, above the cut
+	// and below the cut + 1, is above the tie only if the cut is not
+	// below it.
+	tie := new(big.Rat).SetFloat64(low)
+	if math.IsInf(high, 0) {
+		tie.SetFrac(new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 1024), new(big.Int).Lsh(big.NewInt(1), 970)), big.NewInt(1))
+	} else {
+		tie.Add(tie, new(big.Rat).SetFloat64(high)).Quo(tie, big.NewRat(2, 1))
+	}
+	if decimalRat(cut, cutScale).Cmp(tie) >= 0 {
+		return checkRange(s, sign*high)
+	}
+	return checkRange(s, sign*low)
+}
+
+// decimalRat is digits × 10^scale exactly.
+func decimalRat(digits string, scale int64) *big.Rat {
+	num, _ := new(big.Int).SetString(digits, 10)
+	if scale >= 0 {
+		return new(big.Rat).SetInt(num.Mul(num, pow10(int(scale))))
+	}
+	return new(big.Rat).SetFrac(num, pow10(int(-scale)))
+}
+
+// maxDouble and overflowTie are math.MaxFloat64 and the tie between it
+// and 2^1024, exactly: a number from the one to the other reads as the
+// largest double, from the tie on as infinite. ParseFloat's fast path
+// gives up on both (the rounding carries into the exponent): 9e308 took
+// 30 µs a number.
+var (
+	maxDouble   = parseDecimal("179769313486231570814527423731704356798070567525844996598917476803157260780028538760589558632766878171540458953514382464234321326889464182768467546703537516986049910576551282076245490090389328944075868508455133942304583236903222948165808559332123348274797826204144723168738177180919299881250404026184124858368")
+	overflowTie = parseDecimal("179769313486231580793728971405303415079934132710037826936173778980444968292764750946649017977587207096330286416692887910946555547851940402630657488671505820681908902000708383676273854845817711531764475730270069855571366959622842914819860834936475292719074168444365510704342711559699508093042880177904174497792")
+)
+
+// nearMax is the double digits × 10^scale reads as when it is at least
+// math.MaxFloat64 (ok false below).
+func nearMax(digits string, scale int64) (float64, bool) {
+	d := decimal{digits: strings.TrimRight(digits, "0"), exp: scale + int64(len(digits))}
+	switch {
+	case d.exp < maxDouble.exp || d.cmp(maxDouble) < 0:
+		return 0, false
+	case d.cmp(overflowTie) >= 0:
+		return math.Inf(1), true
+	}
+	return math.MaxFloat64, true
 }
 
 // shortDouble is the double nearest digits × 10^scale, digits at most 20.
@@ -58,10 +108,10 @@ func shortDouble(digits string, scale int64) float64 {
 		if bits, ok := subnormalBits(digits, scale, false); ok {
 			return math.Float64frombits(bits)
 		}
-		return ratDouble(digits, scale)
+		// A normal double: ParseFloat's fast path decides it.
 	}
-	if int64(len(digits))+scale > 310 {
-		return math.Inf(1)
+	if f, ok := nearMax(digits, scale); ok {
+		return f
 	}
 	f, _ := strconv.ParseFloat(digits+"e"+strconv.FormatInt(scale, 10), 64)
 	return f
@@ -69,20 +119,13 @@ func shortDouble(digits string, scale int64) float64 {
 
 // ratDouble is the double nearest digits × 10^scale, computed exactly.
 func ratDouble(digits string, scale int64) float64 {
-	if int64(len(digits))+scale > 310 {
-		return math.Inf(1)
+	if f, ok := nearMax(digits, scale); ok {
+		return f
 	}
 	if int64(len(digits))+scale < -324 {
 		return 0
 	}
-	num, _ := new(big.Int).SetString(digits, 10)
-	r := new(big.Rat)
-	if scale >= 0 {
-		r.SetInt(num.Mul(num, pow10(int(scale))))
-	} else {
-		r.SetFrac(num, pow10(int(-scale)))
-	}
-	f, _ := r.Float64()
+	f, _ := decimalRat(digits, scale).Float64()
 	return f
 }
 

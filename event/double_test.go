@@ -49,6 +49,33 @@ func TestParseDoubleIsParseFloat(t *testing.T) {
 	// as 0.1): there the exact fraction decides.
 	tie := "1.00000000000000011102230246251565404236316680908203125" // between 1 and the next double
 	cases = append(cases, tie, tie+strings.Repeat("0", 800)+"1", "-"+tie+strings.Repeat("0", 900)+"1e-5", "1"+strings.Repeat("0", 800)+"e-800", "2"+strings.Repeat("0", 900)+"e-900", "1"+strings.Repeat("0", 1000)+"e-600", "0."+strings.Repeat("0", 900)+"1e800")
+	// Near the largest double and the tie above it, where ParseFloat's
+	// fast path gives up (30 µs a number), and just below ties beyond 800
+	// digits (…4999…, whose nines carry into the tie).
+	maxTie := "1.797693134862315807937289714053034150799341327100378269361737789804449682927647509466490179775872070963302864166928879109465555478519404026306574886715058206819089020007083836762738548458177115317644757302700698555713669596228429148198608349364752927190741684443655107043427115596995080930428801779041744977920000000000000000000000000000000000"
+	cases = append(cases, "9e308", "2e308", "1.8e308", "99e307", "1.797693134862315808e308", "1.7976931348623157e308", "1.7976931348623158e308", "-1.7976931348623159e308",
+		maxTie[:330]+"e308", "1.7976931348623158079372897140530341507993413271003782693617377898044496829276475094664901797758720709633028641669288791094655554785194040263065748867150582068190890200070838367627385484581771153176447573027006985557136695962284291481986083493647529271907416844436551070434271155969950809304288017790417449779"+strings.Repeat("4", 10)+strings.Repeat("9", 900)+"e308",
+		"1.000000000000000333066907387546962127089500427246093749"+strings.Repeat("9", 1000), "1.00000000000000011102230246251565404236316680908203124"+strings.Repeat("9", 900)+"8")
+	for range 300 { // random doubles' ties, just below and just above, in 850 to 1,000 digits
+		f := math.Float64frombits(rng.Uint64() & 0x7fefffffffffffff)
+		mid := new(big.Rat).SetFloat64(f)
+		mid.Add(mid, new(big.Rat).SetFloat64(math.Nextafter(f, math.Inf(1)))).Quo(mid, big.NewRat(2, 1))
+		text := new(big.Float).SetPrec(4000).SetRat(mid).Text('e', 850+rng.IntN(150))
+		mant, exp, _ := strings.Cut(text, "e")
+		mant = strings.TrimRight(mant, "0")
+		below := []byte(mant) // the tie less one unit in its last place, then nines
+		for i := len(below) - 1; i >= 0; i-- {
+			if below[i] == '.' {
+				continue
+			}
+			if below[i] > '0' {
+				below[i]--
+				break
+			}
+			below[i] = '9'
+		}
+		cases = append(cases, string(below)+strings.Repeat("9", 60)+"e"+exp, mant+"0001e"+exp)
+	}
 	for _, c := range cases {
 		exact, _ := new(big.Rat).SetString(c)
 		want, _ := exact.Float64()

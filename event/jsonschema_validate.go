@@ -104,6 +104,7 @@ type schemaInfo struct {
 	// enum: checked first, they fail the wrong branch of a oneOf of event
 	// types before its other properties are checked.
 	discriminators []string
+	discriminator  map[string]bool
 	// consts are the string consts of properties a value must meet to
 	// pass the schema (its own properties, and its $ref's): a oneOf,
 	// anyOf or if skips a branch whose const the value's property is
@@ -167,6 +168,10 @@ func newSchemaValidator(root *jsonschema.Schema, nodes []*jsonschema.Schema, reg
 		for name, sub := range s.Properties {
 			if sub.Const != nil || sub.Enum != nil {
 				in.discriminators = append(in.discriminators, name)
+				if in.discriminator == nil {
+					in.discriminator = map[string]bool{}
+				}
+				in.discriminator[name] = true
 			}
 		}
 		for re := range s.PatternProperties {
@@ -486,7 +491,17 @@ func (r *schemaRun) merge(ue *uneval, other uneval) {
 		ue.all = true
 		return
 	}
-	ue.prefix = max(ue.prefix, other.prefix)
+	if other.prefix > ue.prefix {
+		// Items below the new prefix are counted in it, not in items.
+		ue.prefix = other.prefix
+		for i := range ue.items {
+			if i < ue.prefix {
+				delete(ue.items, i)
+				ue.held--
+				r.live--
+			}
+		}
+	}
 	for k := range other.props {
 		r.evaluatedProp(ue, k)
 	}
@@ -676,8 +691,10 @@ func (r *schemaRun) object(s *jsonschema.Schema, in *schemaInfo, obj map[string]
 		evaluated := false
 		if sub, ok := s.Properties[pname]; ok {
 			evaluated = true
-			if f := r.below(sub, pvalue, named(pname)); f != nil {
-				return f
+			if !in.discriminator[pname] { // else checked first, above
+				if f := r.below(sub, pvalue, named(pname)); f != nil {
+					return f
+				}
 			}
 		}
 		for re, sub := range s.PatternProperties {

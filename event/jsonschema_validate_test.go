@@ -180,7 +180,7 @@ func (g *schemaGen) schema(depth int) string {
 	modern := strings.Contains(g.draft, "/draft/")
 	for range 1 + g.rng.IntN(3) {
 		sub := func() string { return g.schema(depth - 1) }
-		switch g.rng.IntN(28) {
+		switch g.rng.IntN(29) {
 		case 0:
 			kws = append(kws, `"type":`+g.pick(`"object"`, `"array"`, `"number"`, `["string","null"]`, `"integer"`, `"boolean"`))
 		case 1:
@@ -263,6 +263,10 @@ func (g *schemaGen) schema(depth int) string {
 			kws = append(kws, `"`+g.pick("oneOf", "anyOf")+`":[`+branch()+`,`+branch()+`,{"$ref":"#/definitions/a","properties":{"a":{"const":"b"}}}]`)
 		case 27:
 			kws = append(kws, `"if":{"properties":{"a":{"const":"`+g.pick("a", "b")+`"}}}`, `"then":`+sub(), `"else":`+sub())
+		case 28: // items evaluated in place by contains, a prefix and items, then unevaluatedItems
+			if strings.Contains(g.draft, "2020-12") {
+				kws = append(kws, `"allOf":[{"contains":{"const":"a"}},{"prefixItems":[true,`+sub()+`]},`+g.pick(`{"items":true}`, `{"contains":true}`, `{}`)+`]`, `"unevaluatedItems":`+sub())
+			}
 		}
 	}
 	// A keyword twice is the last one's: fine for both validators.
@@ -357,4 +361,30 @@ func TestDecimalMultipleOf(t *testing.T) {
 		require.Equal(t, want, parseDecimal(n).multipleOf(newDivisor(parseDecimal(m))), "%s multipleOf %s", n, m)
 	}
 	require.Greater(t, hits, 500)
+}
+
+// Items evaluated in place by contains, then counted in a longer prefix,
+// are counted once: counted twice, the set looked complete, what later
+// subschemas evaluated was dropped, and unevaluatedItems refused ["a",
+// "x", "y"] (the eighth review).
+func TestJSONSchemaEvaluatedItemsAcrossPrefixes(t *testing.T) {
+	const d2020 = `"$schema":"https://json-schema.org/draft/2020-12/schema",`
+	for _, c := range []struct {
+		schema, payload string
+		valid           bool
+	}{
+		{`{` + d2020 + `"allOf":[{"contains":{"const":"a"}},{"prefixItems":[true,true]},{"items":true}],"unevaluatedItems":false}`, `["a","x","y"]`, true},
+		{`{` + d2020 + `"contains":{"const":"a"},"allOf":[{"prefixItems":[true,true]},{"items":true}],"unevaluatedItems":false}`, `["a","x","y"]`, true},
+		{`{` + d2020 + `"contains":{"const":"a"},"allOf":[{"prefixItems":[true,true]},{"contains":{"const":"y"}}],"unevaluatedItems":false}`, `["a","x","y"]`, true},
+		{`{` + d2020 + `"contains":{"const":"a"},"allOf":[{"prefixItems":[true,true]}],"anyOf":[{"items":true}],"unevaluatedItems":false}`, `["a","x","y"]`, true},
+		{`{` + d2020 + `"contains":{"const":"a"},"allOf":[{"prefixItems":[true,true]}],"unevaluatedItems":false}`, `["a","x","y"]`, false},
+		{`{` + d2020 + `"not":{"contains":{"const":"a"},"allOf":[{"prefixItems":[true,true]},{"items":true}],"unevaluatedItems":false}}`, `["a","x","y"]`, false},
+	} {
+		codec, err := newJSONSchemaCodec(1, c.schema, nil)
+		require.NoError(t, err)
+		ours, library, decided := verdicts(t, codec, []byte(c.payload))
+		require.True(t, decided)
+		require.Equal(t, c.valid, ours, c.schema)
+		require.Equal(t, library, ours, "%s: as the library", c.schema)
+	}
 }
