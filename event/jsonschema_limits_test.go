@@ -267,6 +267,11 @@ func TestJSONSchemaWorstCases(t *testing.T) {
 			`"P` + strings.Repeat("1", 1<<20) + `D"`},
 		{"unevaluatedProperties after 900 allOf of patternProperties", `{"$schema":"https://json-schema.org/draft/2020-12/schema","unevaluatedProperties":{"type":"string"},"allOf":[` + list(900, func(int) string { return `{"patternProperties":{"":true}}` }) + `]}`,
 			"{" + list(30_000, func(i int) string { return fmt.Sprintf(`"%d":"x"`, i) }) + "}"},
+		{"prefixes raised 90 times at 8 levels over 450,000 items contains evaluated", `{"$schema":"https://json-schema.org/draft/2020-12/schema","$defs":{` + list(90, func(k int) string {
+			return fmt.Sprintf(`"p%d":{"prefixItems":[%s]}`, k+1, list(k+1, func(int) string { return "true" }))
+		}) + `},"allOf":[` + list(8, func(int) string {
+			return `{"unevaluatedItems":true,"contains":{"const":0},"allOf":[` + list(90, func(k int) string { return fmt.Sprintf(`{"$ref":"#/$defs/p%d"}`, k+1) }) + `]}`
+		}) + `]}`, "[" + strings.Repeat("0,", 450_000) + "1]"},
 		{"references that double 30 times", `{"$ref":"#/$defs/d0","$defs":{` + list(30, func(i int) string {
 			return fmt.Sprintf(`"d%d":{"allOf":[{"$ref":"#/$defs/d%d"},{"$ref":"#/$defs/d%d"}]}`, i, i+1, i+1)
 		}) + `,"d30":{"type":"object"}}}`, `{}`},
@@ -380,6 +385,23 @@ func TestJSONSchemaWideSchemasCompile(t *testing.T) {
 	}
 	_, err = codec.check([]byte(`{"p1":"x","tree":{"a":{"a":{}},"c":[{}]}}`))
 	require.NoError(t, err)
+}
+
+// A const that 2,900 references reach is kept once, with the schema that
+// holds it: copied into each, 2,000 consts held 200 MB (the ninth review).
+func TestJSONSchemaConstsAreKeptOnce(t *testing.T) {
+	schema := `{"$defs":{"base":{"properties":{` + list(2000, func(i int) string { return fmt.Sprintf(`"p%d":{"const":"x"}`, i) }) + `}}},"anyOf":[` +
+		list(2900, func(int) string { return `{"$ref":"#/$defs/base"}` }) + `]}`
+	codec, err := newJSONSchemaCodec(1, schema, nil)
+	require.NoError(t, err)
+	held := 0
+	for _, in := range codec.validator.info {
+		held += len(in.consts)
+	}
+	require.Equal(t, 2000, held)
+	payload := "{" + list(2000, func(i int) string { return fmt.Sprintf(`"p%d":"x"`, i) }) + "}"
+	require.NoError(t, validateJSON(t, schema, payload))
+	require.Equal(t, ReasonSchemaMismatch, ReasonOf(validateJSON(t, schema, `{"p7":"y"}`)))
 }
 
 // Where a schema check fails is joined only when it fails: a megabyte
