@@ -154,6 +154,8 @@ func TestJSONSchemaAttacksAreDecidedOrStopped(t *testing.T) {
 			`[` + list(3300, func(int) string { return "1" + strings.Repeat("0", 300) }) + `]`},
 		{"dependentSchemas at every level", `{"$ref":"#/$defs/d","$defs":{"d":{"dependentSchemas":{"a":{"$ref":"#/$defs/e"}},"additionalProperties":{"$ref":"#/$defs/d"}},"e":{"dependentSchemas":{"a":{"properties":{"a":{"$ref":"#/$defs/d"}}}}}}}`,
 			strings.Repeat(`{"a":`, 127) + "1" + strings.Repeat("}", 127)},
+		{"600 failing branches of additionalProperties false on 90,000 members", `{"$defs":{"s":{"properties":{"zz":{}},"additionalProperties":false}},"anyOf":[` + list(600, func(int) string { return `{"$ref":"#/$defs/s"}` }) + `,{}]}`,
+			"{" + list(90_000, func(i int) string { return fmt.Sprintf(`"p%d":0`, i) }) + "}"},
 		{"a chain of 1,500 references", `{"$ref":"#/$defs/d0","$defs":{` + list(1500, func(i int) string { return fmt.Sprintf(`"d%d":{"$ref":"#/$defs/d%d"}`, i, i+1) }) + `,"d1500":{}}}`, `{}`},
 	}
 	for _, a := range attacks {
@@ -272,6 +274,14 @@ func TestJSONSchemaWorstCases(t *testing.T) {
 		}) + `},"allOf":[` + list(8, func(int) string {
 			return `{"unevaluatedItems":true,"contains":{"const":0},"allOf":[` + list(90, func(k int) string { return fmt.Sprintf(`{"$ref":"#/$defs/p%d"}`, k+1) }) + `]}`
 		}) + `]}`, "[" + strings.Repeat("0,", 450_000) + "1]"},
+		{"minLength 4,400 times on 900 KB of two-byte characters", `{"$defs":{"s":{"minLength":400000}},"allOf":[` + list(4400, func(int) string { return `{"$ref":"#/$defs/s"}` }) + `]}`,
+			`"` + strings.Repeat("é", 450_000) + `"`},
+		{"uniqueItems 600 times on 30 objects of 3,000 members", `{"allOf":[` + list(600, func(int) string { return `{"uniqueItems":true}` }) + `]}`,
+			"[" + list(30, func(i int) string { return "{" + list(3000, func(j int) string { return fmt.Sprintf(`"m%d":%d`, j, i) }) + "}" }) + "]"},
+		{"properties 800 times over 90,000 members", `{"allOf":[` + list(800, func(int) string { return `{"properties":{"zz":{}}}` }) + `]}`,
+			"{" + list(90_000, func(i int) string { return fmt.Sprintf(`"p%d":0`, i) }) + "}"},
+		{"an enum of 4,000 objects on 100,000 items", `{"items":{"enum":[` + list(4000, func(i int) string { return fmt.Sprintf(`{"a":%d}`, i) }) + `]}}`,
+			"[" + list(100_000, func(int) string { return `{"a":3999}` }) + "]"},
 		{"references that double 30 times", `{"$ref":"#/$defs/d0","$defs":{` + list(30, func(i int) string {
 			return fmt.Sprintf(`"d%d":{"allOf":[{"$ref":"#/$defs/d%d"},{"$ref":"#/$defs/d%d"}]}`, i, i+1, i+1)
 		}) + `,"d30":{"type":"object"}}}`, `{}`},

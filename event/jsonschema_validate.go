@@ -67,6 +67,7 @@ const (
 	stepFailure       = 100    // a failure, plus a step per level of its location
 	stepMultipleOf    = 60     // 18 digits divided by a divisor of 64 bits
 	stepMultipleOfBig = 400    // by a longer one
+	stepLookup        = 50     // a payload object's member visited or looked up (a large map is cache-cold)
 	stepHash          = 300    // an item hashed and looked up, for uniqueItems
 )
 
@@ -658,7 +659,7 @@ func (r *schemaRun) object(s *jsonschema.Schema, in *schemaInfo, obj map[string]
 		return r.fail(func() jsonschema.ErrorKind { return &kind.Required{Missing: missing} })
 	}
 	for pname, dep := range s.Dependencies {
-		r.charge(stepNode + uint64(len(pname))/8)
+		r.charge(stepLookup + uint64(len(pname))/8)
 		if _, ok := obj[pname]; !ok {
 			continue
 		}
@@ -676,20 +677,19 @@ func (r *schemaRun) object(s *jsonschema.Schema, in *schemaInfo, obj map[string]
 	// Which properties are checked first changes no verdict, only how
 	// soon a failing one is found.
 	for _, pname := range in.discriminators {
-		r.charge(stepNode + uint64(len(pname))/8)
+		r.charge(stepLookup + uint64(len(pname))/8)
 		if pvalue, ok := obj[pname]; ok {
 			if f := r.below(s.Properties[pname], pvalue, named(pname)); f != nil {
 				return f
 			}
 		}
 	}
-	var additional []string
 	members := obj
 	if len(s.Properties) == 0 && len(s.PatternProperties) == 0 && s.AdditionalProperties == nil {
 		members = nil // no keyword here reads them
 	}
 	for pname, pvalue := range members {
-		r.charge(stepNode + uint64(len(pname))/8)
+		r.charge(stepLookup + uint64(len(pname))/8)
 		evaluated := false
 		if sub, ok := s.Properties[pname]; ok {
 			evaluated = true
@@ -712,8 +712,8 @@ func (r *schemaRun) object(s *jsonschema.Schema, in *schemaInfo, obj map[string]
 			evaluated = true
 			switch a := s.AdditionalProperties.(type) {
 			case bool:
-				if !a {
-					additional = append(additional, pname)
+				if !a { // the first is failure enough
+					return r.fail(func() jsonschema.ErrorKind { return &kind.AdditionalProperties{Properties: []string{pname}} })
 				}
 			case *jsonschema.Schema:
 				if f := r.below(a, pvalue, named(pname)); f != nil {
@@ -724,9 +724,6 @@ func (r *schemaRun) object(s *jsonschema.Schema, in *schemaInfo, obj map[string]
 		if evaluated {
 			r.evaluatedProp(ue, pname)
 		}
-	}
-	if len(additional) > 0 {
-		return r.fail(func() jsonschema.ErrorKind { return &kind.AdditionalProperties{Properties: additional} })
 	}
 	if s.DraftVersion == 4 {
 		return nil
@@ -743,7 +740,7 @@ func (r *schemaRun) object(s *jsonschema.Schema, in *schemaInfo, obj map[string]
 		return nil
 	}
 	for pname, sub := range s.DependentSchemas {
-		r.charge(stepNode + uint64(len(pname))/8)
+		r.charge(stepLookup + uint64(len(pname))/8)
 		if _, ok := obj[pname]; ok {
 			if f := r.inPlace(sub, obj, ue); f != nil {
 				return f
@@ -751,7 +748,7 @@ func (r *schemaRun) object(s *jsonschema.Schema, in *schemaInfo, obj map[string]
 		}
 	}
 	for pname, reqd := range s.DependentRequired {
-		r.charge(stepNode + uint64(len(pname))/8)
+		r.charge(stepLookup + uint64(len(pname))/8)
 		if _, ok := obj[pname]; ok {
 			if missing := r.missing(obj, reqd); missing != nil {
 				return r.fail(func() jsonschema.ErrorKind { return &kind.DependentRequired{Prop: pname, Missing: missing} })
@@ -764,7 +761,7 @@ func (r *schemaRun) object(s *jsonschema.Schema, in *schemaInfo, obj map[string]
 func (r *schemaRun) missing(obj map[string]any, names []string) []string {
 	var missing []string
 	for _, name := range names {
-		r.charge(stepNode + uint64(len(name))/8)
+		r.charge(stepLookup + uint64(len(name))/8)
 		if _, ok := obj[name]; !ok {
 			missing = append(missing, name)
 		}
@@ -862,8 +859,12 @@ func (r *schemaRun) array(s *jsonschema.Schema, arr []any, ue *uneval) *schemaFa
 }
 
 func (r *schemaRun) string(s *jsonschema.Schema, in *schemaInfo, str string) *schemaFailure {
-	if s.MinLength != nil || s.MaxLength != nil {
-		r.charge(stepNode + uint64(len(str))/4)
+	// A string has between a quarter of its bytes and its bytes in
+	// characters: counted (2 steps a byte) only when that does not decide.
+	minDecided := s.MinLength == nil || (len(str)+3)/4 >= *s.MinLength
+	maxDecided := s.MaxLength == nil || len(str) <= *s.MaxLength
+	if !minDecided || !maxDecided {
+		r.charge(stepNode + 2*uint64(len(str)))
 		n := utf8.RuneCountInString(str)
 		if s.MinLength != nil && n < *s.MinLength {
 			return r.fail(func() jsonschema.ErrorKind { return &kind.MinLength{Got: n, Want: *s.MinLength} })
@@ -1017,7 +1018,7 @@ func (r *schemaRun) conditions(s *jsonschema.Schema, v any, ue *uneval) *schemaF
 func (r *schemaRun) unevaluated(s *jsonschema.Schema, v any, ue *uneval) *schemaFailure {
 	if obj, ok := v.(map[string]any); ok && s.UnevaluatedProperties != nil && !ue.all {
 		for pname, pvalue := range obj {
-			r.charge(stepNode + uint64(len(pname))/8)
+			r.charge(stepLookup + uint64(len(pname))/8)
 			if _, ok := ue.props[pname]; ok {
 				continue
 			}
@@ -1053,7 +1054,7 @@ func (r *schemaRun) equals(a, b any) bool {
 			return false
 		}
 		for k, x := range a {
-			r.charge(uint64(len(k)) / 8)
+			r.charge(stepLookup + uint64(len(k))/8)
 			y, ok := b[k]
 			if !ok || !r.equals(x, y) {
 				return false
@@ -1172,7 +1173,7 @@ func (r *schemaRun) hash(h *maphash.Hash, v any) {
 		var m maphash.Hash
 		m.SetSeed(r.sv.seed)
 		for k, x := range v {
-			r.charge(uint64(len(k)) / 8)
+			r.charge(stepMember + uint64(len(k))/8)
 			m.Reset()
 			m.WriteString(k)
 			m.WriteByte(0)
