@@ -277,7 +277,9 @@ func TestJSONSchemaWorstCases(t *testing.T) {
 		{"minLength 4,400 times on 900 KB of two-byte characters", `{"$defs":{"s":{"minLength":400000}},"allOf":[` + list(4400, func(int) string { return `{"$ref":"#/$defs/s"}` }) + `]}`,
 			`"` + strings.Repeat("é", 450_000) + `"`},
 		{"uniqueItems 600 times on 30 objects of 3,000 members", `{"allOf":[` + list(600, func(int) string { return `{"uniqueItems":true}` }) + `]}`,
-			"[" + list(30, func(i int) string { return "{" + list(3000, func(j int) string { return fmt.Sprintf(`"m%d":%d`, j, i) }) + "}" }) + "]"},
+			"[" + list(30, func(i int) string {
+				return "{" + list(3000, func(j int) string { return fmt.Sprintf(`"m%d":%d`, j, i) }) + "}"
+			}) + "]"},
 		{"properties 800 times over 90,000 members", `{"allOf":[` + list(800, func(int) string { return `{"properties":{"zz":{}}}` }) + `]}`,
 			"{" + list(90_000, func(i int) string { return fmt.Sprintf(`"p%d":0`, i) }) + "}"},
 		{"an enum of 4,000 objects on 100,000 items", `{"items":{"enum":[` + list(4000, func(i int) string { return fmt.Sprintf(`{"a":%d}`, i) }) + `]}}`,
