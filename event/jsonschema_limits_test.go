@@ -156,6 +156,8 @@ func TestJSONSchemaAttacksAreDecidedOrStopped(t *testing.T) {
 			strings.Repeat(`{"a":`, 127) + "1" + strings.Repeat("}", 127)},
 		{"600 failing branches of additionalProperties false on 90,000 members", `{"$defs":{"s":{"properties":{"zz":{}},"additionalProperties":false}},"anyOf":[` + list(600, func(int) string { return `{"$ref":"#/$defs/s"}` }) + `,{}]}`,
 			"{" + list(90_000, func(i int) string { return fmt.Sprintf(`"p%d":0`, i) }) + "}"},
+		{"not uniqueItems 4,000 times on 499,000 zeros", `{"$defs":{"l":{"not":{"uniqueItems":true}},"m":{"allOf":[` + list(100, func(int) string { return `{"$ref":"#/$defs/l"}` }) + `]}},"allOf":[` +
+			list(40, func(int) string { return `{"$ref":"#/$defs/m"}` }) + `]}`, "[" + strings.Repeat("0,", 499_000) + "0]"},
 		{"a chain of 1,500 references", `{"$ref":"#/$defs/d0","$defs":{` + list(1500, func(i int) string { return fmt.Sprintf(`"d%d":{"$ref":"#/$defs/d%d"}`, i, i+1) }) + `,"d1500":{}}}`, `{}`},
 	}
 	for _, a := range attacks {
@@ -265,6 +267,9 @@ func TestJSONSchemaWorstCases(t *testing.T) {
 			"[" + list(3_000, func(int) string { // M × (10^260 + 1): 300 digits, a multiple
 				return "1234567890123456789012345678901234567891" + strings.Repeat("0", 220) + "1234567890123456789012345678901234567891"
 			}) + "]"},
+		{"not multipleOf a 93-digit subnormal 8 times on 1e308s", `{"items":{"allOf":[` + list(8, func(int) string {
+			return `{"not":{"multipleOf":4.9406564584124654417656879286822137236505980261432476442558568250067550727020875186529983636e-324}}`
+		}) + `]}}`, "[" + list(166_000, func(int) string { return "1e308" }) + "]"},
 		{"format duration on a megabyte, 990 times", `{"$schema":"http://json-schema.org/draft-07/schema#","allOf":[` + list(990, func(int) string { return `{"format":"duration"}` }) + `]}`,
 			`"P` + strings.Repeat("1", 1<<20) + `D"`},
 		{"unevaluatedProperties after 900 allOf of patternProperties", `{"$schema":"https://json-schema.org/draft/2020-12/schema","unevaluatedProperties":{"type":"string"},"allOf":[` + list(900, func(int) string { return `{"patternProperties":{"":true}}` }) + `]}`,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/big"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -252,7 +253,7 @@ func (r *schemaRun) cannotPass(s *jsonschema.Schema, v any) bool {
 	for hops := 0; s != nil && hops < 8; s, hops = s.Ref, hops+1 {
 		r.charge(stepNode)
 		for _, c := range r.sv.info[s].consts {
-			r.charge(stepNode + uint64(len(c.name))/8)
+			r.charge(stepLookup + uint64(len(c.name)+len(c.value))/8)
 			if x, ok := obj[c.name]; ok {
 				if str, ok := x.(string); !ok || str != c.value {
 					return true
@@ -908,7 +909,9 @@ func (r *schemaRun) number(in *schemaInfo, n decimal) *schemaFailure {
 		if dv.small == 0 {
 			perChunk = stepMultipleOfBig
 		}
-		r.charge(stepNumber + perChunk*uint64(1+n.chunks()))
+		// And 10^(a−b) mod M by squaring, a multiplication a bit of a−b.
+		gap := max(n.exp-int64(len(n.digits))-dv.b, 0)
+		r.charge(stepNumber + perChunk*uint64(1+n.chunks()+bits.Len64(uint64(gap))))
 		if !n.multipleOf(dv) {
 			return r.fail(func() jsonschema.ErrorKind { return numberFailure{n, "multipleOf", dv.m} })
 		}
@@ -1108,8 +1111,11 @@ func (r *schemaRun) duplicates(arr []any) (int, int) {
 	}
 	var h maphash.Hash
 	h.SetSeed(r.sv.seed)
-	first := make(map[uint64]int, len(arr)) // the first item of each hash
-	var more map[uint64][]int               // the others, of hashes that collide
+	// Not sized to the array: a duplicate at the start would return after
+	// two items, and the tables for 500,000 (19 MB) were not paid for. It
+	// grows as items are hashed, each paying stepHash.
+	first := map[uint64]int{} // the first item of each hash
+	var more map[uint64][]int // the others, of hashes that collide
 	for i, item := range arr {
 		r.charge(stepHash)
 		h.Reset()
