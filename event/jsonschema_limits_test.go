@@ -518,3 +518,42 @@ func TestJSONSchemaExplainingHasWhatIsLeft(t *testing.T) {
 		t.Logf("%d items: the first run took %s steps; %s", n, english.Sprint(first), why)
 	}
 }
+
+// Go parses a class range under (?i) one fold at a time: 4 KB of
+// "(?i)[B-\U0010FFFF]" took 1.7 s to parse as format regex, 22 s for a
+// 49 KB record (the twelfth review). Such a source is charged 20 times a
+// byte, in a payload and in a schema's patterns.
+func TestJSONSchemaFoldedRangesArePaidFor(t *testing.T) {
+	folded := "(?i)" + strings.Repeat(`[B-\\x{10FFFF}]`, 270)
+	err := validateJSON(t, `{"$schema":"http://json-schema.org/draft-07/schema#","items":{"format":"regex"}}`, `["`+folded+`"]`)
+	require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "%v", err)
+	require.NoError(t, validateJSON(t, `{"$schema":"http://json-schema.org/draft-07/schema#","items":{"format":"regex"}}`, `["(?i)^[a-z0-9._%+-]+@[a-z0-9.-]+$"]`))
+	_, err = newJSONSchemaCodec(1, `{"properties":{"s":{"pattern":"`+folded+`"}}}`, nil)
+	require.ErrorContains(t, err, "more than 32,768 bytes in all")
+}
+
+// uniqueItems hashes each part with its length: ["x\u0000sx"] and
+// ["x","x"] hashed alike, and 9,000 such arrays were refused as over the
+// budget (the twelfth review).
+func TestJSONSchemaUniqueItemsHashesDoNotCollideByConstruction(t *testing.T) {
+	items := make([]string, 0, 9000)
+	for i := range 9000 {
+		var parts []string
+		for b := 0; b < 14; b++ {
+			if i&(1<<b) != 0 {
+				parts = append(parts, `"x"`)
+			} else {
+				parts = append(parts, `"x\u0000sx"`)
+			}
+		}
+		items = append(items, "["+strings.Join(parts, ",")+"]")
+	}
+	codec, err := newJSONSchemaCodec(1, `{"uniqueItems":true}`, nil)
+	require.NoError(t, err)
+	v, err := jsonschema.UnmarshalJSON(strings.NewReader("[" + strings.Join(items, ",") + "]"))
+	require.NoError(t, err)
+	fail, steps, over := codec.validator.run(asDecimals(v), false, maxSchemaWork)
+	require.Nil(t, fail)
+	require.Empty(t, over)
+	require.Less(t, steps, int64(maxSchemaWork/50))
+}

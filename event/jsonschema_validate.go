@@ -551,7 +551,7 @@ func (r *schemaRun) apply(s *jsonschema.Schema, in *schemaInfo, v any, ue uneval
 				if len(str) > maxRegexFormatLength {
 					panic(schemaOverBudget{fmt.Sprintf("would parse a string of %s bytes as a regular expression (format regex; at most %s)", english.Sprint(len(str)), english.Sprint(maxRegexFormatLength))})
 				}
-				r.charge(uint64(len(str)+1) * stepRegexByte)
+				r.charge(uint64(len(str)+1) * stepRegexByte * foldWeight(str))
 			} else {
 				r.charge(uint64(len(str)+1) * max(stepFormat, formatWeights[s.Format.Name]))
 			}
@@ -1139,6 +1139,13 @@ func (r *schemaRun) duplicates(arr []any) (int, int) {
 	return -1, -1
 }
 
+// writeLength writes n, ended, so that what follows it is read as n long.
+func writeLength(h *maphash.Hash, n int) {
+	var b [24]byte
+	h.Write(strconv.AppendUint(b[:0], uint64(n), 10))
+	h.WriteByte(':')
+}
+
 // hash writes v so that equal values (as equals has them) hash equally:
 // a number as its double (equal numbers are equal doubles; the rare
 // unequal ones that round alike are told apart by equals).
@@ -1154,25 +1161,30 @@ func (r *schemaRun) hash(h *maphash.Hash, v any) {
 			h.WriteByte('f')
 		}
 	case string:
+		// Each part written with its length, so that no two values write
+		// alike: ["x\u0000sx"] and ["x","x"] did, and a crafted array of
+		// them made uniqueItems compare every item with every other.
 		r.charge(uint64(len(v)) / 8)
 		h.WriteByte('s')
+		writeLength(h, len(v))
 		h.WriteString(v)
-		h.WriteByte(0)
 	case decimal: // equal numbers are equal decimals
 		r.charge(uint64(len(v.digits)) / 8)
 		h.WriteByte('d')
 		if v.neg {
 			h.WriteByte('-')
 		}
+		writeLength(h, len(v.digits))
 		h.WriteString(v.digits)
 		var b [24]byte
 		h.Write(strconv.AppendInt(b[:0], v.exp, 10))
+		h.WriteByte('e')
 	case []any:
 		h.WriteByte('[')
+		writeLength(h, len(v))
 		for _, x := range v {
 			r.hash(h, x)
 		}
-		h.WriteByte(']')
 	case map[string]any:
 		// Members in any order: the sum of each member's own hash.
 		var sum uint64
@@ -1181,8 +1193,8 @@ func (r *schemaRun) hash(h *maphash.Hash, v any) {
 		for k, x := range v {
 			r.charge(stepMember + uint64(len(k))/8)
 			m.Reset()
+			writeLength(&m, len(k))
 			m.WriteString(k)
-			m.WriteByte(0)
 			r.hash(&m, x)
 			sum += m.Sum64()
 		}
