@@ -18,26 +18,29 @@ import (
 //   - Subject: the row's key, from the record key (Debezium keys each
 //     record by the row's primary key): the value of a one-column key
 //     ({"id": 42} → "42"), the canonical JSON of a wider one.
-//   - Version: the change's position in the source's log, source.lsn for
-//     PostgreSQL, with every streamed change (c, u, d) ranked above every
-//     snapshot read (r): a streamed change's version is StreamedVersion +
-//     its LSN, a read's is its LSN. A row's streamed changes are mostly
-//     serialised by its lock, so a later one has a higher LSN — not an
-//     INSERT that wrote its row before waiting on another transaction's
-//     key, which deletes it and commits first (a known defect: see
-//     "Versions of one row" in docs/guides/change-data-capture.md). A read
-//     carries the snapshot's LSN, and that is not below every change
-//     streamed after it: a transaction that began while the slot was
-//     being created and commits after its consistent point is not in the
-//     snapshot, is streamed, and its changes can carry LSNs below the
-//     snapshot's (PostgreSQL's snapbuild.c). By LSN alone such a change
-//     would be stale against the read, and the replica would keep the
-//     older row.
+//   - Version and Sequence: the change's place in the source's commit
+//     order. A streamed change (c, u, d) has Version StreamedVersion +
+//     the LSN of the last commit before it (the first of source.sequence)
+//     and Sequence its own LSN (source.lsn): a change of a transaction
+//     that committed later is newer, and within a transaction the later
+//     change is. By LSN alone it would not be: an INSERT writes its row
+//     before it waits on a key another transaction holds, and if that
+//     one deletes the row and commits first, the insert's LSN is below
+//     the delete's. A snapshot read (r) has Version its LSN and Sequence
+//     0, so every streamed change outranks every read. A read carries the
+//     snapshot's LSN, and that is not below every change streamed after
+//     it: a transaction that began while the slot was being created and
+//     commits after its consistent point is not in the snapshot, is
+//     streamed, and its changes can carry LSNs below the snapshot's
+//     (PostgreSQL's snapbuild.c). By LSN alone such a change would be
+//     stale against the read. Versions with a Sequence need a numeric
+//     version column.
 //   - Type: "<schema>.<table>.<create|update|delete|read>" from source and
 //     op (read: a snapshot row).
 //   - Source: "<connector name>.<schema>.<table>"; ID:
-//     "<version>:<subject>" (a read and a streamed change at one LSN are
-//     two events).
+//     "<position>:<subject>", the position being the LSN for a read and
+//     StreamedVersion + the LSN for a streamed change (a read and a
+//     streamed change at one LSN are two events).
 //   - Key (StrategyPosition): the source, the position and the row: a
 //     change re-sent after the connector restarts from its last committed
 //     offset is a duplicate.
@@ -158,8 +161,12 @@ func (d *Decoder) decodeDebezium(ctx context.Context, r Record) (Event, error) {
 		return Event{}, err
 	}
 	ev.Version = lsn
+	var commit int64 // the order of a streamed change: see below
 	if verb != "read" {
 		ev.Version += StreamedVersion
+		if commit, err = debeziumLastCommit(doc, src); err != nil {
+			return Event{}, err
+		}
 	}
 	scope := table
 	if schema != "" {
@@ -231,6 +238,12 @@ func (d *Decoder) decodeDebezium(ctx context.Context, r Record) (Event, error) {
 	ev.Data = data
 	if ev, err = d.finish(ev, &dd.d, dd.d.root); err != nil {
 		return Event{}, err
+	}
+	// The id, the dedupe key and the payload hash are the position's
+	// alone (above); the order among the row's versions is the commit
+	// order: the last commit before the change, then the change's LSN.
+	if commit >= 0 && verb != "read" {
+		ev.Version, ev.Sequence = StreamedVersion+commit, lsn
 	}
 	ev.TraceParent, ev.TraceState = traceContext(nil, r.Headers)
 	ev.doc = dd.keep(ev.Data, 0, dd.d.root)
@@ -319,6 +332,56 @@ func debeziumPayload(doc *jsonDoc, v int) (int, error) {
 		return payload, nil
 	}
 	return 0, decodeErr(ReasonNotDebezium, "the payload is %s, not a change event object", article(doc.kind(payload)))
+}
+
+// debeziumLastCommit is the first of source.sequence, the LSN of the last
+// transaction the connector saw commit before this change's ("[\"lsn\",
+// \"lsn\"]", its first null, read as 0, before the connector has seen
+// one); -1 when the source has no sequence (a connector older than
+// Debezium 1.4), whose changes are then ordered by their LSN alone.
+//
+// It orders changes by commit: every change of a transaction that
+// committed after another's carries a last commit at or above that
+// other's commit, which is above all of the other's changes' (PostgreSQL
+// streams whole transactions in commit order). A re-sending may carry
+// another last commit (the connector restarted from an offset), but one
+// that is still below the change's own commit, so no later transaction's
+// change is outranked by it.
+func debeziumLastCommit(doc *jsonDoc, src int) (int64, error) {
+	v, ok := doc.member(src, "sequence")
+	if !ok || doc.kind(v) == KindNull {
+		return -1, nil
+	}
+	bad := func() (int64, error) {
+		return 0, decodeErr(ReasonInvalidVersion, "source.sequence %s is not [last commit LSN, LSN]", Excerpt(doc.head(v)))
+	}
+	if doc.kind(v) != KindString {
+		return bad()
+	}
+	seq, ok := strings.CutPrefix(doc.str(v), "[")
+	if !ok {
+		return bad()
+	}
+	first, _, ok := strings.Cut(seq, ",")
+	if !ok {
+		return bad()
+	}
+	first = strings.TrimSpace(first)
+	if first == "null" {
+		return 0, nil
+	}
+	digits, ok := strings.CutPrefix(first, `"`)
+	if digits, ok = strings.CutSuffix(digits, `"`); !ok || !isDigits(digits) {
+		return bad()
+	}
+	if digits == "0" {
+		return 0, nil
+	}
+	commit, err := parseVersion(digits)
+	if err != nil || commit >= StreamedVersion {
+		return bad()
+	}
+	return commit, nil
 }
 
 // debeziumPosition is the change's position: source.lsn, an integer from 1

@@ -50,6 +50,14 @@ type Event struct {
 	// Version is the resourceversion extension (≥ 1) of an absolute-state
 	// event, 0 when absent (relative events, doorbells).
 	Version int64
+	// Sequence orders events of one Version: an event is newer than
+	// another when its Version is higher, or its Version is the same and
+	// its Sequence higher. It is 0 except for a streamed Debezium change,
+	// whose Version is the commit it follows and whose Sequence is its
+	// own LSN (see FormatDebezium). A version column holds the two as
+	// numeric Version.Sequence (20 digits after the point); a bigint one
+	// holds only a Sequence of 0. It is not part of the event's identity.
+	Sequence int64
 	// Time is the CloudEvents time attribute; zero when absent.
 	Time time.Time
 	// Data is the data member as received (structured mode), the record

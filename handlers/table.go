@@ -182,8 +182,11 @@ type resolvedTable struct {
 	ident string   // the table as a quoted, search-path-relative name
 	types []string // SQL types of Key, then Columns
 	vtype string   // SQL type of Version
-	rank  int      // tables with a lower rank are written first
-	sql   statements
+	// sequenced: the version column holds a Sequence too (numeric with
+	// room for sequenceDigits after the point).
+	sequenced bool
+	rank      int // tables with a lower rank are written first
+	sql       statements
 	// totals are the idents of t.Totals' tables, in order, and totalOIDs
 	// their oids.
 	totals    []string
@@ -314,7 +317,7 @@ func resolveTable(ctx context.Context, q handlerbridge.Querier, t *Table) (*reso
 			errs = append(errs, &handlerbridge.TableError{Table: t.Name, Column: t.Version, Reason: "is " + col.Type + ", not an integer",
 				Fix: "make the version column bigint"})
 		}
-		rt.vtype = col.Type
+		rt.vtype, rt.sequenced = col.Type, col.HoldsSequence()
 	}
 	if len(errs) > 0 {
 		return nil, 0, errors.Join(errs...)

@@ -44,7 +44,12 @@ func buildStatements(rt *resolvedTable) statements {
 		for i := range nk {
 			param(rt.types[i], fmt.Sprintf("k%d", i))
 		}
-		if version {
+		if version && rt.sequenced {
+			// Sent as text: numeric Version.Sequence, exactly.
+			p++
+			args = append(args, fmt.Sprintf("$%d::text[]::%s[]", p, rt.vtype))
+			names = append(names, "v")
+		} else if version {
 			param(rt.vtype, "v")
 		}
 		if cols {
@@ -84,10 +89,10 @@ func buildStatements(rt *resolvedTable) statements {
 	}
 	conflict := strings.Join(keyCols, ", ")
 	tombKey := fmt.Sprintf("jsonb_build_array(%s)", strings.Join(xKeys, ", "))
-	priorRow := "NULL::int8"
-	priorTomb := "NULL::int8"
+	priorRow := "NULL::text"
+	priorTomb := "NULL::text"
 	if t.Version != "" {
-		priorRow = fmt.Sprintf("CASE WHEN x.multi THEN (SELECT t.%s::int8 FROM %s t WHERE %s) END",
+		priorRow = fmt.Sprintf("CASE WHEN x.multi THEN (SELECT t.%s::text FROM %s t WHERE %s) END",
 			quote(t.Version), rt.ident, strings.Join(keyMatch, " AND "))
 	}
 
@@ -100,7 +105,7 @@ func buildStatements(rt *resolvedTable) statements {
 			notTombstoned = fmt.Sprintf(`
     WHERE NOT EXISTS (SELECT FROM effectively_tombstones ts
                       WHERE ts.table_name = $%d AND ts.key = %s AND ts.version >= x.v)`, tableParam, tombKey)
-			priorTomb = fmt.Sprintf(`CASE WHEN x.multi THEN (SELECT ts.version FROM effectively_tombstones ts
+			priorTomb = fmt.Sprintf(`CASE WHEN x.multi THEN (SELECT ts.version::text FROM effectively_tombstones ts
                                  WHERE ts.table_name = $%d AND ts.key = %s) END`, tableParam, tombKey)
 		}
 		var returning []string
@@ -144,7 +149,7 @@ w AS (
     WHERE ts.version < excluded.version
     RETURNING ts.key AS k0)
 SELECT x.ord, w.k0 IS NOT NULL, %s,
-       CASE WHEN x.multi THEN (SELECT ts.version FROM effectively_tombstones ts WHERE ts.table_name = $%d AND ts.key = %s) END
+       CASE WHEN x.multi THEN (SELECT ts.version::text FROM effectively_tombstones ts WHERE ts.table_name = $%d AND ts.key = %s) END
 FROM x LEFT JOIN w ON w.k0 = %s`,
 			unnest(true, false, true),
 			rt.ident, strings.Join(keyMatch, " AND "), v,

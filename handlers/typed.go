@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/internal/handlerbridge"
 )
 
@@ -25,7 +27,7 @@ const (
 type typedEffect struct {
 	t       *Table
 	shape   shape
-	version int64
+	at      order // gated shapes: the version, then the sequence
 	values  []any // the key's values, then (not for deletes) the columns'
 	row     string
 	out     *handlerbridge.Outcome
@@ -38,6 +40,10 @@ type typedEffect struct {
 // batch the newest version of a row is the one written; each event's
 // disposition is what it would be had the batch been applied one event at
 // a time in offset order.
+//
+// A version that is the event's own Version is gated with its Sequence
+// too (a Debezium change's: see event.Event.Sequence), which the
+// table's version column must then hold: numeric, not bigint.
 func (e *Effects) Upsert(t *Table, version int64, values ...any) error {
 	if err := e.checkTyped(t, len(values), t.width(), "Upsert"); err != nil {
 		return err
@@ -45,7 +51,16 @@ func (e *Effects) Upsert(t *Table, version int64, values ...any) error {
 	if t.Version == "" {
 		return fmt.Errorf("Upsert into table %s, which names no Version column", t.Name)
 	}
-	return e.addTyped(t, shapeUpsert, version, values)
+	return e.addTyped(t, shapeUpsert, e.order(version), values)
+}
+
+// order is version as the gate compares it: with the event's Sequence
+// when it is the event's own Version.
+func (e *Effects) order(version int64) order {
+	if version == e.ev.Version {
+		return order{version, e.ev.Sequence}
+	}
+	return order{version, 0}
 }
 
 // InsertOnce inserts a row of t unless one with the same key exists: one
@@ -56,13 +71,14 @@ func (e *Effects) InsertOnce(t *Table, values ...any) error {
 	if err := e.checkTyped(t, len(values), t.width(), "InsertOnce"); err != nil {
 		return err
 	}
-	return e.addTyped(t, shapeInsert, 0, values)
+	return e.addTyped(t, shapeInsert, order{}, values)
 }
 
 // Delete deletes the row of t with the given key if version is newer than
 // the stored row's, and leaves a tombstone so that an older upsert arriving
 // later is stale; the event is stale when the row or a tombstone is as new
-// or newer. t must be declared with Deletes.
+// or newer. t must be declared with Deletes. A version that is the event's
+// own is gated with its Sequence, as in Upsert.
 func (e *Effects) Delete(t *Table, version int64, key ...any) error {
 	if err := e.checkTyped(t, len(key), len(t.Key), "Delete"); err != nil {
 		return err
@@ -70,7 +86,7 @@ func (e *Effects) Delete(t *Table, version int64, key ...any) error {
 	if !t.Deletes {
 		return fmt.Errorf("Delete from table %s, which is not declared with Deletes", t.Name)
 	}
-	return e.addTyped(t, shapeDelete, version, key)
+	return e.addTyped(t, shapeDelete, e.order(version), key)
 }
 
 func (e *Effects) checkTyped(t *Table, got, want int, method string) error {
@@ -88,9 +104,9 @@ func (e *Effects) checkTyped(t *Table, got, want int, method string) error {
 	return nil
 }
 
-func (e *Effects) addTyped(t *Table, s shape, version int64, values []any) error {
+func (e *Effects) addTyped(t *Table, s shape, at order, values []any) error {
 	e.typed = append(e.typed, typedEffect{
-		t: t, shape: s, version: version, values: values, row: rowID(values[:len(t.Key)]), out: e.current,
+		t: t, shape: s, at: at, values: values, row: rowID(values[:len(t.Key)]), out: e.current,
 	})
 	e.queued++
 	e.typedQueued++
@@ -130,6 +146,9 @@ func (v *engineEffects) Flush(ctx context.Context, tx pgx.Tx) error {
 		if err != nil {
 			return err
 		}
+		if err := e.checkSequences(tables); err != nil {
+			return err
+		}
 		gated = e.queueTyped(b, tables)
 	}
 	b.QueuedQueries = append(b.QueuedQueries, e.batch.QueuedQueries...)
@@ -149,6 +168,27 @@ func (v *engineEffects) Flush(ctx context.Context, tx pgx.Tx) error {
 	for _, g := range gated {
 		for _, i := range g {
 			e.typed[i].out.SettleGated() // idempotent: the counts are final
+		}
+	}
+	return nil
+}
+
+// ReasonVersionColumn is the dead-letter reason of an event whose order
+// has a Sequence (a Debezium change's) gated on a table whose version
+// column cannot hold one: make the column numeric and redrive.
+const ReasonVersionColumn event.Reason = "version_column"
+
+// checkSequences refuses, as the event's failure, a gated effect whose
+// Sequence its table's version column would round away: by its Version
+// alone two changes of one transaction would tie, and the second be
+// stale.
+func (e *Effects) checkSequences(tables []*resolvedTable) error {
+	for _, te := range e.typed {
+		rt := tables[e.env.tables.index[te.t]]
+		if te.at.s != 0 && !rt.sequenced {
+			return event.PermanentWithReason(ReasonVersionColumn, fmt.Errorf(
+				"table %s: version column %s is %s, which cannot hold the event's order (version %d, then sequence %d): make it numeric (ALTER TABLE %s ALTER COLUMN %s TYPE numeric), then redrive",
+				te.t.Name, te.t.Version, rt.vtype, te.at.v, te.at.s, rt.ident, quote(te.t.Version)))
 		}
 	}
 	return nil
@@ -214,11 +254,49 @@ func argBytes(a any) int {
 }
 
 // prior is what a row's gate compared against before the batch: the
-// stored row's version or its tombstone's, whichever is newer.
+// stored row's version or its tombstone's, whichever is newer (as the
+// column's text).
 type prior struct {
 	written bool
-	row     *int64
-	tomb    *int64
+	row     *string
+	tomb    *string
+}
+
+// order is a gated effect's version, then its sequence (event.Event's
+// Version and Sequence).
+type order struct{ v, s int64 }
+
+func (a order) cmp(b order) int {
+	if c := cmp.Compare(a.v, b.v); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.s, b.s)
+}
+
+// sequenceDigits is how many digits a version column holds its order's
+// sequence in, after the point: numeric Version.Sequence.
+const sequenceDigits = handlerbridge.SequenceDigits
+
+// text is o as the numeric a version column holds.
+func (o order) text() string { return handlerbridge.VersionText(o.v, o.s) }
+
+// parseOrder reads a version column's text (order.text's form; a bigint's
+// has no fraction). Digits beyond the sequence's are not the engine's and
+// are dropped.
+func parseOrder(text string) (order, error) {
+	whole, frac, _ := strings.Cut(text, ".")
+	v, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil {
+		return order{}, fmt.Errorf("version %q: %w", text, err)
+	}
+	frac = (frac + strings.Repeat("0", sequenceDigits))[:sequenceDigits]
+	var s int64
+	if frac = strings.TrimLeft(frac, "0"); frac != "" {
+		if s, err = strconv.ParseInt(frac, 10, 64); err != nil {
+			return order{}, fmt.Errorf("version %q: the sequence does not fit 64 bits", text)
+		}
+	}
+	return order{v, s}, nil
 }
 
 // queueTyped queues the typed effects' statements on b and returns the
@@ -299,7 +377,7 @@ func (e *Effects) queueTyped(b *pgx.Batch, tables []*resolvedTable) [][]int {
 func (e *Effects) newest(g []int) int {
 	best := g[0]
 	for _, i := range g[1:] {
-		if e.typed[i].version > e.typed[best].version {
+		if e.typed[i].at.cmp(e.typed[best].at) > 0 {
 			best = i
 		}
 	}
@@ -317,13 +395,24 @@ func (e *Effects) queueGated(b *pgx.Batch, rt *resolvedTable, sql string, groups
 	}
 	n := len(groups)
 	cols := columns(width, n)
-	versions, multi := make([]int64, n), make([]bool, n)
+	var versions any
+	ints, texts, multi := make([]int64, n), []string(nil), make([]bool, n)
+	versions = ints
+	if rt.sequenced {
+		texts = make([]string, n)
+		versions = texts
+	}
 	for r, g := range groups {
 		w := &e.typed[e.newest(g)]
 		for c := range width {
 			cols[c][r] = w.values[c]
 		}
-		versions[r], multi[r] = w.version, len(g) > 1
+		if texts != nil {
+			texts[r] = w.at.text()
+		} else {
+			ints[r] = w.at.v
+		}
+		multi[r] = len(g) > 1
 	}
 	args := make([]any, 0, width+3)
 	for _, c := range cols[:nk] {
@@ -351,7 +440,9 @@ func (e *Effects) queueGated(b *pgx.Batch, rt *resolvedTable, sql string, groups
 			return err
 		}
 		for r, g := range groups {
-			e.settleGroup(g, priors[r])
+			if err := e.settleGroup(g, priors[r]); err != nil {
+				return fmt.Errorf("table %s: %w", rt.t.Name, err)
+			}
 		}
 		return nil
 	})
@@ -360,29 +451,37 @@ func (e *Effects) queueGated(b *pgx.Batch, rt *resolvedTable, sql string, groups
 // settleGroup decides which effects of one row's group took effect: as if
 // applied one at a time in offset order, each is applied when its version
 // is newer than every version before it (the stored one included).
-func (e *Effects) settleGroup(g []int, p prior) {
+func (e *Effects) settleGroup(g []int, p prior) error {
 	if !p.written {
-		return // the newest was not newer than the stored row: all stale
+		return nil // the newest was not newer than the stored row: all stale
 	}
 	if len(g) == 1 {
 		e.typed[g[0]].applied = true
-		return
+		return nil
 	}
-	var cur int64
+	var cur order
 	known := false
-	for _, v := range []*int64{p.row, p.tomb} {
-		if v != nil && (!known || *v > cur) {
-			cur, known = *v, true
+	for _, text := range []*string{p.row, p.tomb} {
+		if text == nil {
+			continue
+		}
+		v, err := parseOrder(*text)
+		if err != nil {
+			return err
+		}
+		if !known || v.cmp(cur) > 0 {
+			cur, known = v, true
 		}
 	}
 	newest := e.newest(g)
 	for _, i := range g {
 		te := &e.typed[i]
-		if !known || te.version > cur || i == newest {
+		if !known || te.at.cmp(cur) > 0 || i == newest {
 			te.applied = true
-			cur, known = te.version, true
+			cur, known = te.at, true
 		}
 	}
+	return nil
 }
 
 func columns(width, n int) [][]any {

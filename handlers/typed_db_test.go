@@ -27,19 +27,23 @@ CREATE TABLE owners (id text PRIMARY KEY, version bigint NOT NULL, name text NOT
 CREATE TABLE items (tenant text, id bigint, version int NOT NULL, label text NOT NULL, qty numeric NOT NULL,
                     PRIMARY KEY (tenant, id));
 CREATE TABLE notes (event_key text PRIMARY KEY, owner_id text NOT NULL REFERENCES owners (id), body text NOT NULL,
-                    seq bigint GENERATED ALWAYS AS IDENTITY);`
+                    seq bigint GENERATED ALWAYS AS IDENTITY);
+CREATE TABLE changes (id text PRIMARY KEY, version numeric NOT NULL, label text NOT NULL);`
 
 var (
 	notes  = &handlers.Table{Name: "notes", Key: []string{"event_key"}, Columns: []string{"owner_id", "body"}}
 	items  = &handlers.Table{Name: "items", Key: []string{"tenant", "id"}, Version: "version", Columns: []string{"label", "qty"}, Deletes: true}
 	owners = &handlers.Table{Name: "owners", Key: []string{"id"}, Version: "version", Columns: []string{"name"}, Touch: []string{"updated_at"}}
+	// changes is gated by Debezium's order: a Version, then a Sequence.
+	changes = &handlers.Table{Name: "changes", Key: []string{"id"}, Version: "version", Columns: []string{"label"}, Deletes: true}
 )
 
 // op is one event of the property test.
 type op struct {
-	kind    string // owner, item, delete, note
+	kind    string // owner, item, delete, note, change, unchange
 	key     string // owner id, or item id within tenant "t"
 	version int64
+	seq     int64 // the event's Sequence (change, unchange)
 	value   string
 }
 
@@ -52,6 +56,10 @@ func (o op) apply(e *handlers.Effects, i int) error {
 		return e.Upsert(items, o.version, "t", id, o.value, fmt.Sprintf("%d.5", o.version))
 	case "delete":
 		return e.Delete(items, o.version, "t", int64(len(o.key)))
+	case "change":
+		return e.Upsert(changes, o.version, o.key, o.value)
+	case "unchange":
+		return e.Delete(changes, o.version, o.key)
 	default:
 		return e.InsertOnce(notes, fmt.Sprintf("n-%d", i%7), o.key, o.value)
 	}
@@ -66,6 +74,7 @@ func newTypedDB(t *testing.T) (pgtest.DB, handlers.Env) {
 	reg.Table(notes)
 	reg.Table(items)
 	reg.Table(owners)
+	reg.Table(changes)
 	require.NoError(t, handling.Of(&reg).CheckTables(context.Background(), db.Pool))
 	return db, handling.Of(&reg).Env(nil, outbox.Expiry{}, nil, 0)
 }
@@ -79,7 +88,7 @@ func apply(t *testing.T, db pgtest.DB, env handlers.Env, ops []op, base int) []d
 	e := handling.NewEffects(env)
 	outs := make([]*handling.Outcome, len(ops))
 	for i, o := range ops {
-		outs[i] = e.Begin(handlers.Origin{Offset: int64(base + i)}, event.Event{})
+		outs[i] = e.Begin(handlers.Origin{Offset: int64(base + i)}, event.Event{Version: o.version, Sequence: o.seq})
 		require.NoError(t, o.apply(e.Effects(), base+i))
 	}
 	require.NoError(t, e.Flush(ctx, tx))
@@ -99,10 +108,12 @@ func state(t *testing.T, db pgtest.DB) string {
 		`SELECT id, version, name, updated_at IS NOT NULL FROM owners ORDER BY id`,
 		`SELECT tenant, id, version, label, qty FROM items ORDER BY tenant, id`,
 		`SELECT event_key, owner_id, body FROM notes ORDER BY seq`,
+		`SELECT id, version::text, label FROM changes ORDER BY id`,
 		// The tombstones that matter: of rows that do not exist (one of a
 		// re-created row is never read again).
 		`SELECT ts.key::text, ts.version FROM effectively_tombstones ts
-		 WHERE NOT EXISTS (SELECT FROM items i WHERE ts.key = jsonb_build_array(i.tenant, i.id)) ORDER BY key`,
+		 WHERE NOT EXISTS (SELECT FROM items i WHERE ts.key = jsonb_build_array(i.tenant, i.id))
+		   AND NOT EXISTS (SELECT FROM changes c WHERE ts.key = jsonb_build_array(c.id)) ORDER BY key, ts.table_name`,
 	} {
 		rows, err := db.Pool.Query(context.Background(), q)
 		require.NoError(t, err)
@@ -132,6 +143,7 @@ func TestTypedEffectsMatchOneAtATime(t *testing.T) {
 		rounds = 15
 	}
 	stale, applied, multi := 0, 0, 0
+	model := orderModel{}
 	for round := range rounds {
 		// A few keys and versions, so that keys repeat within a batch.
 		var ops []op
@@ -146,7 +158,7 @@ func TestTypedEffectsMatchOneAtATime(t *testing.T) {
 			key := []string{"a", "bb", "ccc", "dddd"}[rng.IntN(4)]
 			v := int64(1 + rng.IntN(12))
 			val := fmt.Sprintf("r%d-%d", round, rng.IntN(1000))
-			switch k := rng.IntN(10); {
+			switch k := rng.IntN(13); {
 			case k < 4:
 				ops = append(ops, op{kind: "owner", key: key, version: v, value: val})
 				created[key] = true
@@ -154,6 +166,20 @@ func TestTypedEffectsMatchOneAtATime(t *testing.T) {
 				ops = append(ops, op{kind: "item", key: key, version: v, value: val})
 			case k < 8:
 				ops = append(ops, op{kind: "delete", key: key, version: v})
+			case k < 11:
+				// Debezium's order: few Versions (commits), so that
+				// Sequences decide, some beyond 2^53 and 10^18.
+				o := op{kind: "change", key: key, version: event.StreamedVersion + int64(rng.IntN(3))*1_000_000_007,
+					seq: []int64{1, 2, 3, 4_000_000_000_000_000_001, 9_000_000_000_000_000_001}[rng.IntN(5)], value: val}
+				if rng.IntN(3) == 0 {
+					o.kind, o.value = "unchange", ""
+				}
+				ops = append(ops, o)
+				if rng.IntN(4) == 0 { // a transaction's later changes of the row
+					for s := o.seq + 1; s < o.seq+3; s++ {
+						ops = append(ops, op{kind: "change", key: key, version: o.version, seq: s, value: fmt.Sprintf("%s+%d", val, s)})
+					}
+				}
 			default:
 				if created[key] {
 					ops = append(ops, op{kind: "note", key: key, value: val})
@@ -168,6 +194,14 @@ func TestTypedEffectsMatchOneAtATime(t *testing.T) {
 		}
 		require.Equal(t, want, got, "round %d: dispositions differ from one-at-a-time; ops %+v", round, ops)
 		require.Equal(t, state(t, oracleDB), state(t, batchDB), "round %d: state differs from one-at-a-time", round)
+		// And the Debezium-ordered table is what the order says, by a
+		// model that is not the engine's SQL.
+		for i, o := range ops {
+			if o.kind == "change" || o.kind == "unchange" {
+				require.Equal(t, model.apply(o), got[i], "round %d op %d %+v", round, i, o)
+			}
+		}
+		require.Equal(t, model.rows(), changeRows(t, batchDB), "round %d", round)
 		seen := map[string]int{}
 		for i, o := range ops {
 			seen[o.kind+o.key]++
@@ -192,6 +226,83 @@ func TestTypedEffectsMatchOneAtATime(t *testing.T) {
 	require.NoError(t, batchDB.Pool.QueryRow(ctx, `SELECT count(*) FROM effectively_tombstones`).Scan(&tombs))
 	require.Positive(t, tombs)
 	t.Logf("%d rounds: %d applied, %d stale, %d keys written several times in one batch", rounds, applied, stale, multi)
+}
+
+// orderModel is the changes table as Debezium's order makes it, one
+// event at a time: a change newer than the row's newest (row or
+// tombstone) is applied, others are stale.
+type orderModel map[string]*modelRow
+
+type modelRow struct {
+	version, seq int64
+	label        string
+	deleted      bool
+}
+
+func (m orderModel) apply(o op) dedupe.Disposition {
+	r := m[o.key]
+	if r != nil && (o.version < r.version || o.version == r.version && o.seq <= r.seq) {
+		return dedupe.Stale
+	}
+	m[o.key] = &modelRow{version: o.version, seq: o.seq, label: o.value, deleted: o.kind == "unchange"}
+	return dedupe.Applied
+}
+
+func (m orderModel) rows() map[string]string {
+	out := map[string]string{}
+	for k, r := range m {
+		v := fmt.Sprintf("%d.%020d", r.version, r.seq)
+		if r.deleted {
+			out[k] = "tombstone " + v
+		} else {
+			out[k] = v + " " + r.label
+		}
+	}
+	return out
+}
+
+// changeRows is the changes table and its tombstones as orderModel.rows
+// says them.
+func changeRows(t *testing.T, db pgtest.DB) map[string]string {
+	out := map[string]string{}
+	rows, err := db.Pool.Query(context.Background(), `
+SELECT id, to_char(version, 'FM0000000000000000000.00000000000000000000') || ' ' || label FROM changes
+UNION ALL
+SELECT ts.key->>0, 'tombstone ' || to_char(ts.version, 'FM0000000000000000000.00000000000000000000') FROM effectively_tombstones ts
+WHERE ts.table_name = 'changes' AND NOT EXISTS (SELECT FROM changes c WHERE ts.key = jsonb_build_array(c.id))`)
+	require.NoError(t, err)
+	var k, v string
+	_, err = pgx.ForEachRow(rows, []any{&k, &v}, func() error { out[k] = v; return nil })
+	require.NoError(t, err)
+	return out
+}
+
+// A Sequence gated on a version column that cannot hold it (bigint) is
+// the event's failure, named, not a tie its Version alone would make.
+func TestTypedEffectsSequenceNeedsANumericVersion(t *testing.T) {
+	db, env := newTypedDB(t)
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // test
+	e := handling.NewEffects(env)
+	ev := event.Event{Version: event.StreamedVersion + 5, Sequence: 7}
+	e.Begin(handlers.Origin{}, ev)
+	require.NoError(t, e.Effects().Upsert(owners, ev.Version, "a", "x"))
+	err = e.Flush(ctx, tx)
+	require.Equal(t, handlers.ReasonVersionColumn, event.ReasonOf(err), "%v", err)
+	require.True(t, event.IsPermanent(err))
+	require.ErrorContains(t, err, `ALTER TABLE owners ALTER COLUMN "version" TYPE numeric`)
+
+	// Another version than the event's own is the handler's, without a
+	// Sequence: bigint holds it.
+	tx2, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx2.Rollback(ctx) //nolint:errcheck // test
+	e = handling.NewEffects(env)
+	e.Begin(handlers.Origin{}, ev)
+	require.NoError(t, e.Effects().Upsert(owners, 5, "a", "x"))
+	require.NoError(t, e.Flush(ctx, tx2))
 }
 
 // A start-up check names the table, the column and the fix.

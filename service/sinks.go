@@ -77,7 +77,14 @@ func (a *App) checkTables(ctx context.Context, cfg config.Config, pool *pgxpool.
 		return fmt.Errorf("sinks: %w", err)
 	}
 	if sinks != nil {
-		err = sinks.Check(ctx, pool, a.registry(cfg))
+		err = sinks.Check(ctx, pool, a.registry(cfg), func(topic string) bool {
+			for _, t := range cfg.Kafka.Topics {
+				if (topic == "" || t == topic) && cfg.TopicSettings(t).Format == config.FormatDebezium {
+					return true
+				}
+			}
+			return false
+		})
 	} else {
 		err = handling.Of(a.registry(cfg)).CheckTables(ctx, pool)
 	}

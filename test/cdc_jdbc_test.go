@@ -378,7 +378,7 @@ func (s *jdbcSink) drain(t *testing.T, name, want string) drainRun {
 }
 
 // effectivelySink is the stock binary with a config-only sink modelled
-// on examples/customers: a replica gated by the change's log position,
+// on examples/customers: a replica gated by the change's commit order,
 // with rev copied from the source, and a gated delete.
 type effectivelySink struct {
 	config string
@@ -391,7 +391,7 @@ func newEffectivelySink(t *testing.T, topic, table string) *effectivelySink {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "migrations", "00001_customers.sql"), []byte(`-- +goose Up
 CREATE TABLE customers (
     id      bigint PRIMARY KEY,
-    version bigint NOT NULL, -- the change's position in the source's log (LSN)
+    version numeric NOT NULL, -- the change's place in the commit order (event.Event.Sequence)
     name    text   NOT NULL,
     status  text   NOT NULL,
     rev     bigint NOT NULL

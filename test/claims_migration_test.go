@@ -118,7 +118,7 @@ FROM generate_series(1, $1::bigint) AS i`, historical)
 	code, stdout, stderr := runCmd(t, r.env, "migrate")
 	require.Equal(t, 0, code, stderr)
 	migTook := time.Since(migStart)
-	require.Contains(t, stdout, "effectively migrations at version 18 (applied [14 15 16 17 18])")
+	require.Contains(t, stdout, "effectively migrations at version 19 (applied [14 15 16 17 18 19])")
 	require.Equal(t, int64(0), old.Count(t, `SELECT generation FROM claim_generations WHERE opened_at IS NOT NULL AND closed_at IS NULL`),
 		"a claims table with claims stays the open generation 0")
 	require.Equal(t, int64(historical+100), old.Count(t, `SELECT count(*) FROM effectively_claims WHERE event_key NOT LIKE '%:race-%'`))

@@ -10,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -55,6 +57,39 @@ type Column struct {
 	// NotNull: the column refuses NULL (a written NULL fails even where
 	// the column has a default).
 	NotNull bool
+}
+
+// SequenceDigits is how many digits a version column holds an event's
+// Sequence in, after the point: numeric Version.Sequence.
+const SequenceDigits = 20
+
+// VersionText is an event's Version and Sequence as a version column
+// holds them: the version, and the sequence in SequenceDigits after the
+// point when there is one.
+func VersionText(version, sequence int64) string {
+	v := strconv.FormatInt(version, 10)
+	if sequence == 0 {
+		return v
+	}
+	s := strconv.FormatInt(sequence, 10)
+	return v + "." + strings.Repeat("0", SequenceDigits-len(s)) + s
+}
+
+// HoldsSequence says whether c, a version column, holds numeric
+// Version.Sequence: unconstrained numeric, or numeric(p, s) with room
+// for a 64-bit version and SequenceDigits after the point.
+func (c Column) HoldsSequence() bool {
+	if c.Base != "numeric" {
+		return false
+	}
+	if c.Type == "numeric" {
+		return true
+	}
+	var p, s int
+	if _, err := fmt.Sscanf(c.Type, "numeric(%d,%d)", &p, &s); err != nil {
+		return false
+	}
+	return s >= SequenceDigits && p-s >= 19
 }
 
 // TableError is a declared table that does not fit the live database: it

@@ -113,6 +113,12 @@ func WrapTransport(env handlers.Env, f func(http.RoundTripper) http.RoundTripper
 // the decoder's, event.ReasonDocs), with their doc comments.
 func Reasons() []event.ReasonDoc { return handlerbridge.Reasons() }
 
+// VersionText is an event's Version and Sequence as a version column
+// holds them (numeric Version.Sequence).
+func VersionText(version, sequence int64) string {
+	return handlerbridge.VersionText(version, sequence)
+}
+
 // TableColumns returns the columns of the named table (optionally
 // schema-qualified); nil when there is no such table or the role cannot see
 // it.

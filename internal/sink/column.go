@@ -110,9 +110,9 @@ func (c *column) readAttribute(ev event.Event) (any, error) {
 			return nil, nil
 		}
 		if c.typ == "bigint" {
-			return ev.Version, nil
+			return ev.Version, nil // the gate adds the Sequence (Effects.Upsert)
 		}
-		s = strconv.FormatInt(ev.Version, 10)
+		s = handling.VersionText(ev.Version, ev.Sequence)
 	case "time":
 		if ev.Time.IsZero() {
 			return nil, nil

@@ -57,7 +57,7 @@ func setup(t *testing.T, schemaSQL string, sinks []config.Sink) (pgtest.DB, *han
 	var reg handlers.Registry
 	set, err := sink.Register(&reg, sinks)
 	require.NoError(t, err)
-	return db, &reg, set.Check(context.Background(), db.Pool, &reg)
+	return db, &reg, set.Check(context.Background(), db.Pool, &reg, func(topic string) bool { return topic == "cdc" })
 }
 
 // apply runs one event through its type's sink handler in a transaction of
@@ -320,4 +320,46 @@ func TestSinkDateColumns(t *testing.T) {
 	sinks[0].Columns[2].Name = "seen_at"
 	_, _, err = setup(t, `CREATE TABLE people (id text PRIMARY KEY, version bigint NOT NULL, seen_at timestamptz, seen date);`, sinks)
 	require.ErrorContains(t, err, "cannot take values read as date")
+}
+
+// A sink of a Debezium topic gates on the change's order, a Version then a
+// Sequence: its version column must hold both (numeric), and does.
+func TestSinkOfChangeEventsGatesOnTheCommitOrder(t *testing.T) {
+	sinks := []config.Sink{{
+		Name: "replica", Topic: "cdc", Types: []string{"c.update"}, Table: "replica", Mode: config.SinkUpsert,
+		Key: []string{"id"}, Version: "version",
+		Columns: []config.SinkColumn{{Name: "id", From: "subject"}, {Name: "version", From: "resourceversion"}, {Name: "status", From: "/status"}},
+	}, {
+		Name: "replica-deletes", Topic: "cdc", Types: []string{"c.delete"}, Table: "replica", Mode: config.SinkDelete,
+		Key: []string{"id"}, Version: "version",
+		Columns: []config.SinkColumn{{Name: "id", From: "subject"}, {Name: "version", From: "resourceversion"}},
+	}, {
+		Name: "history", Topic: "cdc", Types: []string{"c.update", "c.delete"}, Table: "history", Mode: config.SinkInsert,
+		Key:     []string{"event_key"},
+		Columns: []config.SinkColumn{{Name: "event_key", From: "key"}, {Name: "version", From: "resourceversion", Type: "numeric"}},
+	}}
+	const history = `CREATE TABLE history (event_key text PRIMARY KEY, version numeric NOT NULL);`
+	for _, typ := range []string{"bigint", "numeric(30,0)", "numeric(38,20)"} {
+		_, _, err := setup(t, `CREATE TABLE replica (id text PRIMARY KEY, version `+typ+` NOT NULL, status text);`+history, sinks)
+		require.ErrorContains(t, err, "sink replica: version column version of table replica is "+typ+", which cannot hold a Debezium change's order", typ)
+		require.ErrorContains(t, err, "ALTER TABLE replica ALTER COLUMN version TYPE numeric", typ)
+	}
+	db, reg, err := setup(t, `CREATE TABLE replica (id text PRIMARY KEY, version numeric NOT NULL, status text);`+history, sinks)
+	require.NoError(t, err)
+
+	// The insert that waited on a key another transaction deleted: its
+	// LSN is below the delete's, its transaction committed after.
+	const commitA, commitB = event.StreamedVersion + 50, event.StreamedVersion + 400
+	change := func(typ string, version, seq int64, status string) handling.Outcome {
+		ev := event.Event{Type: typ, Key: fmt.Sprint(version, seq), Subject: "1", Version: version, Sequence: seq, Data: []byte(`{"status":"` + status + `"}`)}
+		return apply(t, db, reg, "cdc", ev)
+	}
+	require.Equal(t, dedupe.Applied, change("c.update", commitA, 100, "a").Disposition)
+	require.Equal(t, dedupe.Applied, change("c.delete", commitA, 300, "").Disposition)
+	require.Equal(t, dedupe.Applied, change("c.update", commitB, 200, "b").Disposition, "B committed after A: newer, whatever its LSN")
+	require.Equal(t, dedupe.Stale, change("c.update", commitA, 250, "a2").Disposition, "a change of A, older than B's")
+	var version, status string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT version::text, status FROM replica WHERE id = '1'`).Scan(&version, &status))
+	require.Equal(t, []string{"1000000000000000400.00000000000000000200", "b"}, []string{version, status})
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM history WHERE version = 1000000000000000050.00000000000000000300`), "the history's version is the change's order too")
 }

@@ -198,7 +198,7 @@ func testSinkConfig(t *testing.T, render sinkRenderer, configYAML func(topic, mi
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sinks.Check(ctx, pdb.Pool, reg); err != nil {
+	if err := sinks.Check(ctx, pdb.Pool, reg, nil); err != nil {
 		t.Fatalf("the start-up check refuses the E-sink table: %v", err)
 	}
 	ts := cfg.TopicSettings(topic)

@@ -3,7 +3,7 @@
 -- it has shown, and one row per change of it.
 CREATE TABLE customers (
     id         bigint PRIMARY KEY,
-    version    bigint NOT NULL, -- the change's position in the source's log (LSN)
+    version    bigint NOT NULL, -- the change's position in the source's log (LSN); numeric from 00003
     name       text   NOT NULL,
     status     text   NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now()
