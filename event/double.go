@@ -105,7 +105,7 @@ func nearMax(digits string, scale int64) (float64, bool) {
 // shortDouble is the double nearest digits × 10^scale, digits at most 20.
 func shortDouble(digits string, scale int64) float64 {
 	if int64(len(digits))+scale <= -307 {
-		if bits, ok := subnormalBits(digits, scale, false); ok {
+		if bits, ok := subnormalBits(digits, scale); ok {
 			return math.Float64frombits(bits)
 		}
 		// A normal double: ParseFloat's fast path decides it.
@@ -153,17 +153,13 @@ func rangeError(s string) error {
 	return &strconv.NumError{Func: "ParseFloat", Num: Excerpt(s), Err: strconv.ErrRange}
 }
 
-// subnormalBits rounds (digits, plus one when up) × 10^scale to a multiple
-// of 2^-1074, ties to even: the bits of a double below 2^-1021 (ok false
-// beyond).
-func subnormalBits(digits string, scale int64, up bool) (uint64, bool) {
+// subnormalBits rounds digits × 10^scale to a multiple of 2^-1074, ties
+// to even: the bits of a double below 2^-1021 (ok false beyond).
+func subnormalBits(digits string, scale int64) (uint64, bool) {
 	if scale >= 0 || scale < -400 {
 		return 0, false
 	}
 	m, _ := new(big.Int).SetString(digits, 10)
-	if up {
-		m.Add(m, big.NewInt(1))
-	}
 	m.Lsh(m, 1074)
 	den := new(big.Int).Exp(big.NewInt(10), big.NewInt(-scale), nil)
 	q, r := new(big.Int).QuoRem(m, den, new(big.Int))

@@ -106,7 +106,6 @@ type schemaInfo struct {
 	// enum: checked first, they fail the wrong branch of a oneOf of event
 	// types before its other properties are checked.
 	discriminators []string
-	discriminator  map[string]bool
 	// consts are the string consts of properties a value must meet to
 	// pass the schema (its own properties, and its $ref's): a oneOf,
 	// anyOf or if skips a branch whose const the value's property is
@@ -170,10 +169,6 @@ func newSchemaValidator(root *jsonschema.Schema, nodes []*jsonschema.Schema, reg
 		for name, sub := range s.Properties {
 			if sub.Const != nil || sub.Enum != nil {
 				in.discriminators = append(in.discriminators, name)
-				if in.discriminator == nil {
-					in.discriminator = map[string]bool{}
-				}
-				in.discriminator[name] = true
 			}
 		}
 		for re := range s.PatternProperties {
@@ -460,28 +455,26 @@ func (r *schemaRun) evaluatedProp(ue *uneval, name string) {
 		return
 	}
 	r.charge(uint64(len(name)) / 8) // hashed
-	if _, ok := ue.props[name]; ok {
-		return
-	}
-	if ue.props == nil {
-		ue.props = map[string]struct{}{}
-	}
-	r.hold(ue)
-	ue.props[name] = struct{}{}
+	addEvaluated(r, ue, &ue.props, name)
 }
 
 func (r *schemaRun) evaluatedItem(ue *uneval, i int) {
 	if !ue.tracking || ue.all || i < ue.prefix {
 		return
 	}
-	if _, ok := ue.items[i]; ok {
+	addEvaluated(r, ue, &ue.items, i)
+}
+
+// addEvaluated adds k to one of ue's sets, held in r.live when it is new.
+func addEvaluated[K comparable](r *schemaRun, ue *uneval, set *map[K]struct{}, k K) {
+	if _, ok := (*set)[k]; ok {
 		return
 	}
-	if ue.items == nil {
-		ue.items = map[int]struct{}{}
+	if *set == nil {
+		*set = map[K]struct{}{}
 	}
 	r.hold(ue)
-	ue.items[i] = struct{}{}
+	(*set)[k] = struct{}{}
 }
 
 // merge adds to ue what other, a subschema applied in place that passed,
@@ -542,7 +535,7 @@ func (r *schemaRun) apply(s *jsonschema.Schema, in *schemaInfo, v any, ue uneval
 	if s.Const != nil && !r.equals(v, in.constValue) {
 		return ue, r.fail(func() jsonschema.ErrorKind { return &kind.Const{Got: v, Want: *s.Const} })
 	}
-	if s.Enum != nil && !r.inEnum(in, in.enumValues, v, t) {
+	if s.Enum != nil && !r.inEnum(in, v, t) {
 		return ue, r.fail(func() jsonschema.ErrorKind { return &kind.Enum{Got: v, Want: s.Enum.Values} })
 	}
 	if s.Format != nil {
@@ -629,7 +622,7 @@ func jsonTypeName(t uint8) string {
 	return "unknown"
 }
 
-func (r *schemaRun) inEnum(in *schemaInfo, values []any, v any, t uint8) bool {
+func (r *schemaRun) inEnum(in *schemaInfo, v any, t uint8) bool {
 	if in.enumTypes&t == 0 {
 		return false
 	}
@@ -641,7 +634,7 @@ func (r *schemaRun) inEnum(in *schemaInfo, values []any, v any, t uint8) bool {
 		r.charge(stepNode + uint64(len(v.digits))/8)
 		return in.enumNumber[v]
 	}
-	for _, x := range values {
+	for _, x := range in.enumValues {
 		if r.equals(v, x) {
 			return true
 		}
@@ -694,7 +687,7 @@ func (r *schemaRun) object(s *jsonschema.Schema, in *schemaInfo, obj map[string]
 		evaluated := false
 		if sub, ok := s.Properties[pname]; ok {
 			evaluated = true
-			if !in.discriminator[pname] { // else checked first, above
+			if sub.Const == nil && sub.Enum == nil { // else a discriminator, checked first, above
 				if f := r.below(sub, pvalue, named(pname)); f != nil {
 					return f
 				}
