@@ -45,10 +45,6 @@ func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec
 	if err != nil {
 		return nil, fmt.Errorf("the schema is not JSON: %w", err)
 	}
-	docs := &schemaDocCheck{regexps: regexps} // the schema and its references together
-	if err := docs.check(root); err != nil {
-		return nil, err
-	}
 	// References resolve against the root's $id, as Confluent's resolver
 	// does, else against a base of our own that no one can fetch.
 	base, _ := url.Parse(fmt.Sprintf("%sschema-%d.json", jsonSchemaBase, id))
@@ -59,19 +55,25 @@ func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec
 			}
 		}
 	}
+	docs := &schemaDocCheck{regexps: regexps, url: len(base.String())} // the schema and its references together
+	if err := docs.check(root); err != nil {
+		return nil, err
+	}
 	for _, r := range refs {
 		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(r.text))
 		if err != nil {
 			return nil, fmt.Errorf("reference %s is not JSON: %w", Excerpt(r.name), err)
 		}
-		if err := docs.check(doc); err != nil {
-			return nil, fmt.Errorf("reference %s: %w", Excerpt(r.name), err)
-		}
 		ref, err := url.Parse(r.name)
 		if err != nil {
 			return nil, fmt.Errorf("reference %s is not a URI reference: %w", Excerpt(r.name), err)
 		}
-		if err := c.AddResource(base.ResolveReference(ref).String(), doc); err != nil {
+		at := base.ResolveReference(ref).String()
+		docs.url = len(at)
+		if err := docs.check(doc); err != nil {
+			return nil, fmt.Errorf("reference %s: %w", Excerpt(r.name), err)
+		}
+		if err := c.AddResource(at, doc); err != nil {
 			return nil, err
 		}
 	}

@@ -287,16 +287,18 @@ func TestJSONSchemaWorstCases(t *testing.T) {
 			}) + "]"},
 		{"properties 800 times over 90,000 members", `{"allOf":[` + list(800, func(int) string { return `{"properties":{"zz":{}}}` }) + `]}`,
 			"{" + list(90_000, func(i int) string { return fmt.Sprintf(`"p%d":0`, i) }) + "}"},
-		{"an enum of 4,000 objects on 100,000 items", `{"items":{"enum":[` + list(4000, func(i int) string { return fmt.Sprintf(`{"a":%d}`, i) }) + `]}}`,
-			"[" + list(100_000, func(int) string { return `{"a":3999}` }) + "]"},
+		{"an enum of 2,400 objects on 100,000 items", `{"items":{"enum":[` + list(2400, func(i int) string { return fmt.Sprintf(`{"a":%d}`, i) }) + `]}}`,
+			"[" + list(100_000, func(int) string { return `{"a":2399}` }) + "]"},
 		{"references that double 30 times", `{"$ref":"#/$defs/d0","$defs":{` + list(30, func(i int) string {
 			return fmt.Sprintf(`"d%d":{"allOf":[{"$ref":"#/$defs/d%d"},{"$ref":"#/$defs/d%d"}]}`, i, i+1, i+1)
 		}) + `,"d30":{"type":"object"}}}`, `{}`},
 	} {
+		_, err := newJSONSchemaCodec(1, a.schema, nil)
+		require.NoError(t, err, "%s: the schema compiles; the payload is what is stopped", a.name)
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		start := time.Now()
-		err := validateJSON(t, a.schema, a.payload)
+		err = validateJSON(t, a.schema, a.payload)
 		took := time.Since(start)
 		runtime.ReadMemStats(&after)
 		require.Equal(t, ReasonUnusableSchema, ReasonOf(err), "%s: %v", a.name, err)
@@ -425,14 +427,91 @@ func TestJSONSchemaConstsAreKeptOnce(t *testing.T) {
 // member name above 4,000 objects would otherwise be copied into the
 // location of each (4 GB).
 func TestSchemaDocumentCheckCopiesNoPaths(t *testing.T) {
-	schema := `{"properties":{"` + strings.Repeat("n", 1<<20) + `":{"properties":{` + list(4000, func(i int) string { return fmt.Sprintf(`"a%d":{}`, i) }) + `}}}}`
+	schema := `{"properties":{"` + strings.Repeat("n", 1<<19) + `":{"properties":{` + list(4000, func(i int) string { return fmt.Sprintf(`"a%d":{}`, i) }) + `}}}}`
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
 	require.NoError(t, err)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	require.NoError(t, (&schemaDocCheck{regexps: &regexpBudget{}}).check(doc))
+	err = (&schemaDocCheck{regexps: &regexpBudget{}}).check(doc)
 	runtime.ReadMemStats(&after)
-	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(16<<20), "bytes allocated")
+	require.ErrorContains(t, err, "the locations of the schema's subschemas")
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4<<20), "bytes allocated")
+}
+
+// The library's compile takes time in the number of subschemas times the
+// length of their locations, and, for draft 4 to 7, in the square of an
+// enum's items whose hashes collide (it hashes an array without its
+// length). Review 14's schemas, each within 1 MiB and 5,000 objects, took
+// minutes and gigabytes; they are refused at once, and what is admitted
+// near the bounds compiles quickly (the times are printed).
+func TestJSONSchemaCompileCostIsBounded(t *testing.T) {
+	d7 := `"$schema":"http://json-schema.org/draft-07/schema#",`
+	nested := func(depth, nameLen, subs int) string {
+		open, close := "", ""
+		for d := range depth {
+			open += `{"properties":{"` + fmt.Sprintf("%0*d", nameLen, d) + `":`
+			close += "}}"
+		}
+		return `{` + d7 + `"properties":{"x":` + open + `{"properties":{` + list(subs, func(i int) string { return fmt.Sprintf(`"%05d":{}`, i) }) + `}}` + close + `}}`
+	}
+	// Every nested array of 13 arrays: distinct, all hashed alike.
+	var trees func(n int) []string
+	forests := map[int][]string{0: {""}}
+	var forest func(n int) []string
+	trees = func(n int) []string {
+		if n == 1 {
+			return []string{"[]"}
+		}
+		var out []string
+		for _, f := range forest(n - 1) {
+			out = append(out, "["+f+"]")
+		}
+		return out
+	}
+	forest = func(n int) []string {
+		if v, ok := forests[n]; ok {
+			return v
+		}
+		var out []string
+		for first := 1; first <= n; first++ {
+			for _, t := range trees(first) {
+				for _, rest := range forest(n - first) {
+					out = append(out, strings.TrimSuffix(t+","+rest, ","))
+				}
+			}
+		}
+		forests[n] = out
+		return out
+	}
+	colliding := trees(13)
+	for len(strings.Join(colliding, ",")) > 1000<<10 {
+		colliding = colliding[:len(colliding)*9/10]
+	}
+	for _, c := range []struct {
+		name, schema, refused string
+	}{
+		{"a 100 KB name above 1,000 subschemas (2.7 s, 1.2 GB)", `{"properties":{"` + strings.Repeat("n", 100<<10) + `":{"properties":{` + list(1000, func(i int) string { return fmt.Sprintf(`"%d":{}`, i) }) + `}}}}`, "the locations"},
+		{"30 levels of 200-byte names above 4,900 subschemas (4.5 s, 2.2 GB)", nested(30, 200, 4900), "the locations"},
+		{"a 300-byte name above 4,900 subschemas (admitted)", `{"properties":{"` + strings.Repeat("n", 300) + `":{"properties":{` + list(4900, func(i int) string { return fmt.Sprintf(`"%d":{}`, i) }) + `}}}}`, ""},
+		{"8 levels of 50-byte names above 4,900 subschemas (admitted)", nested(8, 50, 4900), ""},
+		{"a 100 KB $id above 1,000 subschemas", `{"$id":"https://example.com/` + strings.Repeat("i", 100<<10) + `","properties":{` + list(1000, func(i int) string { return fmt.Sprintf(`"%d":{}`, i) }) + `}}`, "the locations"},
+		{fmt.Sprintf("a draft-07 enum of %d colliding arrays (5.2 s)", len(colliding)), `{` + d7 + `"enum":[` + strings.Join(colliding, ",") + `]}`, "more than 5,000 objects"},
+		{"a draft-07 enum of 370 colliding arrays of 13 (admitted)", `{` + d7 + `"enum":[` + strings.Join(colliding[:370], ",") + `]}`, ""},
+		{"a const of 94,000 subnormals (1.6 s)", `{"const":[` + list(94_000, func(i int) string { return fmt.Sprintf("%de-320", i+1) }) + `]}`, ""},
+		{"a draft-07 enum of 4,900 subnormals", `{` + d7 + `"enum":[` + list(4900, func(i int) string { return fmt.Sprintf("%de-320", i+1) }) + `]}`, ""},
+	} {
+		start := time.Now()
+		_, err := newJSONSchemaCodec(1, c.schema, nil)
+		took := time.Since(start)
+		if c.refused != "" {
+			require.ErrorContains(t, err, c.refused, c.name)
+		} else {
+			require.NoError(t, err, c.name)
+		}
+		if !raceEnabled {
+			t.Logf("%-70s %7d bytes: %v in %v", c.name, len(c.schema), err != nil, took.Round(time.Millisecond))
+		}
+	}
 }
 
 // The one-pass matcher is seen where Go uses it; without it, anchored

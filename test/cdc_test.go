@@ -528,6 +528,21 @@ func (s *versionSampler) regressions() int {
 	return s.bad
 }
 
+// threeRows creates a source table of customers 1 to 3 named prefix and a
+// random suffix, dropped when the test ends, and returns its name and
+// identifier.
+func (c *cdcSource) threeRows(t *testing.T, prefix string) (table, ident string) {
+	t.Helper()
+	table = prefix + strconv.FormatUint(rand.Uint64()%1_000_000, 10)
+	ident = pgx.Identifier{table}.Sanitize()
+	_, err := c.pool.Exec(context.Background(), fmt.Sprintf(`CREATE TABLE %[1]s (id bigint PRIMARY KEY, name text NOT NULL, status text NOT NULL);
+ALTER TABLE %[1]s REPLICA IDENTITY FULL;
+INSERT INTO %[1]s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, 3) g`, ident))
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = c.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+ident) })
+	return table, ident
+}
+
 // A transaction that begins while the connector's replication slot is
 // being created, writes, and commits after the slot's consistent point is
 // not in the snapshot: it is streamed, and its change carries an LSN below
@@ -539,13 +554,7 @@ func (s *versionSampler) regressions() int {
 func TestCDCChangeBegunBeforeTheSnapshotIsApplied(t *testing.T) {
 	src := newCDCSource(t)
 	ctx := context.Background()
-	table := "crossing" + strconv.FormatUint(rand.Uint64()%1_000_000, 10)
-	ident := pgx.Identifier{table}.Sanitize()
-	_, err := src.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s (id bigint PRIMARY KEY, name text NOT NULL, status text NOT NULL);
-ALTER TABLE %[1]s REPLICA IDENTITY FULL;
-INSERT INTO %[1]s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, 3) g`, ident))
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = src.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+ident) })
+	table, ident := src.threeRows(t, "crossing")
 	update := func(tx pgx.Tx, id int64, status string) {
 		_, err := tx.Exec(ctx, `UPDATE `+ident+` SET status = $2 WHERE id = $1`, id, status)
 		require.NoError(t, err)
@@ -607,13 +616,7 @@ INSERT INTO %[1]s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, 3) g
 func TestCDCInsertThatWaitedOnADeletedKeyIsApplied(t *testing.T) {
 	src := newCDCSource(t)
 	ctx := context.Background()
-	table := "waiting" + strconv.FormatUint(rand.Uint64()%1_000_000, 10)
-	ident := pgx.Identifier{table}.Sanitize()
-	_, err := src.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s (id bigint PRIMARY KEY, name text NOT NULL, status text NOT NULL);
-ALTER TABLE %[1]s REPLICA IDENTITY FULL;
-INSERT INTO %[1]s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, 3) g`, ident))
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = src.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+ident) })
+	table, ident := src.threeRows(t, "waiting")
 	prefix := "wt" + strconv.FormatUint(rand.Uint64()%1_000_000, 10)
 	topic := src.connector(t, prefix, prefix, table, nil)
 	waitUntil(t, "the snapshot is on the topic", 2*time.Minute, func(context.Context) bool {
