@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -341,6 +342,11 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 
 	want := cdcDigest(t, src.pool, ident)
 	for _, tg := range targets {
+		t.Cleanup(func() {
+			if t.Failed() {
+				logCDCDiff(t, src.pool, ident, tg)
+			}
+		})
 		waitUntil(t, tg.name+"'s replica equals the source", 5*time.Minute, func(context.Context) bool {
 			return cdcDigest(t, tg.db.Pool, "customers") == want || tg.worker.Exited()
 		})
@@ -445,6 +451,38 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+// logCDCDiff logs the first rows a replica has otherwise than the source.
+func logCDCDiff(t *testing.T, source *pgxpool.Pool, ident string, tg *cdcTarget) {
+	ctx := context.Background()
+	rowsOf := func(pool *pgxpool.Pool, q string) map[int64]string {
+		out := map[int64]string{}
+		rows, err := pool.Query(ctx, q)
+		if err != nil {
+			t.Logf("%s: %v", tg.name, err)
+			return out
+		}
+		var id int64
+		var row string
+		_, _ = pgx.ForEachRow(rows, []any{&id, &row}, func() error { out[id] = row; return nil })
+		return out
+	}
+	src := rowsOf(source, `SELECT id, name || '|' || status FROM `+ident)
+	got := rowsOf(tg.db.Pool, `SELECT id, name || '|' || status || ' at ' || version::text FROM customers`)
+	n := 0
+	for _, id := range slices.Sorted(maps.Keys(src)) {
+		if g, ok := got[id]; (!ok || !strings.HasPrefix(g, src[id]+" at ")) && n < 10 {
+			t.Logf("%s: row %d is %q at the source, %q in the replica", tg.name, id, src[id], g)
+			n++
+		}
+	}
+	for id, g := range got {
+		if _, ok := src[id]; !ok && n < 20 {
+			t.Logf("%s: row %d is gone at the source, %q in the replica", tg.name, id, g)
+			n++
+		}
+	}
 }
 
 // cdcDigest is the count and the md5 of a customers table's rows in id order.

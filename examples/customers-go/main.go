@@ -82,8 +82,10 @@ func newApp() *service.App {
 	return app
 }
 
-// customersTable is the replica: a row's newest state by log position; a
-// delete leaves a tombstone, so an older change cannot bring a row back.
+// customersTable is the replica: a row's newest state in the source's
+// commit order (a numeric version column: the event's Version, then its
+// Sequence); a delete leaves a tombstone, so an older change cannot bring
+// a row back.
 var customersTable = &handlers.Table{
 	Name:    "customers",
 	Key:     []string{"id"},
@@ -111,8 +113,9 @@ type customer struct {
 }
 
 // handleChange applies one change event: the replica's row (gated by the
-// change's log position), its history row once, and the notification of
-// a transition to shipped.
+// change's place in the commit order: Upsert and Delete with the event's
+// own Version gate on its Sequence too), its history row once, and the
+// notification of a transition to shipped.
 func handleChange(_ context.Context, fx *handlers.Effects, ev event.Event) error {
 	ch, err := ev.Change()
 	if err != nil {
