@@ -77,6 +77,9 @@ func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec
 			return nil, err
 		}
 	}
+	if err := docs.done(); err != nil {
+		return nil, err
+	}
 	if err := c.AddResource(base.String(), root); err != nil {
 		return nil, err
 	}

@@ -483,6 +483,9 @@ func TestJSONSchemaCompileCostIsBounded(t *testing.T) {
 		forests[n] = out
 		return out
 	}
+	longNamedRefs := func(n int) string {
+		return `{"properties":{"` + strings.Repeat("n", 20_000) + `":{"properties":{` + list(140, func(i int) string { return fmt.Sprintf(`"%d":{"minimum":%d}`, i, i) }) + `}}},"x":{` + list(n, func(i int) string { return fmt.Sprintf(`"%d":{"minimum":%d}`, i, i) }) + `},"anyOf":[` + list(n, func(i int) string { return fmt.Sprintf(`{"$ref":"#/x/%d"}`, i) }) + `]}`
+	}
 	colliding := trees(13)
 	for len(strings.Join(colliding, ",")) > 1000<<10 {
 		colliding = colliding[:len(colliding)*9/10]
@@ -499,6 +502,24 @@ func TestJSONSchemaCompileCostIsBounded(t *testing.T) {
 		{"a draft-07 enum of 370 colliding arrays of 13 (admitted)", `{` + d7 + `"enum":[` + strings.Join(colliding[:370], ",") + `]}`, ""},
 		{"a const of 94,000 subnormals (1.6 s)", `{"const":[` + list(94_000, func(i int) string { return fmt.Sprintf("%de-320", i+1) }) + `]}`, ""},
 		{"a draft-07 enum of 4,900 subnormals", `{` + d7 + `"enum":[` + list(4900, func(i int) string { return fmt.Sprintf("%de-320", i+1) }) + `]}`, ""},
+		// Review 15.
+		{"100 spellings of one index above 400 objects (6 s; 200 of 800: 110 s)", `{"$defs":{"t":{"allOf":[{"allOf":[{"properties":{` + list(400, func(i int) string { return fmt.Sprintf(`"p%d":{"minLength":%d}`, i, i) }) + `}}]}]}},"anyOf":[` +
+			list(100, func(i int) string {
+				return `{"$ref":"#/$defs/t/allOf/` + strings.Repeat("0", i%10+1) + `/allOf/` + strings.Repeat("0", i/10+1) + `"}`
+			}) + `]}`, "write indexes as plain numbers"},
+		{"$dynamicRef, refused before it is compiled", `{"$defs":{"t":{"$dynamicAnchor":"t"}},"anyOf":[{"$dynamicRef":"#t"}]}`, "uses $dynamicRef"},
+		{"2,490 refs to locations under an unknown keyword (1.4 s)", `{"x":{` + list(2490, func(i int) string { return fmt.Sprintf(`"%d":{"minimum":%d}`, i, i) }) + `},"anyOf":[` + list(2490, func(i int) string { return fmt.Sprintf(`{"$ref":"#/x/%d"}`, i) }) + `]}`, "distinct locations"},
+		{"the same with an anchor on each (3.1 s)", `{"x":{` + list(2490, func(i int) string { return fmt.Sprintf(`"%d":{"minimum":%d,"$anchor":"t%d"}`, i, i, i) }) + `},"anyOf":[` + list(2490, func(i int) string { return fmt.Sprintf(`{"$ref":"#/x/%d","$anchor":"r%d"}`, i, i) }) + `]}`, "distinct locations"},
+		{"1,100 refs to locations under an unknown keyword (admitted)", `{"x":{` + list(1100, func(i int) string { return fmt.Sprintf(`"%d":{"minimum":%d}`, i, i) }) + `},"anyOf":[` + list(1100, func(i int) string { return fmt.Sprintf(`{"$ref":"#/x/%d"}`, i) }) + `]}`, ""},
+		{"2,300 refs beside 140 subschemas under a 20 KB name (1.7 s)", longNamedRefs(2300), "distinct locations"},
+		{"800 refs beside 140 subschemas under a 20 KB name (admitted)", longNamedRefs(800), ""},
+		{fmt.Sprintf("%d colliding arrays in required (5.5 s)", len(colliding)), `{"required":[` + strings.Join(colliding, ",") + `]}`, "more than 5,000 objects"},
+		{fmt.Sprintf("%d colliding arrays in type (6 s)", len(colliding)), `{"type":[` + strings.Join(colliding, ",") + `]}`, "more than 5,000 objects"},
+		{fmt.Sprintf("%d colliding arrays in dependentRequired (5.2 s)", len(colliding)), `{"dependentRequired":{"a":[` + strings.Join(colliding, ",") + `]}}`, "more than 5,000 objects"},
+		{fmt.Sprintf("%d colliding arrays in draft-04 dependencies (5.1 s)", len(colliding)), `{"$schema":"http://json-schema.org/draft-04/schema#","dependencies":{"a":[` + strings.Join(colliding, ",") + `]}}`, "more than 5,000 objects"},
+		{"required lists of 20,000 names in all (admitted)", `{"properties":{` + list(1000, func(i int) string {
+			return fmt.Sprintf(`"p%d":{"required":[%s]}`, i, list(20, func(j int) string { return fmt.Sprintf(`"f%d"`, j) }))
+		}) + `}}`, ""},
 	} {
 		start := time.Now()
 		_, err := newJSONSchemaCodec(1, c.schema, nil)
