@@ -477,10 +477,32 @@ func logCDCDiff(t *testing.T, source *pgxpool.Pool, ident string, tg *cdcTarget)
 			n++
 		}
 	}
+	var gone []string
 	for id, g := range got {
 		if _, ok := src[id]; !ok && n < 20 {
 			t.Logf("%s: row %d is gone at the source, %q in the replica", tg.name, id, g)
+			gone = append(gone, strconv.FormatInt(id, 10))
 			n++
+		}
+	}
+	// What became of those rows' events, and what was dead-lettered.
+	for _, q := range []string{
+		`SELECT reason || ': ' || count(*) || ', e.g. ' || min(error) FROM dead_letters GROUP BY reason`,
+		`SELECT subject || ' ' || event_type || ' ' || disposition || ' at ' || "offset" FROM effectively_claims WHERE subject = ANY ($1) ORDER BY subject, "offset"`,
+	} {
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = append(args, gone)
+		}
+		rows, err := tg.db.Pool.Query(ctx, q, args...)
+		if err != nil {
+			t.Logf("%s: %v", tg.name, err)
+			continue
+		}
+		var line string
+		_, err = pgx.ForEachRow(rows, []any{&line}, func() error { t.Logf("%s: %s", tg.name, line); return nil })
+		if err != nil {
+			t.Logf("%s: %v", tg.name, err)
 		}
 	}
 }
