@@ -402,7 +402,36 @@ type schemaDocCheck struct {
 	// uniqueMembers: the object about to be checked is a dependencies or
 	// dependentRequired, whose arrays' items must be unique.
 	uniqueMembers bool
+	// roots are the documents and the objects with an $id (resources):
+	// what a $ref's JSON pointer may be read from (see done).
+	roots    []any
+	pointers map[string]struct{}
 }
+
+// maxSchemaRefTargetValues bounds the values under the targets of $refs
+// that are not at a subschema's place, summed over the distinct targets:
+// the validator checks such a target's whole subtree against the
+// meta-schema when it compiles it, again for each target above another
+// (58 nested targets above an enum of 94,000 numbers took 14 s and 4.7
+// GB). A value costs up to 4 µs (a number of a draft-4 enum, hashed as a
+// fraction): at the bound, about a second.
+const maxSchemaRefTargetValues = 250_000
+
+// draft4Subschemas are where a subschema is in every draft (the
+// library's draft.go, draft 4's list, which every later draft extends):
+// under one keyword, under each member of another, or each item of one.
+var draft4Subschemas = map[string]uint8{
+	"not": subschemaOne, "additionalProperties": subschemaOne, "additionalItems": subschemaOne,
+	"items": subschemaOne | subschemaList,
+	"allOf": subschemaList, "anyOf": subschemaList, "oneOf": subschemaList,
+	"definitions": subschemaMap, "properties": subschemaMap, "patternProperties": subschemaMap, "dependencies": subschemaMap,
+}
+
+const (
+	subschemaOne uint8 = 1 << iota
+	subschemaMap
+	subschemaList
+)
 
 // uniqueItemsKeywords hold arrays whose items the meta-schemas make
 // unique (enum in drafts 4 to 7, type, required; in dependencies and
@@ -550,17 +579,25 @@ func (c *schemaDocCheck) references(v map[string]any) error {
 			c.anchorBytes += len(a)
 		}
 	}
+	if _, ok := v["$id"].(string); ok || len(c.path) == 0 {
+		c.roots = append(c.roots, v)
+	} else if _, ok := v["id"].(string); ok {
+		c.roots = append(c.roots, v)
+	}
 	ref, ok := v["$ref"].(string)
 	if !ok {
 		return nil
 	}
 	if c.refs == nil {
-		c.refs = map[string]struct{}{}
+		c.refs, c.pointers = map[string]struct{}{}, map[string]struct{}{}
 	}
 	c.refs[ref] = struct{}{}
 	_, frag, _ := strings.Cut(ref, "#")
 	if f, err := url.PathUnescape(frag); err == nil {
 		frag = f
+	}
+	if strings.HasPrefix(frag, "/") {
+		c.pointers[frag] = struct{}{}
 	}
 	for _, tok := range strings.Split(frag, "/")[1:] {
 		if n, err := strconv.Atoi(tok); err == nil && strconv.Itoa(n) != tok {
@@ -570,9 +607,117 @@ func (c *schemaDocCheck) references(v map[string]any) error {
 	return nil
 }
 
+// refTargetValues is the sum, over the distinct JSON pointers of $refs
+// and the roots they may be read from, of the values under the targets
+// that are not at a subschema's place; it stops counting past limit.
+func (c *schemaDocCheck) refTargetValues(limit int) int {
+	n := 0
+	for p := range c.pointers {
+		tokens := strings.Split(p, "/")[1:]
+		for i, t := range tokens {
+			tokens[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
+		}
+		for _, root := range c.roots {
+			n += len(tokens) // reading the pointer
+			if target, subschema, found := readPointer(root, tokens); found && !subschema {
+				n += countValues(target, limit-n)
+			}
+			if n > limit {
+				return n
+			}
+		}
+	}
+	return n
+}
+
+// readPointer reads tokens from root, a schema, and says whether the
+// value it reaches is at a subschema's place (draft4Subschemas).
+func readPointer(root any, tokens []string) (target any, subschema, found bool) {
+	cur, schema := root, true
+	for i := 0; i < len(tokens); i++ {
+		tok := tokens[i]
+		var next any
+		switch v := cur.(type) {
+		case map[string]any:
+			x, ok := v[tok]
+			if !ok {
+				return nil, false, false
+			}
+			next = x
+		case []any:
+			k, err := strconv.Atoi(tok)
+			if err != nil || k < 0 || k >= len(v) {
+				return nil, false, false
+			}
+			next = v[k]
+		default:
+			return nil, false, false
+		}
+		kind := uint8(0)
+		if schema {
+			kind = draft4Subschemas[tok]
+		}
+		switch _, isList := next.([]any); {
+		case kind&subschemaList != 0 && isList && i+1 < len(tokens):
+			if k, err := strconv.Atoi(tokens[i+1]); err == nil && k >= 0 && k < len(next.([]any)) {
+				cur, schema = next.([]any)[k], true
+				i++
+				continue
+			}
+			return nil, false, false
+		case kind&subschemaMap != 0 && i+1 < len(tokens):
+			m, ok := next.(map[string]any)
+			if !ok {
+				return nil, false, false
+			}
+			x, ok := m[tokens[i+1]]
+			if !ok {
+				return nil, false, false
+			}
+			cur, schema = x, true
+			i++
+			continue
+		case kind&subschemaOne != 0 && !isList:
+			cur, schema = next, true
+			continue
+		}
+		cur, schema = next, false
+	}
+	switch cur.(type) {
+	case map[string]any, bool:
+		return cur, schema, true
+	}
+	return cur, false, true
+}
+
+// countValues counts the values in v, itself included, up to limit.
+func countValues(v any, limit int) int {
+	n := 1
+	switch v := v.(type) {
+	case map[string]any:
+		for _, x := range v {
+			if n > limit {
+				break
+			}
+			n += countValues(x, limit-n)
+		}
+	case []any:
+		for _, x := range v {
+			if n > limit {
+				break
+			}
+			n += countValues(x, limit-n)
+		}
+	}
+	return n
+}
+
 // done checks what is bounded over the schema and its references
 // together, once all are checked.
 func (c *schemaDocCheck) done() error {
+	if n := c.refTargetValues(maxSchemaRefTargetValues); n > maxSchemaRefTargetValues {
+		return fmt.Errorf("the schema's $refs point at places that are not subschemas (not under properties, definitions, items, allOf and the other keywords that hold one) above more than %s values in all; effectively compiles schemas of at most that many (move what they point at into definitions)", english.Sprint(maxSchemaRefTargetValues))
+	}
 	if work := len(c.refs) * (c.objects + c.anchors + (c.locations+c.anchorBytes)/refKeyBytes); work > maxSchemaRefWork {
 		return fmt.Errorf("the schema and its references refer to %s distinct locations over %s objects and %s anchors and $ids; effectively compiles at most %s of one times the other (refer to fewer locations, or through $defs)",
 			english.Sprint(len(c.refs)), english.Sprint(c.objects), english.Sprint(c.anchors), english.Sprint(maxSchemaRefWork))

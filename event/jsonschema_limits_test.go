@@ -486,6 +486,13 @@ func TestJSONSchemaCompileCostIsBounded(t *testing.T) {
 	longNamedRefs := func(n int) string {
 		return `{"properties":{"` + strings.Repeat("n", 20_000) + `":{"properties":{` + list(140, func(i int) string { return fmt.Sprintf(`"%d":{"minimum":%d}`, i, i) }) + `}}},"x":{` + list(n, func(i int) string { return fmt.Sprintf(`"%d":{"minimum":%d}`, i, i) }) + `},"anyOf":[` + list(n, func(i int) string { return fmt.Sprintf(`{"$ref":"#/x/%d"}`, i) }) + `]}`
 	}
+	// A $ref at each level of a chain of not under host, deepest first,
+	// above bottom.
+	chain := func(draft, host string, depth int, bottom string) string {
+		refs := list(depth+1, func(i int) string { return `{"$ref":"#/` + host + strings.Repeat("/not", depth-i) + `"}` })
+		return `{"$schema":"` + draft + `","anyOf":[` + refs + `],"` + host + `":` + strings.Repeat(`{"not":`, depth) + bottom + strings.Repeat(`}`, depth) + `}`
+	}
+	numbers := `{"enum":[` + list(94_000, func(i int) string { return fmt.Sprintf("%de-300", i+1) }) + `]}`
 	colliding := trees(13)
 	for len(strings.Join(colliding, ",")) > 1000<<10 {
 		colliding = colliding[:len(colliding)*9/10]
@@ -517,6 +524,14 @@ func TestJSONSchemaCompileCostIsBounded(t *testing.T) {
 		{fmt.Sprintf("%d colliding arrays in type (6 s)", len(colliding)), `{"type":[` + strings.Join(colliding, ",") + `]}`, "more than 5,000 objects"},
 		{fmt.Sprintf("%d colliding arrays in dependentRequired (5.2 s)", len(colliding)), `{"dependentRequired":{"a":[` + strings.Join(colliding, ",") + `]}}`, "more than 5,000 objects"},
 		{fmt.Sprintf("%d colliding arrays in draft-04 dependencies (5.1 s)", len(colliding)), `{"$schema":"http://json-schema.org/draft-04/schema#","dependencies":{"a":[` + strings.Join(colliding, ",") + `]}}`, "more than 5,000 objects"},
+		// Review 16.
+		{"58 nested $ref targets under an unknown keyword above 94,000 enum numbers (14 s, 4.7 GB)", chain(`http://json-schema.org/draft-06/schema#`, "x", 58, numbers), "not subschemas"},
+		{"the same in const", chain(`http://json-schema.org/draft-06/schema#`, "const", 58, numbers), "not subschemas"},
+		{"the same above 100,000 required names (2020-12: 4.6 s)", chain(`https://json-schema.org/draft/2020-12/schema`, "x", 58, `{"required":[`+list(100_000, func(i int) string { return fmt.Sprintf(`"%07d"`, i) })+`]}`), "not subschemas"},
+		{"2 nested targets above 94,000 enum numbers (admitted)", chain(`http://json-schema.org/draft-06/schema#`, "x", 1, numbers), ""},
+		{"300 definitions under components, each referred to (admitted)", `{"anyOf":[` + list(300, func(i int) string { return fmt.Sprintf(`{"$ref":"#/components/schemas/s%d"}`, i) }) + `],"components":{"schemas":{` +
+			list(300, func(i int) string { return fmt.Sprintf(`"s%d":{"type":"object","properties":{"a":{"type":"string"},"b":{"$ref":"#/$defs/d%d"}}}`, i, i) }) + `}},"$defs":{` +
+			list(300, func(i int) string { return fmt.Sprintf(`"d%d":{"type":"integer","minimum":%d}`, i, i) }) + `}}`, ""},
 		{"required lists of 20,000 names in all (admitted)", `{"properties":{` + list(1000, func(i int) string {
 			return fmt.Sprintf(`"p%d":{"required":[%s]}`, i, list(20, func(j int) string { return fmt.Sprintf(`"f%d"`, j) }))
 		}) + `}}`, ""},
