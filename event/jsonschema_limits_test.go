@@ -530,7 +530,9 @@ func TestJSONSchemaCompileCostIsBounded(t *testing.T) {
 		{"the same above 100,000 required names (2020-12: 4.6 s)", chain(`https://json-schema.org/draft/2020-12/schema`, "x", 58, `{"required":[`+list(100_000, func(i int) string { return fmt.Sprintf(`"%07d"`, i) })+`]}`), "not subschemas"},
 		{"2 nested targets above 94,000 enum numbers (admitted)", chain(`http://json-schema.org/draft-06/schema#`, "x", 1, numbers), ""},
 		{"300 definitions under components, each referred to (admitted)", `{"anyOf":[` + list(300, func(i int) string { return fmt.Sprintf(`{"$ref":"#/components/schemas/s%d"}`, i) }) + `],"components":{"schemas":{` +
-			list(300, func(i int) string { return fmt.Sprintf(`"s%d":{"type":"object","properties":{"a":{"type":"string"},"b":{"$ref":"#/$defs/d%d"}}}`, i, i) }) + `}},"$defs":{` +
+			list(300, func(i int) string {
+				return fmt.Sprintf(`"s%d":{"type":"object","properties":{"a":{"type":"string"},"b":{"$ref":"#/$defs/d%d"}}}`, i, i)
+			}) + `}},"$defs":{` +
 			list(300, func(i int) string { return fmt.Sprintf(`"d%d":{"type":"integer","minimum":%d}`, i, i) }) + `}}`, ""},
 		{"required lists of 20,000 names in all (admitted)", `{"properties":{` + list(1000, func(i int) string {
 			return fmt.Sprintf(`"p%d":{"required":[%s]}`, i, list(20, func(j int) string { return fmt.Sprintf(`"f%d"`, j) }))
