@@ -259,6 +259,11 @@ const ReasonSourceUnavailable event.Reason = "source_unavailable"
 // ReasonUnknownType: no handler is registered for the event's type.
 const ReasonUnknownType event.Reason = "unknown_type"
 
+// ReasonVersionColumn is the dead-letter reason of an event whose order
+// has a Sequence (a Debezium change's) gated on a table whose version
+// column cannot hold one: make the column numeric and redrive.
+const ReasonVersionColumn event.Reason = "version_column"
+
 // UnknownType is the permanent error of an event no handler takes.
 func UnknownType(typ string) error {
 	return event.PermanentWithReason(ReasonUnknownType, fmt.Errorf("no handler for event type %s", event.Excerpt(typ)))

@@ -173,11 +173,6 @@ func (v *engineEffects) Flush(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// ReasonVersionColumn is the dead-letter reason of an event whose order
-// has a Sequence (a Debezium change's) gated on a table whose version
-// column cannot hold one: make the column numeric and redrive.
-const ReasonVersionColumn event.Reason = "version_column"
-
 // checkSequences refuses, as the event's failure, a gated effect whose
 // Sequence its table's version column would round away: by its Version
 // alone two changes of one transaction would tie, and the second be

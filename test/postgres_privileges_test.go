@@ -469,7 +469,7 @@ func TestWorkerRoleReachesNoDDL(t *testing.T) {
 		require.Zero(t, db.Count(t, `SELECT count(*) FROM pg_proc WHERE pronamespace = 'effectively'::regnamespace AND proname IN ('effectively_claims_expire', 'effectively_claims_table', 'effectively_claims_partition', 'effectively_claim_generations_guard')`))
 		require.Zero(t, db.Count(t, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'claim_generations'::regclass`))
 		require.Equal(t, int64(4), db.Count(t, `SELECT count(*) FROM pg_proc WHERE pronamespace = 'effectively'::regnamespace AND prosecdef AND proconfig = '{"search_path=effectively, pg_temp"}'`))
-		_, err = p.UpTo(ctx, 18)
+		_, err = p.Up(ctx)
 		require.NoError(t, err)
 		requirePrivileges(t, owner, "after down and up")
 		unchanged(t)
