@@ -1,7 +1,9 @@
 package test
 
 import (
+	"bytes"
 	"context"
+	encbinary "encoding/binary"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -344,7 +346,7 @@ INSERT INTO %s SELECT g, 'customer ' || g, 'new' FROM generate_series(1, %d) g`,
 	for _, tg := range targets {
 		t.Cleanup(func() {
 			if t.Failed() {
-				logCDCDiff(t, src.pool, ident, tg)
+				logCDCDiff(t, src.pool, ident, tg, topic)
 			}
 		})
 		waitUntil(t, tg.name+"'s replica equals the source", 5*time.Minute, func(context.Context) bool {
@@ -454,7 +456,7 @@ func envInt(name string, def int) int {
 }
 
 // logCDCDiff logs the first rows a replica has otherwise than the source.
-func logCDCDiff(t *testing.T, source *pgxpool.Pool, ident string, tg *cdcTarget) {
+func logCDCDiff(t *testing.T, source *pgxpool.Pool, ident string, tg *cdcTarget, topic string) {
 	ctx := context.Background()
 	rowsOf := func(pool *pgxpool.Pool, q string) map[int64]string {
 		out := map[int64]string{}
@@ -483,6 +485,17 @@ func logCDCDiff(t *testing.T, source *pgxpool.Pool, ident string, tg *cdcTarget)
 			t.Logf("%s: row %d is gone at the source, %q in the replica", tg.name, id, g)
 			gone = append(gone, strconv.FormatInt(id, 10))
 			n++
+		}
+	}
+	// The records on the topic of the first such row (its key's last
+	// bytes are the id, in JSON or as an Avro long).
+	if len(gone) > 0 {
+		id, _ := strconv.ParseInt(gone[0], 10, 64)
+		avroID := encbinary.AppendUvarint(nil, uint64(id<<1^id>>63))
+		for _, r := range kafkatest.ReadCommitted(t, topic, int(topicRecords(t, topic)), time.Minute) {
+			if bytes.HasSuffix(r.Key, []byte(`"id":`+gone[0]+`}`)) || bytes.HasSuffix(r.Key, []byte(`:`+gone[0]+`}}`)) || len(r.Key) > 5 && bytes.Equal(r.Key[5:], avroID) {
+				t.Logf("%s: row %s: record at %d/%d, key %x, value of %d bytes: %q", tg.name, gone[0], r.Partition, r.Offset, r.Key, len(r.Value), tail(string(r.Value), 3))
+			}
 		}
 	}
 	// What became of those rows' events, and what was dead-lettered.
