@@ -406,6 +406,16 @@ type schemaDocCheck struct {
 	// uniqueMembers: the object about to be checked is a dependencies or
 	// dependentRequired, whose arrays' items must be unique.
 	uniqueMembers bool
+	// data: the walk is inside a dataKeywords member, which the validator
+	// reads as a value, not a schema, unless a $ref points into one
+	// (intoData). dataErr is the first reference found there that a
+	// schema may not hold.
+	data     int
+	intoData bool
+	dataErr  error
+	// nameMap: the object about to be checked maps names to schemas
+	// (properties and the like): its members are not keywords.
+	nameMap bool
 	// roots are the documents and the objects with an $id (resources):
 	// what a $ref's JSON pointer may be read from (see done).
 	roots    []any
@@ -507,22 +517,22 @@ func (c *schemaDocCheck) check(doc any) error {
 			return fmt.Errorf("the number %s at %s is not one a double can hold in at most %d characters; a schema's numbers must be", Excerpt(string(v)), c.where(), maxSchemaNumberLength)
 		}
 	case map[string]any:
-		unique := c.uniqueMembers
-		c.uniqueMembers = false
-		// A resource's locations begin with its $id.
+		unique, names := c.uniqueMembers, c.nameMap
+		c.uniqueMembers, c.nameMap = false, false
+		// A resource's locations begin with its $id (draft 4's id; both
+		// are counted, whichever the draft reads), percent-escaped.
 		id, _ := v["$id"].(string)
-		if id == "" {
-			id, _ = v["id"].(string) // draft 4
-		}
-		c.url += len(id)
+		id4, _ := v["id"].(string)
+		idBytes := locationBytes(id) + locationBytes(id4)
+		c.url += idBytes
 		base := c.base
-		if id != "" {
+		if id != "" || id4 != "" {
 			c.base = maphash.Comparable(schemaIDSeed, struct {
-				base uint64
-				id   string
-			}{base, id})
+				base    uint64
+				id, id4 string
+			}{base, id, id4})
 		}
-		defer func() { c.url, c.base = c.url-len(id), base }()
+		defer func() { c.url, c.base = c.url-idBytes, base }()
 		var patterns []string
 		if p, ok := v["pattern"].(string); ok {
 			patterns = append(patterns, p)
@@ -544,6 +554,13 @@ func (c *schemaDocCheck) check(doc any) error {
 		}
 		for k, x := range v {
 			arr, isArray := x.([]any)
+			data := !names && dataKeywords[k]
+			if data {
+				c.data++
+			}
+			if !names && nameKeywords[k] {
+				c.nameMap = true // its members are named schemas, not keywords
+			}
 			var err error
 			switch {
 			case c.values > 0:
@@ -556,6 +573,10 @@ func (c *schemaDocCheck) check(doc any) error {
 				c.uniqueMembers = false
 			default:
 				err = c.descend(k, x)
+			}
+			c.nameMap = false
+			if data {
+				c.data--
 			}
 			if err != nil {
 				return err
@@ -580,20 +601,31 @@ type refTarget struct {
 
 var schemaIDSeed = maphash.MakeSeed()
 
-// knownMetaSchemas are the drafts' meta-schemas, as $schema names them.
-// Another $schema is refused: the validator follows a chain of custom
-// meta-schemas for every object that names one (2,490 objects naming a
-// chain of 2,490 references took 3.7 s; with longer names, 9.9 s).
-var knownMetaSchemas = map[string]bool{}
+// nameKeywords hold objects whose members are named schemas.
+var nameKeywords = map[string]bool{"properties": true, "patternProperties": true, "$defs": true, "definitions": true, "dependentSchemas": true, "dependencies": true}
 
-func init() {
-	for _, u := range []string{"json-schema.org/draft-04/schema", "json-schema.org/draft-06/schema", "json-schema.org/draft-07/schema",
-		"json-schema.org/draft/2019-09/schema", "json-schema.org/draft/2020-12/schema"} {
-		for _, scheme := range []string{"http://", "https://"} {
-			knownMetaSchemas[scheme+u] = true
-			knownMetaSchemas[scheme+u+"#"] = true
-		}
+// dataKeywords hold values, not schemas.
+var dataKeywords = map[string]bool{"const": true, "enum": true, "default": true, "examples": true}
+
+// knownMetaSchema says whether $schema names one of the drafts'
+// meta-schemas (json-schema.org/schema is the latest), with any fragment,
+// as the validator reads them. Another is refused: the validator follows
+// a chain of custom meta-schemas for every object that names one (2,490
+// objects naming a chain of 2,490 references took 3.7 s; with longer
+// names, 9.9 s).
+func knownMetaSchema(u string) bool {
+	u, _, _ = strings.Cut(u, "#")
+	if rest, ok := strings.CutPrefix(u, "http://"); ok {
+		u = rest
+	} else if u, ok = strings.CutPrefix(u, "https://"); !ok {
+		return false
 	}
+	switch u {
+	case "json-schema.org/schema", "json-schema.org/draft-04/schema", "json-schema.org/draft-06/schema", "json-schema.org/draft-07/schema",
+		"json-schema.org/draft/2019-09/schema", "json-schema.org/draft/2020-12/schema":
+		return true
+	}
+	return false
 }
 
 // references checks a schema object's references: $dynamicRef and
@@ -604,12 +636,28 @@ func init() {
 // spelling as a subschema of its own, compiling the subtree again for
 // each (100 spellings of a 400-object subtree took 6 s, 200 of 800, 110 s).
 func (c *schemaDocCheck) references(v map[string]any) error {
-	if ms, ok := v["$schema"].(string); ok && !knownMetaSchemas[ms] {
-		return fmt.Errorf("%s names the meta-schema %s, which is not one of the drafts' (draft-04, -06, -07, 2019-09, 2020-12); effectively compiles schemas against those only", c.where(), Excerpt(ms))
+	// Inside data (a const, enum, default or examples) these are refused
+	// only if a $ref points into data, which the validator then compiles
+	// as a schema (see done).
+	refuse := func(err error) error {
+		if c.data == 0 {
+			return err
+		}
+		if c.dataErr == nil {
+			c.dataErr = err
+		}
+		return nil
+	}
+	if ms, ok := v["$schema"].(string); ok && !knownMetaSchema(ms) {
+		if err := refuse(fmt.Errorf("%s names the meta-schema %s, which is not one of the drafts' (draft-04, -06, -07, 2019-09, 2020-12); effectively compiles schemas against those only", c.where(), Excerpt(ms))); err != nil {
+			return err
+		}
 	}
 	for _, k := range [...]string{"$dynamicRef", "$recursiveRef"} {
 		if _, ok := v[k].(string); ok {
-			return fmt.Errorf("%s uses %s, which effectively does not validate: its target is chosen while validating (use $ref)", c.where(), k)
+			if err := refuse(fmt.Errorf("%s uses %s, which effectively does not validate: its target is chosen while validating (use $ref)", c.where(), k)); err != nil {
+				return err
+			}
 		}
 	}
 	for _, k := range [...]string{"$anchor", "$dynamicAnchor", "$id", "id"} {
@@ -630,17 +678,24 @@ func (c *schemaDocCheck) references(v map[string]any) error {
 	if c.refs == nil {
 		c.refs, c.pointers = map[refTarget]struct{}{}, map[string]struct{}{}
 	}
-	c.refs[refTarget{c.base, ref}] = struct{}{}
 	_, frag, _ := strings.Cut(ref, "#")
 	if f, err := url.PathUnescape(frag); err == nil {
 		frag = f
 	}
 	if strings.HasPrefix(frag, "/") {
+		// A resource or an anchor is compiled where it is; a pointer's
+		// target may be compiled on its own (maxSchemaRefWork).
+		c.refs[refTarget{c.base, ref}] = struct{}{}
 		c.pointers[frag] = struct{}{}
 	}
 	for _, tok := range strings.Split(frag, "/")[1:] {
+		if dataKeywords[tok] {
+			c.intoData = true
+		}
 		if n, err := strconv.Atoi(tok); err == nil && strconv.Itoa(n) != tok {
-			return fmt.Errorf("the $ref %s at %s writes %q where an array index is read: write indexes as plain numbers (%d)", Excerpt(ref), c.where(), tok, n)
+			if err := refuse(fmt.Errorf("the $ref %s at %s writes %q where an array index is read: write indexes as plain numbers (%d)", Excerpt(ref), c.where(), tok, n)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -754,6 +809,9 @@ func countValues(v any, limit int) int {
 // done checks what is bounded over the schema and its references
 // together, once all are checked.
 func (c *schemaDocCheck) done() error {
+	if c.intoData && c.dataErr != nil {
+		return fmt.Errorf("%w, in data a $ref points into", c.dataErr)
+	}
 	if n := c.refTargetValues(maxSchemaRefTargetValues); n > maxSchemaRefTargetValues {
 		return fmt.Errorf("the schema's $refs point at places that are not subschemas (not under properties, definitions, items, allOf and the other keywords that hold one) above more than %s values in all; effectively compiles schemas of at most that many (move what they point at into definitions)", english.Sprint(maxSchemaRefTargetValues))
 	}

@@ -538,6 +538,17 @@ func TestJSONSchemaCompileCostIsBounded(t *testing.T) {
 		{"one $ref text in 2,490 resources (4.3 s, 2.2 GB)", `{"allOf":[` + list(2490, func(i int) string { return fmt.Sprintf(`{"$id":"r%d","x":{},"$ref":"#/x"}`, i) }) + `]}`, "distinct locations"},
 		{"a meta-schema of its own", `{"$schema":"https://example.com/meta","type":"object"}`, "not one of the drafts'"},
 		{"each draft's meta-schema (admitted)", `{"$schema":"http://json-schema.org/draft-07/schema#","definitions":{"a":{"$schema":"http://json-schema.org/draft-07/schema"}}}`, ""},
+		// Review 18.
+		{"a draft-4 id of 5,000 bytes beside a decoy $id above 4,990 resources (5.9 s)", `{"$schema":"http://json-schema.org/draft-04/schema#","$id":"x","id":"https://h.invalid/` + strings.Repeat("a", 5000) + `/","allOf":[` + list(4990, func(i int) string { return fmt.Sprintf(`{"id":"c%05d"}`, i) }) + `]}`, "the locations"},
+		{"a $id of 500 spaces above 4,990 resources (2.8 s)", `{"$defs":{"a":{"$id":"https://h.invalid/` + strings.Repeat(" ", 500) + `/","allOf":[` + list(4990, func(i int) string { return fmt.Sprintf(`{"$id":"c%05d"}`, i) }) + `]}}}`, "the locations"},
+		{"1,660 draft-4 resources with a decoy $id, each referring to #/x (2 s)", `{"$schema":"http://json-schema.org/draft-04/schema#","allOf":[` + list(1660, func(i int) string { return fmt.Sprintf(`{"$id":"same","id":"r%d","not":{"$ref":"#/x"},"x":{}}`, i) }) + `]}`, "distinct locations"},
+		{"the latest meta-schema, and a fragment (admitted)", `{"$schema":"http://json-schema.org/schema#","allOf":[{"$schema":"https://json-schema.org/draft-07/schema#/"}]}`, ""},
+		{"$schema, $dynamicRef and 00 in examples, default and const (admitted)", `{"examples":[{"$schema":"https://example.com/config.schema.json"}],"default":{"$schema":"./config.schema.json","$dynamicRef":"#a"},"const":{"$ref":"#/allOf/00"},"properties":{"default":{"type":"string"}}}`, ""},
+		{"$dynamicRef in a default a $ref points into", `{"default":{"$dynamicRef":"#a"},"allOf":[{"$ref":"#/default"}]}`, "uses $dynamicRef"},
+		{"$dynamicRef in a property named default", `{"properties":{"default":{"$dynamicRef":"#a"}}}`, "uses $dynamicRef"},
+		{"a bundle of 400 resources, each referring to 5 others (admitted)", `{"$defs":{` + list(400, func(i int) string {
+			return fmt.Sprintf(`"t%d":{"$id":"t%d.json","allOf":[%s]}`, i, i, list(5, func(j int) string { return fmt.Sprintf(`{"$ref":"t%d.json"}`, (i+j+1)%400) }))
+		}) + `}}`, ""},
 		{"required lists of 20,000 names in all (admitted)", `{"properties":{` + list(1000, func(i int) string {
 			return fmt.Sprintf(`"p%d":{"required":[%s]}`, i, list(20, func(j int) string { return fmt.Sprintf(`"f%d"`, j) }))
 		}) + `}}`, ""},
