@@ -336,9 +336,10 @@ func debeziumPayload(doc *jsonDoc, v int) (int, error) {
 
 // debeziumLastCommit is the first of source.sequence, the LSN of the last
 // transaction the connector saw commit before this change's ("[\"lsn\",
-// \"lsn\"]", its first null, read as 0, before the connector has seen
-// one); -1 when the source has no sequence (a connector older than
-// Debezium 1.4), whose changes are then ordered by their LSN alone.
+// \"lsn\"]"); -1 when the source has no sequence (a connector older than
+// Debezium 1.4) or its first is null (the first transaction after the
+// connector starts or snapshots), whose changes are then ordered by their
+// LSN alone.
 //
 // It orders changes by commit: every change of a transaction that
 // committed after another's carries a last commit at or above that
@@ -368,7 +369,11 @@ func debeziumLastCommit(doc *jsonDoc, src int) (int64, error) {
 	}
 	first = strings.TrimSpace(first)
 	if first == "null" {
-		return 0, nil
+		// The connector has seen no commit since it started or last
+		// snapshotted: its first transaction. As 0 it would rank below
+		// every change streamed before a new snapshot; by its LSN it
+		// ranks as before the commit order.
+		return -1, nil
 	}
 	digits, ok := strings.CutPrefix(first, `"`)
 	if digits, ok = strings.CutSuffix(digits, `"`); !ok || !isDigits(digits) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -462,7 +463,10 @@ func (e *Effects) settleGroup(g []int, p prior) error {
 		}
 		v, err := parseOrder(*text)
 		if err != nil {
-			return err
+			// Not a version the engine wrote (another tool's fraction,
+			// NaN): the statement decided the row; of the effects before
+			// the newest, none is taken as applied.
+			v = order{math.MaxInt64, math.MaxInt64}
 		}
 		if !known || v.cmp(cur) > 0 {
 			cur, known = v, true

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -77,10 +78,12 @@ func (a *App) checkTables(ctx context.Context, cfg config.Config, pool *pgxpool.
 		return fmt.Errorf("sinks: %w", err)
 	}
 	if sinks != nil {
-		err = sinks.Check(ctx, pool, a.registry(cfg), func(topic string) bool {
+		err = sinks.Check(ctx, pool, a.registry(cfg), func(s config.Sink) bool {
 			for _, t := range cfg.Kafka.Topics {
-				if (topic == "" || t == topic) && cfg.TopicSettings(t).Format == config.FormatDebezium {
-					return true
+				if (s.Topic == "" || t == s.Topic) && cfg.TopicSettings(t).Format == config.FormatDebezium {
+					// A sink of every topic takes a Debezium topic's
+					// events only by their types.
+					return s.Topic != "" || slices.ContainsFunc(s.Types, debeziumType)
 				}
 			}
 			return false
@@ -92,4 +95,15 @@ func (a *App) checkTables(ctx context.Context, cfg config.Config, pool *pgxpool.
 		return fmt.Errorf("the tables this build writes do not fit the database:\n%w\n(run `%s migrate` if the tables are missing)", err, a.name())
 	}
 	return nil
+}
+
+// debeziumType says whether an event type is one format debezium makes:
+// <schema>.<table>.<create|update|delete|read>.
+func debeziumType(typ string) bool {
+	for _, verb := range [...]string{".create", ".update", ".delete", ".read"} {
+		if strings.HasSuffix(typ, verb) {
+			return true
+		}
+	}
+	return false
 }

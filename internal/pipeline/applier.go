@@ -169,9 +169,11 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 		}
 		res, err = a.inTx(ctx, b, items, false)
 	}
-	if _, fault := eventFault(err); fault {
+	if _, fault := eventsFault(err); fault {
 		// A statement failed for a reason that retrying cannot fix and that
-		// lies in one event's values (sqlstate.go). The transaction is gone;
+		// lies in one event's values (sqlstate.go), or the batch's effects
+		// refused one event's (a permanent error from Flush: a change's
+		// sequence on a bigint version column). The transaction is gone;
 		// redo the batch with each event's effects in a savepoint, so the
 		// culprit is dead-lettered and its batch-mates commit.
 		a.log.Warn("a statement failed; redoing the batch one event at a time",

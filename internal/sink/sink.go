@@ -224,10 +224,9 @@ func (s *sink) invalid(c *column, err error) error {
 // constraint covers its key. The errors name the sink, the column and the
 // fix. r is the registry Register filled.
 //
-// sequenced says whether a topic's events have Sequences (Debezium's;
-// topic "" is a sink's of every topic): a version column that takes
-// such events' resourceversion must hold them.
-func (set *Set) Check(ctx context.Context, q handling.Querier, r *handlers.Registry, sequenced func(topic string) bool) error {
+// sequenced says whether a sink takes events with Sequences (Debezium's):
+// a version column that takes their resourceversion must hold them.
+func (set *Set) Check(ctx context.Context, q handling.Querier, r *handlers.Registry, sequenced func(config.Sink) bool) error {
 	var errs []error
 	for _, s := range set.sinks {
 		cols, err := handling.TableColumns(ctx, q, s.cfg.Table)
@@ -252,7 +251,7 @@ func (set *Set) Check(ctx context.Context, q handling.Querier, r *handlers.Regis
 				errs = append(errs, fmt.Errorf("sink %s: column %s of table %s is %s, which %s", s.cfg.Name, c.name, s.cfg.Table, col.Type, err))
 				continue
 			}
-			if c == s.version && c.from == "resourceversion" && sequenced != nil && sequenced(s.cfg.Topic) && !col.HoldsSequence() {
+			if c == s.version && c.from == "resourceversion" && sequenced != nil && sequenced(s.cfg) && !col.HoldsSequence() {
 				errs = append(errs, fmt.Errorf("sink %s: version column %s of table %s is %s, which cannot hold a Debezium change's order (the commit it follows, then its LSN, as numeric version.sequence): make it numeric (ALTER TABLE %s ALTER COLUMN %s TYPE numeric)",
 					s.cfg.Name, c.name, s.cfg.Table, col.Type, s.cfg.Table, c.name))
 			}

@@ -57,7 +57,7 @@ func setup(t *testing.T, schemaSQL string, sinks []config.Sink) (pgtest.DB, *han
 	var reg handlers.Registry
 	set, err := sink.Register(&reg, sinks)
 	require.NoError(t, err)
-	return db, &reg, set.Check(context.Background(), db.Pool, &reg, func(topic string) bool { return topic == "cdc" })
+	return db, &reg, set.Check(context.Background(), db.Pool, &reg, func(s config.Sink) bool { return s.Topic == "cdc" })
 }
 
 // apply runs one event through its type's sink handler in a transaction of
