@@ -19,22 +19,29 @@ import (
 
 const dbzUpdate = `{"before":{"id":1,"name":"customer 1","status":"new"},"after":{"id":1,"name":"customer 1","status":"active"},"source":{"version":"3.6.1.Final","connector":"postgresql","name":"src","ts_ms":1796324500000,"snapshot":"false","db":"source","sequence":"[\"24263000\",\"24263856\"]","schema":"public","table":"customers","txId":747,"lsn":24263856,"xmin":null},"transaction":null,"op":"u","ts_ms":1796324500123}`
 
-// A Debezium change gated on a bigint version column is dead-lettered
-// (version_column) through the pipeline; the partition keeps moving.
-func TestDebeziumChangeOnABigintVersionIsDeadLettered(t *testing.T) {
-	db := pgtest.New(t)
-	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE customers (id text PRIMARY KEY, version bigint NOT NULL, status text NOT NULL)`)
-	require.NoError(t, err)
+const tp = "src.public.customers"
+
+// customersApplier applies tp's Debezium updates with a Go handler that
+// upserts customers by the event's own version.
+func customersApplier(t *testing.T, db pgtest.DB) *pipeline.Applier {
 	tbl := &handlers.Table{Name: "customers", Key: []string{"id"}, Version: "version", Columns: []string{"status"}}
 	var reg handlers.Registry
 	reg.Table(tbl)
 	reg.HandleFunc("public.customers.update", func(_ context.Context, fx *handlers.Effects, ev event.Event) error {
 		return fx.Upsert(tbl, ev.Version, ev.Subject, "active")
 	})
-	const tp = "src.public.customers"
 	dec, err := event.NewDecoder(event.DecoderConfig{Topic: tp, Format: event.FormatDebezium})
 	require.NoError(t, err)
-	a := pipeline.NewApplier(db.Pool, pipeline.Options{Decoders: map[string]*event.Decoder{tp: dec}, Handlers: &reg, Logger: zaptest.NewLogger(t)})
+	return pipeline.NewApplier(db.Pool, pipeline.Options{Decoders: map[string]*event.Decoder{tp: dec}, Handlers: &reg, Logger: zaptest.NewLogger(t)})
+}
+
+// A Debezium change gated on a bigint version column is dead-lettered
+// (version_column) through the pipeline; the partition keeps moving.
+func TestDebeziumChangeOnABigintVersionIsDeadLettered(t *testing.T) {
+	db := pgtest.New(t)
+	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE customers (id text PRIMARY KEY, version bigint NOT NULL, status text NOT NULL)`)
+	require.NoError(t, err)
+	a := customersApplier(t, db)
 	rec := &kgo.Record{Topic: tp, Key: []byte(`{"id":1}`), Value: []byte(dbzUpdate), Offset: 0, Timestamp: time.Now()}
 	_, err = a.ApplyBatch(context.Background(), consumer.Batch{Group: "g", Topic: tp, Partition: 0, Records: []*kgo.Record{rec}})
 	require.NoError(t, err)
@@ -50,16 +57,7 @@ func TestForeignVersionFractionDoesNotStall(t *testing.T) {
 	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE customers (id text PRIMARY KEY, version numeric NOT NULL, status text NOT NULL);
 INSERT INTO customers VALUES ('1', 1000000000000000001.5, 'by hand')`)
 	require.NoError(t, err)
-	tbl := &handlers.Table{Name: "customers", Key: []string{"id"}, Version: "version", Columns: []string{"status"}}
-	var reg handlers.Registry
-	reg.Table(tbl)
-	reg.HandleFunc("public.customers.update", func(_ context.Context, fx *handlers.Effects, ev event.Event) error {
-		return fx.Upsert(tbl, ev.Version, ev.Subject, "active")
-	})
-	const tp = "src.public.customers"
-	dec, err := event.NewDecoder(event.DecoderConfig{Topic: tp, Format: event.FormatDebezium})
-	require.NoError(t, err)
-	a := pipeline.NewApplier(db.Pool, pipeline.Options{Decoders: map[string]*event.Decoder{tp: dec}, Handlers: &reg, Logger: zaptest.NewLogger(t)})
+	a := customersApplier(t, db)
 	second := strings.Replace(strings.Replace(dbzUpdate, `\"24263856\"]`, `\"24263999\"]`, 1), `"lsn":24263856`, `"lsn":24263999`, 1)
 	recs := []*kgo.Record{
 		{Topic: tp, Key: []byte(`{"id":1}`), Value: []byte(dbzUpdate), Offset: 0, Timestamp: time.Now()},
@@ -108,7 +106,6 @@ func TestDebeziumFirstTransactionAfterASnapshotIsApplied(t *testing.T) {
 	reg.HandleFunc("public.customers.delete", func(_ context.Context, fx *handlers.Effects, ev event.Event) error {
 		return fx.Delete(tbl, ev.Version, ev.Subject)
 	})
-	const tp = "src.public.customers"
 	dec, err := event.NewDecoder(event.DecoderConfig{Topic: tp, Format: event.FormatDebezium})
 	require.NoError(t, err)
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{Decoders: map[string]*event.Decoder{tp: dec}, Handlers: &reg, Logger: zaptest.NewLogger(t)})
