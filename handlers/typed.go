@@ -436,9 +436,7 @@ func (e *Effects) queueGated(b *pgx.Batch, rt *resolvedTable, sql string, groups
 			return err
 		}
 		for r, g := range groups {
-			if err := e.settleGroup(g, priors[r]); err != nil {
-				return fmt.Errorf("table %s: %w", rt.t.Name, err)
-			}
+			e.settleGroup(g, priors[r])
 		}
 		return nil
 	})
@@ -447,13 +445,13 @@ func (e *Effects) queueGated(b *pgx.Batch, rt *resolvedTable, sql string, groups
 // settleGroup decides which effects of one row's group took effect: as if
 // applied one at a time in offset order, each is applied when its version
 // is newer than every version before it (the stored one included).
-func (e *Effects) settleGroup(g []int, p prior) error {
+func (e *Effects) settleGroup(g []int, p prior) {
 	if !p.written {
-		return nil // the newest was not newer than the stored row: all stale
+		return // the newest was not newer than the stored row: all stale
 	}
 	if len(g) == 1 {
 		e.typed[g[0]].applied = true
-		return nil
+		return
 	}
 	var cur order
 	known := false
@@ -480,7 +478,6 @@ func (e *Effects) settleGroup(g []int, p prior) error {
 			cur, known = te.at, true
 		}
 	}
-	return nil
 }
 
 func columns(width, n int) [][]any {
