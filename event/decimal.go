@@ -166,18 +166,18 @@ func (d decimal) multipleOf(dv *divisor) bool {
 	return r.Mod(r, dv.big).Sign() == 0
 }
 
-var (
-	pow10u   [19]uint64
-	pow10big [19]*big.Int
-)
+// The powers of ten below 2^64, as integers and as big.Ints. (Package
+// variables, not an init: schemacompile.go's init may run first.)
+var pow10u, pow10big = powersOfTen()
 
-func init() {
+func powersOfTen() (u [19]uint64, b [19]*big.Int) {
 	p := uint64(1)
-	for i := range pow10u {
-		pow10u[i] = p
-		pow10big[i] = new(big.Int).SetUint64(p)
+	for i := range u {
+		u[i] = p
+		b[i] = new(big.Int).SetUint64(p)
 		p *= 10
 	}
+	return u, b
 }
 
 // mulMod is a × b mod m, for a, b < m... or any a, b when a × b / m fits.

@@ -131,6 +131,7 @@ type registryDecoder struct {
 	maxID        int
 	unknownSince map[int]time.Time
 	now          func() time.Time
+	limits       compileLimits // on each schema's compile (schemacompile.go)
 }
 
 // loading is one fetch in flight; done closes when s and err are set.
@@ -184,7 +185,7 @@ const (
 
 func newRegistryDecoder(format string, registry SchemaRegistry) *registryDecoder {
 	return &registryDecoder{format: format, registry: registry, schemas: map[int]*registrySchema{}, refused: map[int]refusal{}, loading: map[int]*loading{},
-		unknownSince: map[int]time.Time{}, now: time.Now}
+		unknownSince: map[int]time.Time{}, now: time.Now, limits: defaultCompileLimits}
 }
 
 // transcode strips the wire-format header from value (the record's value
@@ -351,15 +352,7 @@ func (rd *registryDecoder) load(ctx context.Context, id int) (*registrySchema, e
 	if err != nil {
 		return nil, err
 	}
-	s := &registrySchema{id: id, format: format}
-	switch format {
-	case FormatAvro:
-		s.avro, err = newAvroCodec(root.Schema, refs)
-	case FormatProtobuf:
-		s.proto, err = newProtoCodec(ctx, id, root.Schema, refs)
-	default:
-		s.json, err = newJSONSchemaCodec(id, root.Schema, refs)
-	}
+	s, err := compileBounded(ctx, format, id, root.Schema, refs, rd.limits)
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			// Stopped, not refused: a revoke or a shutdown while compiling.
