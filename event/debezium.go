@@ -60,11 +60,15 @@ const FormatDebezium = "debezium"
 // source's log and its row.
 const StrategyPosition = "position"
 
-// StreamedVersion is added to the LSN of a streamed change (op c, u or d)
-// to make its version: 10^18, so the version reads as a 1 followed by the
-// LSN in 18 digits, and every streamed change outranks every snapshot
-// read, whose version is its LSN. An LSN of 10^18 or more (an exabyte of
-// write-ahead log) is refused as invalid_version.
+// StreamedVersion is added to the commit a streamed change (op c, u or d)
+// follows to make its version: 10^18, so the version reads as a 1
+// followed by that LSN in 18 digits (the first of source.sequence; the
+// change's own LSN when that is null), its Sequence is its own LSN, and
+// every streamed change outranks every snapshot read, whose version is
+// its LSN. An LSN of 10^18 or more (an exabyte of write-ahead log) is
+// refused as invalid_version. Gate a change by the event's own Version
+// (Effects.Upsert(t, ev.Version, …)), which carries its Sequence, never
+// by a version computed from the LSN.
 const StreamedVersion int64 = 1_000_000_000_000_000_000
 
 // SkipError reports a record that is not an event and needs no effect: a
@@ -486,8 +490,9 @@ type Change struct {
 	Before, After Value
 	// Source is Debezium's source block: db, schema, table, lsn, txId.
 	Source Value
-	// LSN is source.lsn, the change's position in the source's log (the
-	// event's Version is StreamedVersion + LSN for a streamed change).
+	// LSN is source.lsn, the change's position in the source's log. It
+	// is not the change's order: gate by the event's Version, which with
+	// its Sequence is the commit order (see StreamedVersion).
 	LSN int64
 }
 

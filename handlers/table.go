@@ -212,6 +212,15 @@ func (s *tableSet) has(t *Table) bool {
 	return ok
 }
 
+// forget drops the tables' resolution: the next resolve reads them from
+// the database again (after a table was found not to fit an event, so
+// that an ALTER TABLE that fixes it is seen without a restart).
+func (s *tableSet) forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resolved = nil
+}
+
 func (s *tableSet) resolve(ctx context.Context, q handlerbridge.Querier) ([]*resolvedTable, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -316,6 +325,12 @@ func resolveTable(ctx context.Context, q handlerbridge.Querier, t *Table) (*reso
 		case col.Base != "bigint" && col.Base != "integer" && col.Base != "smallint" && col.Base != "numeric":
 			errs = append(errs, &handlerbridge.TableError{Table: t.Name, Column: t.Version, Reason: "is " + col.Type + ", not an integer",
 				Fix: "make the version column bigint"})
+		case !col.NotNull:
+			// NULL compares as unknown: a row whose version is NULL (a
+			// column added to a table that had rows) would never be
+			// updated, and a delete of it would be counted applied.
+			errs = append(errs, &handlerbridge.TableError{Table: t.Name, Column: t.Version, Reason: "may be NULL, and a row whose version is NULL would never be updated or deleted",
+				Fix: fmt.Sprintf("give rows without one the lowest version and forbid NULL: UPDATE %s SET %s = 0 WHERE %[2]s IS NULL; ALTER TABLE %[1]s ALTER COLUMN %[2]s SET NOT NULL", ident, quote(t.Version))})
 		}
 		rt.vtype, rt.sequenced = col.Type, col.HoldsSequence()
 	}

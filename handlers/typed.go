@@ -182,6 +182,7 @@ func (e *Effects) checkSequences(tables []*resolvedTable) error {
 	for _, te := range e.typed {
 		rt := tables[e.env.tables.index[te.t]]
 		if te.at.s != 0 && !rt.sequenced {
+			e.env.tables.forget() // an ALTER TABLE is the fix: read the table again next time
 			return event.PermanentWithReason(ReasonVersionColumn, fmt.Errorf(
 				"table %s: version column %s is %s, which cannot hold the event's order (version %d, then sequence %d): make it numeric (ALTER TABLE %s ALTER COLUMN %s TYPE numeric), then redrive",
 				te.t.Name, te.t.Version, rt.vtype, te.at.v, te.at.s, rt.ident, quote(te.t.Version)))

@@ -310,9 +310,12 @@ func TestCheckTablesNamesTheColumnAndTheFix(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `
-CREATE TABLE nokey (id text, version bigint, name text);
+CREATE TABLE nokey (id text, version bigint NOT NULL, name text);
 CREATE TABLE textversion (id text PRIMARY KEY, version text, name text);
-CREATE TABLE ok (id text PRIMARY KEY, version bigint, name text, seq bigint GENERATED ALWAYS AS IDENTITY);`)
+CREATE TABLE ok (id text PRIMARY KEY, version bigint NOT NULL, name text, seq bigint GENERATED ALWAYS AS IDENTITY);
+CREATE TABLE copied (id text PRIMARY KEY, name text);
+INSERT INTO copied VALUES ('1', 'copied by another tool');
+ALTER TABLE copied ADD COLUMN version numeric;`)
 	require.NoError(t, err)
 	for _, c := range []struct {
 		table *handlers.Table
@@ -323,6 +326,10 @@ CREATE TABLE ok (id text PRIMARY KEY, version bigint, name text, seq bigint GENE
 		{&handlers.Table{Name: "nokey", Key: []string{"id"}, Version: "version", Columns: []string{"name"}}, []string{"table nokey column id", "no primary key or unique constraint", "ALTER TABLE nokey ADD UNIQUE (id)"}},
 		{&handlers.Table{Name: "textversion", Key: []string{"id"}, Version: "version"}, []string{"table textversion column version", "is text, not an integer", "bigint"}},
 		{&handlers.Table{Name: "ok", Key: []string{"id"}, Columns: []string{"seq"}}, []string{"table ok column seq", "identity or generated", "leave it out"}},
+		// A version column added to a table that had rows: NULL compares
+		// as unknown, so those rows would never change again.
+		{&handlers.Table{Name: "copied", Key: []string{"id"}, Version: "version", Columns: []string{"name"}}, []string{"table copied column version", "may be NULL",
+			`UPDATE copied SET "version" = 0 WHERE "version" IS NULL; ALTER TABLE copied ALTER COLUMN "version" SET NOT NULL`}},
 	} {
 		var reg handlers.Registry
 		reg.Table(c.table)

@@ -97,13 +97,10 @@ func (a *App) checkTables(ctx context.Context, cfg config.Config, pool *pgxpool.
 	return nil
 }
 
-// debeziumType says whether an event type is one format debezium makes:
-// <schema>.<table>.<create|update|delete|read>.
+// debeziumType says whether an event type may be one format debezium
+// makes: <schema>.<table>.<create|update|delete|read>, three names
+// (com.example.invoice.update is not).
 func debeziumType(typ string) bool {
-	for _, verb := range [...]string{".create", ".update", ".delete", ".read"} {
-		if strings.HasSuffix(typ, verb) {
-			return true
-		}
-	}
-	return false
+	names := strings.Split(typ, ".")
+	return len(names) == 3 && names[0] != "" && names[1] != "" && slices.Contains([]string{"create", "update", "delete", "read"}, names[2])
 }

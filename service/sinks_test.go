@@ -18,3 +18,18 @@ func TestSetNameOfAMigrationsDirectory(t *testing.T) {
 	require.NotEqual(t, long, setName("/srv/"+strings.Repeat("very-long-directory-name-", 4)+"/db2"))
 	require.Regexp(t, `^[a-z_][a-z0-9_]*$`, long+"_schema_version")
 }
+
+// A sink of every topic needs a numeric version column only for types
+// Debezium makes: <schema>.<table>.<verb>, three names.
+func TestDebeziumTypeIsThreeNames(t *testing.T) {
+	for typ, want := range map[string]bool{
+		"public.customers.update":    true,
+		"inventory.orders.read":      true,
+		"com.example.invoice.update": false,
+		"customers.update":           false,
+		".customers.delete":          false,
+		"public.customers.updated":   false,
+	} {
+		require.Equal(t, want, debeziumType(typ), typ)
+	}
+}

@@ -36,18 +36,33 @@ func customersApplier(t *testing.T, db pgtest.DB) *pipeline.Applier {
 }
 
 // A Debezium change gated on a bigint version column is dead-lettered
-// (version_column) through the pipeline; the partition keeps moving.
+// (version_column) through the pipeline; the partition keeps moving. The
+// fix the dead letter names (ALTER TABLE … TYPE numeric) is seen by the
+// running worker: the next change is applied without a restart.
 func TestDebeziumChangeOnABigintVersionIsDeadLettered(t *testing.T) {
 	db := pgtest.New(t)
-	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE customers (id text PRIMARY KEY, version bigint NOT NULL, status text NOT NULL)`)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE customers (id text PRIMARY KEY, version bigint NOT NULL, status text NOT NULL)`)
 	require.NoError(t, err)
 	a := customersApplier(t, db)
 	rec := &kgo.Record{Topic: tp, Key: []byte(`{"id":1}`), Value: []byte(dbzUpdate), Offset: 0, Timestamp: time.Now()}
-	_, err = a.ApplyBatch(context.Background(), consumer.Batch{Group: "g", Topic: tp, Partition: 0, Records: []*kgo.Record{rec}})
+	_, err = a.ApplyBatch(ctx, consumer.Batch{Group: "g", Topic: tp, Partition: 0, Records: []*kgo.Record{rec}})
 	require.NoError(t, err)
 	var reason string
-	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT reason FROM dead_letters`).Scan(&reason))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT reason FROM dead_letters`).Scan(&reason))
 	require.Equal(t, string(handlers.ReasonVersionColumn), reason)
+
+	_, err = db.Pool.Exec(ctx, `ALTER TABLE customers ALTER COLUMN version TYPE numeric`)
+	require.NoError(t, err)
+	next := strings.Replace(strings.Replace(dbzUpdate, `\"24263856\"]`, `\"24263999\"]`, 1), `"lsn":24263856`, `"lsn":24263999`, 1)
+	rec = &kgo.Record{Topic: tp, Key: []byte(`{"id":1}`), Value: []byte(next), Offset: 1, Timestamp: time.Now()}
+	res, err := a.ApplyBatch(ctx, consumer.Batch{Group: "g", Topic: tp, Partition: 0, Records: []*kgo.Record{rec}})
+	require.NoError(t, err)
+	require.Empty(t, res.DeadLetters, "the change after the ALTER")
+	require.Equal(t, int64(1), db.Count(t, `SELECT count(*) FROM dead_letters`))
+	var version string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT version::text FROM customers`).Scan(&version))
+	require.Equal(t, "1000000000024263000.00000000000024263999", version)
 }
 
 // A version another tool wrote (a fraction the engine does not write)

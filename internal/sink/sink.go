@@ -252,7 +252,7 @@ func (set *Set) Check(ctx context.Context, q handling.Querier, r *handlers.Regis
 				continue
 			}
 			if c == s.version && c.from == "resourceversion" && sequenced != nil && sequenced(s.cfg) && !col.HoldsSequence() {
-				errs = append(errs, fmt.Errorf("sink %s: version column %s of table %s is %s, which cannot hold a Debezium change's order (the commit it follows, then its LSN, as numeric version.sequence): make it numeric (ALTER TABLE %s ALTER COLUMN %s TYPE numeric)",
+				errs = append(errs, fmt.Errorf("sink %s: version column %s of table %s is %s, which cannot hold a Debezium change's order (the commit it follows, then its LSN, as numeric version.sequence): make it numeric (ALTER TABLE %s ALTER COLUMN %s TYPE numeric), or, if the sink takes no change events, set its topic",
 					s.cfg.Name, c.name, s.cfg.Table, col.Type, s.cfg.Table, c.name))
 			}
 		}
