@@ -30,12 +30,8 @@ type jsonSchemaCodec struct {
 const jsonSchemaBase = "https://registry.effectively.invalid/"
 
 func newJSONSchemaCodec(id int, text string, refs []reference) (*jsonSchemaCodec, error) {
-	size := len(text)
-	for _, r := range refs {
-		size += len(r.text)
-	}
-	if size > maxSchemaBytes {
-		return nil, fmt.Errorf("the schema and its references are %s bytes; effectively compiles at most %s", english.Sprint(size), english.Sprint(maxSchemaBytes))
+	if err := checkSchemaSize(text, refs); err != nil {
+		return nil, err
 	}
 	c := jsonschema.NewCompiler()
 	c.UseLoader(jsonschema.SchemeURLLoader{}) // load nothing

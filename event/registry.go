@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/sr"
@@ -130,6 +132,8 @@ type registryDecoder struct {
 	// near it was first answered unknown (see unknownGrace).
 	maxID        int
 	unknownSince map[int]time.Time
+	cached       *atomic.Int64 // the cost of the schemas kept (keep)
+	tick         int64         // a use counter (keep)
 	now          func() time.Time
 	limits       compileLimits // on each schema's compile (schemacompile.go)
 }
@@ -149,10 +153,20 @@ type refusal struct {
 // refusalTTL is how long an unknown or unusable schema ID is remembered;
 // maxRefusals bounds how many are (a stream of random IDs must not grow
 // the decoder without end).
+//
+// A schema whose compile went past the child's limits, or crashed it, is
+// refused for refusalForGood instead: a schema never changes under its
+// ID, and compiling it again would cost the limits again.
 const (
-	refusalTTL  = time.Minute
-	maxRefusals = 10_000
+	refusalTTL     = time.Minute
+	refusalForGood = 24 * time.Hour
+	maxRefusals    = 10_000
 )
+
+// refusedForGood marks a refusal that holds for refusalForGood.
+type refusedForGood struct{ *DecodeError }
+
+func (e *refusedForGood) Unwrap() error { return e.DecodeError }
 
 // unknownGrace is how long an ID the registry says it does not have is
 // asked again before its record is dead-lettered, when the ID is at most
@@ -166,6 +180,20 @@ const (
 	unknownIDMargin = 1000
 )
 
+// The compiled schemas decoders keep: at most maxCachedSchemaBytes of
+// them in the process by their cost (the heap their compile left, as the
+// child measured it), and maxCachedSchemas in number per decoder, the
+// least recently used dropped first (and compiled again if a record names
+// it again). Real schemas compile to kilobytes; the largest the checks
+// admit, to 32 MiB. A decoder always keeps the schema it compiled last.
+const (
+	maxCachedSchemaBytes = 64 << 20
+	maxCachedSchemas     = 10_000
+)
+
+// cachedSchemaBytes is the cost of the schemas every decoder keeps.
+var cachedSchemaBytes atomic.Int64
+
 // registrySchema is one parsed writer's schema: exactly one of its codecs
 // is set, by its format.
 type registrySchema struct {
@@ -174,6 +202,8 @@ type registrySchema struct {
 	avro   *avroCodec
 	proto  *protoCodec
 	json   *jsonSchemaCodec
+	cost   int64 // bytes its compile left on the heap (schemacompile.go)
+	used   int64 // the decoder's tick when a record last named it
 }
 
 // Limits of a schema's references: how deep they nest and how many one
@@ -184,8 +214,12 @@ const (
 )
 
 func newRegistryDecoder(format string, registry SchemaRegistry) *registryDecoder {
-	return &registryDecoder{format: format, registry: registry, schemas: map[int]*registrySchema{}, refused: map[int]refusal{}, loading: map[int]*loading{},
-		unknownSince: map[int]time.Time{}, now: time.Now, limits: defaultCompileLimits}
+	rd := &registryDecoder{format: format, registry: registry, schemas: map[int]*registrySchema{}, refused: map[int]refusal{}, loading: map[int]*loading{},
+		unknownSince: map[int]time.Time{}, now: time.Now, limits: defaultCompileLimits, cached: new(atomic.Int64)}
+	// A decoder dropped (a test's, a reconfigured worker's) gives its
+	// schemas' cost back.
+	runtime.AddCleanup(rd, func(cached *atomic.Int64) { cachedSchemaBytes.Add(-cached.Load()) }, rd.cached)
+	return rd
 }
 
 // transcode strips the wire-format header from value (the record's value
@@ -243,6 +277,8 @@ func (rd *registryDecoder) transcode(ctx context.Context, what string, value []b
 func (rd *registryDecoder) schema(ctx context.Context, id int, grace bool) (*registrySchema, error) {
 	rd.mu.Lock()
 	if s, ok := rd.schemas[id]; ok {
+		rd.tick++
+		s.used = rd.tick
 		rd.mu.Unlock()
 		return s, nil
 	}
@@ -271,7 +307,7 @@ func (rd *registryDecoder) schema(ctx context.Context, id int, grace bool) (*reg
 	var de *DecodeError
 	switch {
 	case err == nil:
-		rd.schemas[id] = s
+		rd.keep(s)
 		rd.maxID = max(rd.maxID, id)
 		delete(rd.refused, id)
 		delete(rd.unknownSince, id)
@@ -279,7 +315,12 @@ func (rd *registryDecoder) schema(ctx context.Context, id int, grace bool) (*reg
 		err = unavailable(fmt.Sprintf("fetching schema %d", id), fmt.Errorf("the registry has no schema %d yet, near the highest this worker has read (%d): a registry node behind the one it was registered with answers so for a moment; asked again for %s before the record is dead-lettered as unknown_schema", id, rd.maxID, unknownGrace))
 	case errors.As(err, &de):
 		delete(rd.unknownSince, id)
-		rd.refuse(id, de)
+		ttl := refusalTTL
+		var fg *refusedForGood
+		if errors.As(err, &fg) {
+			ttl, err = refusalForGood, de
+		}
+		rd.refuse(id, de, ttl)
 	}
 	// The outcome is final before the waiters are let go: they read it
 	// without the lock.
@@ -287,6 +328,27 @@ func (rd *registryDecoder) schema(ctx context.Context, id int, grace bool) (*reg
 	delete(rd.loading, id)
 	close(l.done)
 	return s, err
+}
+
+// keep caches s, dropping the least recently used schemas until it fits
+// within maxCachedSchemaBytes and maxCachedSchemas. rd.mu is held.
+func (rd *registryDecoder) keep(s *registrySchema) {
+	for len(rd.schemas) > 0 && (cachedSchemaBytes.Load()+s.cost > maxCachedSchemaBytes || len(rd.schemas) >= maxCachedSchemas) {
+		var lru *registrySchema
+		for _, c := range rd.schemas {
+			if lru == nil || c.used < lru.used {
+				lru = c
+			}
+		}
+		delete(rd.schemas, lru.id)
+		rd.cached.Add(-lru.cost)
+		cachedSchemaBytes.Add(-lru.cost)
+	}
+	rd.tick++
+	s.used = rd.tick
+	rd.schemas[s.id] = s
+	rd.cached.Add(s.cost)
+	cachedSchemaBytes.Add(s.cost)
 }
 
 // waitForLaggingNode reports whether id, which the registry says it does
@@ -317,7 +379,7 @@ func (rd *registryDecoder) waitForLaggingNode(id int) bool {
 // refuse remembers that id cannot be read, within maxRefusals: expired
 // refusals go first, and past the bound nothing more is remembered (each
 // such record asks the registry again).
-func (rd *registryDecoder) refuse(id int, de *DecodeError) {
+func (rd *registryDecoder) refuse(id int, de *DecodeError, ttl time.Duration) {
 	now := rd.now()
 	if len(rd.refused) >= maxRefusals {
 		for k, r := range rd.refused {
@@ -327,7 +389,7 @@ func (rd *registryDecoder) refuse(id int, de *DecodeError) {
 		}
 	}
 	if len(rd.refused) < maxRefusals {
-		rd.refused[id] = refusal{err: de, until: now.Add(refusalTTL)}
+		rd.refused[id] = refusal{err: de, until: now.Add(ttl)}
 	}
 }
 
@@ -353,14 +415,20 @@ func (rd *registryDecoder) load(ctx context.Context, id int) (*registrySchema, e
 		return nil, err
 	}
 	s, err := compileBounded(ctx, format, id, root.Schema, refs, rd.limits)
-	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			// Stopped, not refused: a revoke or a shutdown while compiling.
-			return nil, unavailable(fmt.Sprintf("compiling schema %d", id), err)
-		}
+	var refused *compileRefused
+	switch {
+	case err == nil:
+		return s, nil
+	case ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		// Stopped, not refused: a revoke or a shutdown while compiling.
+		return nil, unavailable(fmt.Sprintf("compiling schema %d", id), err)
+	case errors.Is(err, ErrSchemaRegistryUnavailable):
+		return nil, err // the compile child's environment
+	case errors.As(err, &refused):
+		return nil, &refusedForGood{decodeErr(ReasonUnusableSchema, "schema %d cannot be used: %s", id, shorten(err.Error()))}
+	default:
 		return nil, decodeErr(ReasonUnusableSchema, "schema %d cannot be used: %s", id, shorten(err.Error()))
 	}
-	return s, nil
 }
 
 // reference is one schema a schema refers to, by the name it refers to it

@@ -9,7 +9,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -17,79 +19,117 @@ import (
 
 // A registry schema is compiled twice: first in a child process of this
 // very binary, under limits on its CPU time and memory that the kernel
-// enforces, and then, once the child has finished within them, here.
+// enforces, and then, once the child has compiled it within them, here.
 //
 // The compilers (santhosh-tekuri/jsonschema, hamba/avro, protocompile)
 // are libraries whose cost in a schema's shape nothing they expose
 // bounds, and a goroutine cannot be stopped mid-compile. The checks made
-// before compiling (jsonschema_limits.go) refuse the shapes known to be
-// costly, with a reason that names them; the child bounds every other: a
-// schema whose compile would take more than the limits is refused
-// (unusable_schema) having cost the worker one child's CPU time and
-// memory, and a schema that passes costs the worker what it cost the
-// child. A compiler that panics or crashes on a schema fails in the child
-// too, and the schema is refused instead of the worker dying.
+// before compiling (jsonschema_limits.go, and maxSchemaBytes for every
+// format) refuse the shapes known to be costly, with a reason that names
+// them; the child bounds every other. What decides:
 //
-// The child is the running executable (os.Executable) started with
-// schemaCompileChildEnv set: this package's init compiles the schema it
-// is sent on stdin and exits, before anything else of the program runs.
-// So the stock binary, a team's own build and a test binary all carry it.
-// Where no child can be started (no executable to run, a platform without
-// resource limits), the schema is compiled here alone, bounded by the
-// checks before compiling only.
+//   - the child compiled the schema (or found it invalid) within the
+//     limits and said so on stdout: it is compiled here, at the cost it
+//     had in the child;
+//   - the child went past its CPU time or its memory, or the compiler
+//     panicked: the schema's fault. The record is unusable_schema, and the
+//     schema ID is refused for refusalForGood (a schema never changes
+//     under its ID), never compiled in the worker;
+//   - anything else (the child could not start, was killed from outside,
+//     as by the OOM killer, ran out of wall time on a starved machine,
+//     or exited without an answer): the environment's. The record is
+//     retried, like one whose registry does not answer, and nothing is
+//     dead-lettered.
+//
+// The child is the running executable (/proc/self/exe: the file the
+// worker was started from, even if it has since been replaced or deleted)
+// started with schemaCompileChildEnv set to its limits: this package's
+// init sets them, reads the schema from stdin, compiles it and exits. So
+// the stock binary, a team's own build and a test binary all carry it.
+// (Packages whose import paths sort before this one's are initialised
+// first, in the child as in the worker: it gets the worker's environment,
+// so their inits behave alike.) On other systems than Linux the schema is
+// compiled in the worker, bounded by the checks before compiling only.
 
-// schemaCompileChildEnv marks a process as a schema compile child.
+// schemaCompileChildEnv marks a process as a schema compile child. Its
+// value is the child's limits: "<CPU seconds>,<memory bytes>".
 const schemaCompileChildEnv = "EFFECTIVELY_SCHEMA_COMPILE_CHILD"
 
+// childAnswer starts the line a child writes once it has compiled.
+const childAnswer = "effectively-schema-compiled"
+
 // compileLimits bound one schema's compile in the child. The costliest
-// schemas the checks before compiling admit take a third of a second of
-// CPU and 30 MiB in all (TestSchemaCompileChildMeasuresTheLargestSchemas
-// prints them): the limits leave a real schema 15 times that, and bound
-// what a registered schema can cost the worker to about twice them (the
-// child's, then the same compile's here).
+// schemas the checks before compiling admit take up to half a second of
+// CPU and 115 MiB at their peak (a megabyte of Protobuf messages; the
+// JSON Schemas 35 MiB: TestSchemaCompileChildMeasuresTheLargestSchemas
+// prints them). The memory limit is below the Helm chart's memory limit
+// (384 MiB) with the worker's own use beside it.
 type compileLimits struct {
 	CPU    time.Duration // CPU time, all threads (whole seconds: RLIMIT_CPU)
-	Memory int64         // bytes of writable memory the child maps beyond what it had at start (RLIMIT_DATA)
+	Memory int64         // bytes of writable memory beyond what the child had when it set its limits (RLIMIT_DATA)
 	Wall   time.Duration // the child is killed past this, even if starved of CPU
 }
 
-var defaultCompileLimits = compileLimits{CPU: 5 * time.Second, Memory: 512 << 20, Wall: time.Minute}
+var defaultCompileLimits = compileLimits{CPU: 5 * time.Second, Memory: 192 << 20, Wall: 2 * time.Minute}
 
 // compileSlots are the schema compiles that may run at once in the
 // worker (each in a child, then in the process): a burst of new schema
 // IDs on many partitions compiles one at a time instead of all at once.
 var compileSlots = make(chan struct{}, 1)
 
-// compileRequest is what the parent sends a child.
-type compileRequest struct {
-	Format string        `json:"format"`
-	ID     int           `json:"id"`
-	Text   string        `json:"text"`
-	Refs   []compileRef  `json:"refs"`
-	Limits compileLimits `json:"limits"`
-}
-
-type compileRef struct {
-	Name string `json:"name"`
-	Text string `json:"text"`
-}
-
 // childCompiles counts the compiles children finished (for tests).
 var childCompiles atomic.Int64
+
+// compileRefused is a schema the child could not compile within its
+// limits: the schema's fault, for good.
+type compileRefused struct{ msg string }
+
+func (e *compileRefused) Error() string { return e.msg }
 
 // compileBounded compiles a registry schema: in a child under limits, then
 // here.
 func compileBounded(ctx context.Context, format string, id int, text string, refs []reference, limits compileLimits) (*registrySchema, error) {
+	if err := checkSchemaSize(text, refs); err != nil {
+		return nil, err
+	}
 	select {
 	case compileSlots <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 	defer func() { <-compileSlots }()
-	if err := compileInChild(ctx, format, id, text, refs, limits); err != nil {
+	used, err := runCompileChild(ctx, format, id, text, refs, limits)
+	if err != nil && !errors.Is(err, errNoChild) {
 		return nil, err
 	}
-	return compileSchema(ctx, format, id, text, refs)
+	s, err := compileSchema(ctx, format, id, text, refs)
+	if err != nil {
+		return nil, err
+	}
+	s.cost = used.Heap
+	if s.cost <= 0 {
+		// No child measured it: an estimate from above (a schema of
+		// small subschemas holds a few hundred times its text).
+		s.cost = 64<<10 + 400*int64(len(text)+referencesSize(refs))
+	}
+	return s, nil
+}
+
+// checkSchemaSize refuses a schema whose text and references' add up to
+// more than maxSchemaBytes.
+func checkSchemaSize(text string, refs []reference) error {
+	if size := len(text) + referencesSize(refs); size > maxSchemaBytes {
+		return fmt.Errorf("the schema and its references are %s bytes; effectively compiles at most %s", english.Sprint(size), english.Sprint(maxSchemaBytes))
+	}
+	return nil
+}
+
+func referencesSize(refs []reference) int {
+	n := 0
+	for _, r := range refs {
+		n += len(r.text)
+	}
+	return n
 }
 
 // compileSchema parses a registry schema of format with its references.
@@ -110,38 +150,30 @@ func compileSchema(ctx context.Context, format string, id int, text string, refs
 	return s, nil
 }
 
-// errNoChild: no child could be started; the schema is compiled here only.
-var errNoChild = errors.New("no schema compile child")
+// errNoChild: this system's limits are not relied on; the schema is
+// compiled here only.
+var errNoChild = errors.New("no schema compile child on this system")
 
-// compileInChild compiles the schema in a child process under limits. It
-// returns nil once the child finished (whether the schema compiled or not:
-// compiling it here says which, and why), the context's error if ctx ended
-// first, and otherwise an error that says which limit the schema's compile
-// went past.
-func compileInChild(ctx context.Context, format string, id int, text string, refs []reference, limits compileLimits) error {
-	_, err := runCompileChild(ctx, format, id, text, refs, limits)
-	if errors.Is(err, errNoChild) {
-		return nil
-	}
-	return err
-}
-
-// childUsage is what a child used: its CPU time and its peak resident
-// memory.
+// childUsage is what a child used: its CPU time, its peak resident memory,
+// and the heap the compiled schema held (its cost in the worker's cache;
+// 0 when the compile failed).
 type childUsage struct {
 	CPU    time.Duration
 	MaxRSS int64
+	Heap   int64
 }
 
+// runCompileChild compiles the schema in a child process under limits. It
+// returns nil once the child answered (whether the schema compiled or
+// not: compiling it here says which, and why); a *compileRefused when the
+// compile went past a limit or crashed; errNoChild on a system without
+// the child; the context's error if ctx ended first; and otherwise an
+// error wrapping ErrSchemaRegistryUnavailable: the environment's.
 func runCompileChild(ctx context.Context, format string, id int, text string, refs []reference, limits compileLimits) (childUsage, error) {
 	if !canLimitChild {
 		return childUsage{}, errNoChild
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return childUsage{}, errNoChild
-	}
-	req := compileRequest{Format: format, ID: id, Text: text, Limits: limits, Refs: make([]compileRef, len(refs))}
+	req := compileRequest{Format: format, ID: id, Text: text, Refs: make([]compileRef, len(refs))}
 	for i, r := range refs {
 		req.Refs[i] = compileRef{Name: r.name, Text: r.text}
 	}
@@ -151,62 +183,95 @@ func runCompileChild(ctx context.Context, format string, id int, text string, re
 	}
 	wctx, cancel := context.WithTimeout(ctx, limits.Wall)
 	defer cancel()
-	cmd := exec.CommandContext(wctx, exe)
-	// Only the marker: the child needs nothing of the worker's
-	// environment (its credentials least of all), and one thread's worth
-	// of CPU keeps the worker's other thread free.
-	cmd.Env = []string{schemaCompileChildEnv + "=1", "GOMAXPROCS=1"}
+	cmd := exec.CommandContext(wctx, selfExe)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d,%d", schemaCompileChildEnv, int64(max(1, limits.CPU.Seconds())), limits.Memory), "GOMAXPROCS=1")
 	cmd.Stdin = bytes.NewReader(in)
-	var stderr tailBuffer
-	cmd.Stdout = io.Discard
-	cmd.Stderr = &stderr
+	var stdout, stderr headBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = 5 * time.Second // a descendant holding its pipes does not hold the slot
+	limitsText := fmt.Sprintf("within %s of CPU time, %s of memory and %s", limits.CPU, bytesText(limits.Memory), limits.Wall)
+	environment := func(what string, args ...any) error {
+		return unavailable(fmt.Sprintf("compiling schema %d", id), fmt.Errorf("the schema compile child (this executable, run with %s set) %s; the record is retried", schemaCompileChildEnv, fmt.Sprintf(what, args...)))
+	}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		if ctx.Err() != nil {
 			return childUsage{}, ctx.Err()
 		}
-		return childUsage{}, errNoChild
+		return childUsage{}, environment("could not start: %v", err)
 	}
 	err = cmd.Wait()
-	used := childUsage{CPU: cpuTime(cmd.ProcessState), MaxRSS: maxRSS(cmd.ProcessState)}
+	used := childUsage{CPU: cpuTime(cmd.ProcessState)}
+	out, errOut := stdout.String(), stderr.String()
+	if err == nil {
+		if rest, ok := strings.CutPrefix(out, childAnswer); ok {
+			childCompiles.Add(1)
+			_, _ = fmt.Sscan(rest, &used.Heap, &used.MaxRSS)
+			return used, nil
+		}
+		return used, environment("exited without compiling (an init of another package may have ended it first): %s", Excerpt(firstLine(errOut+out)))
+	}
 	switch {
-	case err == nil:
-		childCompiles.Add(1)
-		return used, nil
 	case ctx.Err() != nil:
 		return used, ctx.Err()
-	case wctx.Err() != nil:
-		return used, fmt.Errorf("compiling it took longer than %s (effectively compiles each schema first in a child process, within %s of CPU time, %s of memory and %s)", limits.Wall, limits.CPU, bytesText(limits.Memory), limits.Wall)
-	}
-	out := stderr.String()
-	what := "failed"
-	switch {
 	case killedForCPU(cmd.ProcessState) && used.CPU >= limits.CPU/2: // rusage counts less than the limit does
-		what = fmt.Sprintf("took more than %s of CPU time", limits.CPU)
-	case strings.Contains(out, "out of memory") || strings.Contains(out, "cannot allocate memory"):
-		what = fmt.Sprintf("needed more than %s of memory", bytesText(limits.Memory))
+		return used, &compileRefused{fmt.Sprintf("compiling it took more than %s of CPU time (effectively compiles each schema first in a child process, %s)", limits.CPU, limitsText)}
+	case strings.Contains(errOut, "out of memory") || strings.Contains(errOut, "cannot allocate memory"):
+		return used, &compileRefused{fmt.Sprintf("compiling it needed more than %s of memory (effectively compiles each schema first in a child process, %s)", bytesText(limits.Memory), limitsText)}
+	case strings.HasPrefix(errOut, "panic:") || strings.Contains(errOut, "\npanic:") || strings.Contains(errOut, "fatal error: stack overflow"):
+		return used, &compileRefused{fmt.Sprintf("its compiler crashed on it in a child process: %s", Excerpt(firstLineWith(errOut, "panic:", "fatal error:")))}
+	case wctx.Err() != nil:
+		return used, environment("did not finish in %s (%s of CPU time: the machine is starved)", limits.Wall, used.CPU.Round(time.Millisecond))
 	default:
-		if line := firstLineWith(out, "panic:", "fatal error:"); line != "" {
-			what = "failed: " + Excerpt(line)
-		} else {
-			what = fmt.Sprintf("failed (%s after %s)", cmd.ProcessState, time.Since(start).Round(time.Millisecond))
-		}
+		return used, environment("ended with %s after %s: %s", cmd.ProcessState, time.Since(start).Round(time.Millisecond), Excerpt(firstLine(errOut)))
 	}
-	return used, fmt.Errorf("compiling it %s (effectively compiles each schema first in a child process, within %s of CPU time, %s of memory and %s)", what, limits.CPU, bytesText(limits.Memory), limits.Wall)
 }
 
-// The child: init runs before any other package's that imports this one,
-// and before main.
+// selfExe is the running executable, whatever has since happened to the
+// file it was started from.
+const selfExe = "/proc/self/exe"
+
+// compileRequest is what the parent sends a child on stdin.
+type compileRequest struct {
+	Format string       `json:"format"`
+	ID     int          `json:"id"`
+	Text   string       `json:"text"`
+	Refs   []compileRef `json:"refs"`
+}
+
+type compileRef struct {
+	Name string `json:"name"`
+	Text string `json:"text"`
+}
+
+// The child: this package's init, run before main (and before the inits
+// of packages that import this one).
 func init() {
-	if os.Getenv(schemaCompileChildEnv) != "" {
-		os.Exit(compileChild(os.Stdin))
+	if v, ok := os.LookupEnv(schemaCompileChildEnv); ok {
+		os.Exit(compileChild(v, os.Stdin))
 	}
 }
 
-// compileChild compiles the schema sent on in under the request's limits.
-// It exits 0 when the compile ended, whatever its outcome.
-func compileChild(in io.Reader) int {
-	b, err := io.ReadAll(in)
+// compileChild sets the limits in spec, then compiles the schema sent on
+// in. It answers on stdout when the compile ended, whatever its outcome,
+// and exits 0.
+func compileChild(spec string, in io.Reader) int {
+	var limits compileLimits
+	var secs int64
+	if _, err := fmt.Sscanf(spec, "%d,%d", &secs, &limits.Memory); err != nil || secs < 1 || limits.Memory < 1 {
+		fmt.Fprintf(os.Stderr, "schema compile child: %s=%q is not <CPU seconds>,<memory bytes>\n", schemaCompileChildEnv, spec)
+		return 3
+	}
+	limits.CPU = time.Duration(secs) * time.Second
+	// The limits come first: the request is read within them.
+	if err := limitSelf(limits); err != nil {
+		fmt.Fprintln(os.Stderr, "schema compile child: setting its limits:", err)
+		return 3
+	}
+	// Garbage is collected before the memory limit is reached: the limit
+	// is on what the compile holds, not on what it dropped.
+	debug.SetMemoryLimit(limits.Memory * 3 / 4)
+	b, err := io.ReadAll(io.LimitReader(in, 8*maxSchemaBytes))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "schema compile child: reading the request:", err)
 		return 3
@@ -217,26 +282,36 @@ func compileChild(in io.Reader) int {
 		return 3
 	}
 	b = nil
-	if err := limitSelf(req.Limits); err != nil {
-		fmt.Fprintln(os.Stderr, "schema compile child: setting its limits:", err)
-		return 3
-	}
-	// Garbage is collected before the memory limit is reached: the limit
-	// is on what the compile holds, not on what it dropped.
-	debug.SetMemoryLimit(req.Limits.Memory * 3 / 4)
 	refs := make([]reference, len(req.Refs))
 	for i, r := range req.Refs {
 		refs[i] = reference{name: r.Name, text: r.Text}
 	}
-	_, _ = compileSchema(context.Background(), req.Format, req.ID, req.Text, refs)
+	before := liveHeap()
+	s, err := compileSchema(context.Background(), req.Format, req.ID, req.Text, refs)
+	var heap int64
+	if err == nil {
+		// What the compiled schema holds: the heap after a collection,
+		// less the heap before (the request, the runtime's own).
+		heap = max(liveHeap()-before, 1)
+		runtime.KeepAlive(s)
+	}
+	fmt.Println(childAnswer, heap, peakRSS())
 	return 0
 }
 
-// tailBuffer keeps the first 64 KiB written to it: a child's panic or
-// fatal error and the start of its trace.
-type tailBuffer struct{ bytes.Buffer }
+// liveHeap is the heap's live bytes after a full collection.
+func liveHeap() int64 {
+	runtime.GC()
+	m := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(m)
+	return int64(m[0].Value.Uint64())
+}
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
+// headBuffer keeps the first 64 KiB written to it: a child's answer, or
+// its panic or fatal error and the start of its trace.
+type headBuffer struct{ bytes.Buffer }
+
+func (t *headBuffer) Write(p []byte) (int, error) {
 	if room := 64<<10 - t.Len(); room > 0 {
 		t.Buffer.Write(p[:min(len(p), room)])
 	}
@@ -252,6 +327,11 @@ func firstLineWith(s string, prefixes ...string) string {
 		}
 	}
 	return ""
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
 }
 
 func bytesText(n int64) string {

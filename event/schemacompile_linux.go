@@ -31,22 +31,33 @@ func limitSelf(limits compileLimits) error {
 
 // vmData is the process's data size (VmData in /proc/self/status), which
 // RLIMIT_DATA limits.
-func vmData() (int64, error) {
+func vmData() (int64, error) { return procStatus("VmData") }
+
+// peakRSS is the process's peak resident memory (VmHWM: of its own
+// memory since it started, unlike a child's rusage, which counts the
+// parent's from before the exec).
+func peakRSS() int64 {
+	n, _ := procStatus("VmHWM")
+	return n
+}
+
+// procStatus reads a size in kB from /proc/self/status, in bytes.
+func procStatus(field string) (int64, error) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0, err
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		if rest, ok := bytes.CutPrefix(sc.Bytes(), []byte("VmData:")); ok {
+		if rest, ok := bytes.CutPrefix(sc.Bytes(), []byte(field+":")); ok {
 			kb, err := strconv.ParseInt(string(bytes.TrimSuffix(bytes.TrimSpace(rest), []byte(" kB"))), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("VmData in /proc/self/status: %w", err)
+				return 0, fmt.Errorf("%s in /proc/self/status: %w", field, err)
 			}
 			return kb << 10, nil
 		}
 	}
-	return 0, fmt.Errorf("no VmData in /proc/self/status")
+	return 0, fmt.Errorf("no %s in /proc/self/status", field)
 }
 
 // killedForCPU reports whether a finished process was killed as RLIMIT_CPU
@@ -54,12 +65,4 @@ func vmData() (int64, error) {
 func killedForCPU(ps *os.ProcessState) bool {
 	ws, ok := ps.Sys().(syscall.WaitStatus)
 	return ok && ws.Signaled() && (ws.Signal() == syscall.SIGKILL || ws.Signal() == syscall.SIGXCPU)
-}
-
-// maxRSS is a finished process's peak resident memory, in bytes.
-func maxRSS(ps *os.ProcessState) int64 {
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		return ru.Maxrss << 10
-	}
-	return 0
 }

@@ -15,4 +15,4 @@ func limitSelf(compileLimits) error { return errors.New("resource limits are use
 
 func killedForCPU(*os.ProcessState) bool { return false }
 
-func maxRSS(*os.ProcessState) int64 { return 0 }
+func peakRSS() int64 { return 0 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -42,13 +43,50 @@ func TestRegistrySchemasAreCompiledInABoundedChild(t *testing.T) {
 		require.NoError(t, err, c.format)
 		require.Equal(t, c.format, s.format)
 		require.Equal(t, before+1, childCompiles.Load(), "%s: one child compiled it", c.format)
+		require.Positive(t, s.cost, "%s: the child measured what it holds", c.format)
+		require.Less(t, s.cost, int64(4<<20), c.format)
+		t.Logf("%s: the compiled schema holds %d bytes", c.format, s.cost)
 	}
 }
 
-// A schema whose compile goes past the child's memory or time is refused
-// as unusable_schema, and the worker never compiles it itself. (The limits
-// are lowered here so that a schema the checks before compiling admit goes
-// past them.)
+// The decoder keeps at most maxCachedSchemaBytes of compiled schemas, the
+// least recently used dropped first; a dropped schema is fetched and
+// compiled again when a record names it.
+func TestCompiledSchemasAreKeptWithinTheirBudget(t *testing.T) {
+	reg := newMemRegistry()
+	for id := 1; id <= 3; id++ {
+		reg.add(id, "s", id, sr.Schema{Type: sr.TypeJSON, Schema: fmt.Sprintf(`{"type":"object","maxProperties":%d}`, id)})
+	}
+	rd := newRegistryDecoder(FormatJSONSchema, reg)
+	room := maxCachedSchemaBytes - cachedSchemaBytes.Load() // other tests' decoders may hold some
+	heavy := func(id int) *registrySchema {
+		return &registrySchema{id: id, format: FormatJSONSchema, cost: room / 5 * 2}
+	}
+	rd.mu.Lock()
+	rd.keep(heavy(1))
+	rd.keep(heavy(2))
+	rd.mu.Unlock()
+	_, err := rd.schema(t.Context(), 1, false) // 1 is now the more recently used
+	require.NoError(t, err)
+	rd.mu.Lock()
+	rd.keep(heavy(3))
+	kept := slices.Sorted(maps.Keys(rd.schemas))
+	rd.mu.Unlock()
+	require.Equal(t, []int{1, 3}, kept, "2, the least recently used, is dropped")
+	require.LessOrEqual(t, cachedSchemaBytes.Load(), int64(maxCachedSchemaBytes))
+
+	s, err := rd.schema(t.Context(), 2, false)
+	require.NoError(t, err, "a dropped schema is compiled again")
+	require.Equal(t, 2, s.id)
+	require.NotNil(t, s.json)
+}
+
+// A schema whose compile goes past the child's memory is refused as
+// unusable_schema, for good (no child compiles it again), and the worker
+// never compiles it itself. A child that runs out of wall time (a starved
+// machine) is the environment's: the record is retried, nothing refused.
+// (The limits are lowered here so that a schema the checks before
+// compiling admit goes past them.)
 func TestSchemaCompilePastTheChildsLimitsIsRefused(t *testing.T) {
 	requireChildren(t)
 	// 4,000 properties with a pattern each: tens of megabytes compiled.
@@ -59,29 +97,43 @@ func TestSchemaCompilePastTheChildsLimitsIsRefused(t *testing.T) {
 	require.NoError(t, err, "within the default limits")
 	t.Logf("the wide schema (%d bytes) took %v of CPU and %d MiB in the child", len(wide), usage.CPU.Round(time.Millisecond), usage.MaxRSS>>20)
 
-	for _, c := range []struct {
-		name   string
-		limits compileLimits
-		want   string
-	}{
-		{"memory", compileLimits{CPU: 5 * time.Second, Memory: 4 << 20, Wall: time.Minute}, "needed more than 4 MiB of memory"},
-		{"wall time", compileLimits{CPU: 5 * time.Second, Memory: 1 << 30, Wall: time.Millisecond}, "took longer than 1ms"},
-	} {
-		if c.name == "memory" && raceEnabled {
-			continue // the race runtime maps its heap ahead, before the child limits itself
-		}
+	decoder := func(format string, schema sr.Schema, limits compileLimits) *registryDecoder {
 		reg := newMemRegistry()
-		reg.add(9, "s", 1, sr.Schema{Type: sr.TypeJSON, Schema: wide})
-		rd := newRegistryDecoder(FormatJSONSchema, reg)
-		rd.limits = c.limits
+		reg.add(9, "s", 1, schema)
+		rd := newRegistryDecoder(format, reg)
+		rd.limits = limits
+		return rd
+	}
+	if !raceEnabled { // the race runtime maps its heap ahead, before the child limits itself
+		// 20,000 messages each holding the next: 32 MiB compiled.
+		var chain strings.Builder
+		chain.WriteString("syntax = \"proto3\";\n")
+		for i := range 20_000 {
+			fmt.Fprintf(&chain, "message M%d { M%d a = 1; string b = 2; }\n", i, (i+1)%20_000)
+		}
+		rd := decoder(FormatProtobuf, sr.Schema{Type: sr.TypeProtobuf, Schema: chain.String()}, compileLimits{CPU: 5 * time.Second, Memory: 16 << 20, Wall: time.Minute})
 		_, err := rd.schema(t.Context(), 9, false)
 		var de *DecodeError
-		require.ErrorAs(t, err, &de, c.name)
-		require.Equal(t, ReasonUnusableSchema, de.Reason, c.name)
-		require.ErrorContains(t, err, c.want, c.name)
-		require.ErrorContains(t, err, "schema 9 cannot be used", c.name)
-		t.Logf("%s: %v", c.name, err)
+		require.ErrorAs(t, err, &de)
+		require.Equal(t, ReasonUnusableSchema, de.Reason)
+		require.ErrorContains(t, err, "schema 9 cannot be used: compiling it needed more than 16 MiB of memory")
+		require.Greater(t, rd.refused[9].until.Sub(time.Now()), time.Hour, "refused for good")
+		t.Logf("memory: %v", err)
+		children := childCompiles.Load()
+		rd.now = func() time.Time { return time.Now().Add(2 * time.Minute) }
+		_, err2 := rd.schema(t.Context(), 9, false)
+		require.Equal(t, err, err2, "the same refusal")
+		require.Equal(t, children, childCompiles.Load(), "no child compiled it again")
 	}
+
+	rd := decoder(FormatJSONSchema, sr.Schema{Type: sr.TypeJSON, Schema: wide}, compileLimits{CPU: 5 * time.Second, Memory: 192 << 20, Wall: time.Millisecond})
+	_, err = rd.schema(t.Context(), 9, false)
+	require.ErrorIs(t, err, ErrSchemaRegistryUnavailable)
+	var de *DecodeError
+	require.False(t, errors.As(err, &de), "not a dead letter: %v", err)
+	require.ErrorContains(t, err, "did not finish in 1ms")
+	require.Empty(t, rd.refused)
+	t.Logf("wall time: %v", err)
 }
 
 // The kernel stops a child at its CPU time, and the parent names it: no
@@ -128,15 +180,24 @@ func TestSchemaCompileChildMeasuresTheLargestSchemas(t *testing.T) {
 	slices.Sort(here)
 	t.Logf("a small schema: %v in a child, %v in the process (medians of 15)", child[7].Round(time.Microsecond), here[7].Round(time.Microsecond))
 
-	for _, c := range []struct{ name, schema string }{
-		{"a const of 94,000 subnormals", `{"const":[` + list(94_000, func(i int) string { return fmt.Sprintf("%de-320", i+1) }) + `]}`},
-		{"a 300-byte name above 4,900 subschemas", `{"properties":{"` + strings.Repeat("n", 300) + `":{"properties":{` + list(4900, func(i int) string { return fmt.Sprintf(`"%d":{}`, i) }) + `}}}}`},
-		{"1,100 refs to locations under an unknown keyword", `{"x":{` + list(1100, func(i int) string { return fmt.Sprintf(`"%d":{"minimum":%d}`, i, i) }) + `},"anyOf":[` + list(1100, func(i int) string { return fmt.Sprintf(`{"$ref":"#/x/%d"}`, i) }) + `]}`},
-		{"a megabyte of description", `{"description":"` + strings.Repeat("a", 1<<20-20) + `"}`},
+	var chain strings.Builder
+	chain.WriteString("syntax = \"proto3\";\n")
+	for i := range 20_000 {
+		fmt.Fprintf(&chain, "message M%d { M%d a = 1; string b = 2; }\n", i, (i+1)%20_000)
+	}
+	for _, c := range []struct{ format, name, schema string }{
+		{FormatProtobuf, "20,000 Protobuf messages, each holding the next", chain.String()},
+		{FormatAvro, "an Avro record of 15,000 fields", `{"type":"record","name":"r","fields":[` + list(15_000, func(i int) string { return fmt.Sprintf(`{"name":"f%d","type":["null","string"],"default":null}`, i) }) + `]}`},
+		{FormatJSONSchema, "a const of 94,000 subnormals", `{"const":[` + list(94_000, func(i int) string { return fmt.Sprintf("%de-320", i+1) }) + `]}`},
+		{FormatJSONSchema, "a 300-byte name above 4,900 subschemas", `{"properties":{"` + strings.Repeat("n", 300) + `":{"properties":{` + list(4900, func(i int) string { return fmt.Sprintf(`"%d":{}`, i) }) + `}}}}`},
+		{FormatJSONSchema, "1,100 refs to locations under an unknown keyword", `{"x":{` + list(1100, func(i int) string { return fmt.Sprintf(`"%d":{"minimum":%d}`, i, i) }) + `},"anyOf":[` + list(1100, func(i int) string { return fmt.Sprintf(`{"$ref":"#/x/%d"}`, i) }) + `]}`},
+		{FormatJSONSchema, "a megabyte of description", `{"description":"` + strings.Repeat("a", 1<<20-20) + `"}`},
 	} {
-		usage, err := runCompileChild(t.Context(), FormatJSONSchema, 1, c.schema, nil, defaultCompileLimits)
+		require.NoError(t, checkSchemaSize(c.schema, nil), c.name)
+		usage, err := runCompileChild(t.Context(), c.format, 1, c.schema, nil, defaultCompileLimits)
 		require.NoError(t, err, c.name)
-		t.Logf("%-50s %8d bytes: %6v of CPU, %4d MiB peak in the child", c.name, len(c.schema), usage.CPU.Round(time.Millisecond), usage.MaxRSS>>20)
+		require.Positive(t, usage.Heap, "%s: it compiles", c.name)
+		t.Logf("%-50s %8d bytes: %6v of CPU, %4d MiB peak in the child, holds %5.1f MiB compiled", c.name, len(c.schema), usage.CPU.Round(time.Millisecond), usage.MaxRSS>>20, float64(usage.Heap)/(1<<20))
 	}
 }
 
