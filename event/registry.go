@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,15 +124,16 @@ type registryDecoder struct {
 	registry SchemaRegistry
 
 	mu      sync.Mutex
-	schemas map[int]*registrySchema
+	serial  uint64 // its key in schemaCache
 	refused map[int]refusal
+	// forGood are the refusals for refusalForGood, apart from refused:
+	// a stream of unknown IDs cannot push them out.
+	forGood map[int]refusal
 	loading map[int]*loading // schemas being fetched: one fetch per ID at a time
 	// maxID is the highest schema ID fetched; unknownSince, when an ID
 	// near it was first answered unknown (see unknownGrace).
 	maxID        int
 	unknownSince map[int]time.Time
-	cached       *atomic.Int64 // the cost of the schemas kept (keep)
-	tick         int64         // a use counter (keep)
 	now          func() time.Time
 	limits       compileLimits // on each schema's compile (schemacompile.go)
 }
@@ -180,19 +180,70 @@ const (
 	unknownIDMargin = 1000
 )
 
-// The compiled schemas decoders keep: at most maxCachedSchemaBytes of
-// them in the process by their cost (the heap their compile left, as the
-// child measured it), and maxCachedSchemas in number per decoder, the
-// least recently used dropped first (and compiled again if a record names
-// it again). Real schemas compile to kilobytes; the largest the checks
-// admit, to 32 MiB. A decoder always keeps the schema it compiled last.
+// The compiled schemas decoders keep, in one cache for the process: at
+// most maxCachedSchemaBytes by their cost (the heap their compile left, as
+// the child measured it) and maxCachedSchemas in number, the least
+// recently used dropped first (and compiled again if a record names it
+// again). One schema may hold at most maxSchemaHeld, so at least four
+// fit: real schemas compile to kilobytes, the largest JSON Schemas the
+// checks admit to 8 MiB.
 const (
 	maxCachedSchemaBytes = 64 << 20
+	maxSchemaHeld        = maxCachedSchemaBytes / 4
 	maxCachedSchemas     = 10_000
 )
 
-// cachedSchemaBytes is the cost of the schemas every decoder keeps.
-var cachedSchemaBytes atomic.Int64
+type schemaKey struct {
+	decoder uint64
+	id      int
+}
+
+// schemaCache holds every decoder's compiled schemas. Its lock is taken
+// after a decoder's, never before.
+var schemaCache = struct {
+	mu      sync.Mutex
+	schemas map[schemaKey]*registrySchema
+	cost    int64 // of the schemas kept
+	tick    int64 // a use counter
+}{schemas: map[schemaKey]*registrySchema{}}
+
+var decoderSerials atomic.Uint64
+
+// cachedSchema is decoder's schema id, if it is kept.
+func cachedSchema(decoder uint64, id int) *registrySchema {
+	c := &schemaCache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.schemas[schemaKey{decoder, id}]
+	if s != nil {
+		c.tick++
+		s.used = c.tick
+	}
+	return s
+}
+
+// keepSchema caches decoder's s, dropping the least recently used schemas
+// (any decoder's) until it fits.
+func keepSchema(decoder uint64, s *registrySchema) {
+	c := &schemaCache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.schemas) > 0 && (c.cost+s.cost > maxCachedSchemaBytes || len(c.schemas) >= maxCachedSchemas) {
+		var lru schemaKey
+		var oldest *registrySchema
+		for k, o := range c.schemas {
+			if oldest == nil || o.used < oldest.used {
+				lru, oldest = k, o
+			}
+		}
+		delete(c.schemas, lru)
+		c.cost -= oldest.cost
+	}
+	c.tick++
+	s.used = c.tick
+	c.schemas[schemaKey{decoder, s.id}] = s
+	c.cost += s.cost
+}
 
 // registrySchema is one parsed writer's schema: exactly one of its codecs
 // is set, by its format.
@@ -203,7 +254,7 @@ type registrySchema struct {
 	proto  *protoCodec
 	json   *jsonSchemaCodec
 	cost   int64 // bytes its compile left on the heap (schemacompile.go)
-	used   int64 // the decoder's tick when a record last named it
+	used   int64 // schemaCache's tick when a record last named it
 }
 
 // Limits of a schema's references: how deep they nest and how many one
@@ -214,11 +265,8 @@ const (
 )
 
 func newRegistryDecoder(format string, registry SchemaRegistry) *registryDecoder {
-	rd := &registryDecoder{format: format, registry: registry, schemas: map[int]*registrySchema{}, refused: map[int]refusal{}, loading: map[int]*loading{},
-		unknownSince: map[int]time.Time{}, now: time.Now, limits: defaultCompileLimits, cached: new(atomic.Int64)}
-	// A decoder dropped (a test's, a reconfigured worker's) gives its
-	// schemas' cost back.
-	runtime.AddCleanup(rd, func(cached *atomic.Int64) { cachedSchemaBytes.Add(-cached.Load()) }, rd.cached)
+	rd := &registryDecoder{format: format, registry: registry, serial: decoderSerials.Add(1), refused: map[int]refusal{}, forGood: map[int]refusal{},
+		loading: map[int]*loading{}, unknownSince: map[int]time.Time{}, now: time.Now, limits: defaultCompileLimits}
 	return rd
 }
 
@@ -276,15 +324,15 @@ func (rd *registryDecoder) transcode(ctx context.Context, what string, value []b
 // once however many partitions ask for it at the same time.
 func (rd *registryDecoder) schema(ctx context.Context, id int, grace bool) (*registrySchema, error) {
 	rd.mu.Lock()
-	if s, ok := rd.schemas[id]; ok {
-		rd.tick++
-		s.used = rd.tick
+	if s := cachedSchema(rd.serial, id); s != nil {
 		rd.mu.Unlock()
 		return s, nil
 	}
-	if ref, ok := rd.refused[id]; ok && rd.now().Before(ref.until) {
-		rd.mu.Unlock()
-		return nil, ref.err
+	for _, refused := range []map[int]refusal{rd.forGood, rd.refused} {
+		if ref, ok := refused[id]; ok && rd.now().Before(ref.until) {
+			rd.mu.Unlock()
+			return nil, ref.err
+		}
 	}
 	l, inFlight := rd.loading[id]
 	if !inFlight {
@@ -307,20 +355,22 @@ func (rd *registryDecoder) schema(ctx context.Context, id int, grace bool) (*reg
 	var de *DecodeError
 	switch {
 	case err == nil:
-		rd.keep(s)
+		keepSchema(rd.serial, s)
 		rd.maxID = max(rd.maxID, id)
 		delete(rd.refused, id)
+		delete(rd.forGood, id)
 		delete(rd.unknownSince, id)
 	case errors.As(err, &de) && de.Reason == ReasonUnknownSchema && grace && id <= rd.maxID+unknownIDMargin && rd.waitForLaggingNode(id):
 		err = unavailable(fmt.Sprintf("fetching schema %d", id), fmt.Errorf("the registry has no schema %d yet, near the highest this worker has read (%d): a registry node behind the one it was registered with answers so for a moment; asked again for %s before the record is dead-lettered as unknown_schema", id, rd.maxID, unknownGrace))
 	case errors.As(err, &de):
 		delete(rd.unknownSince, id)
-		ttl := refusalTTL
 		var fg *refusedForGood
 		if errors.As(err, &fg) {
-			ttl, err = refusalForGood, de
+			err = de
+			remember(rd.forGood, id, de, rd.now(), refusalForGood)
+		} else {
+			remember(rd.refused, id, de, rd.now(), refusalTTL)
 		}
-		rd.refuse(id, de, ttl)
 	}
 	// The outcome is final before the waiters are let go: they read it
 	// without the lock.
@@ -328,27 +378,6 @@ func (rd *registryDecoder) schema(ctx context.Context, id int, grace bool) (*reg
 	delete(rd.loading, id)
 	close(l.done)
 	return s, err
-}
-
-// keep caches s, dropping the least recently used schemas until it fits
-// within maxCachedSchemaBytes and maxCachedSchemas. rd.mu is held.
-func (rd *registryDecoder) keep(s *registrySchema) {
-	for len(rd.schemas) > 0 && (cachedSchemaBytes.Load()+s.cost > maxCachedSchemaBytes || len(rd.schemas) >= maxCachedSchemas) {
-		var lru *registrySchema
-		for _, c := range rd.schemas {
-			if lru == nil || c.used < lru.used {
-				lru = c
-			}
-		}
-		delete(rd.schemas, lru.id)
-		rd.cached.Add(-lru.cost)
-		cachedSchemaBytes.Add(-lru.cost)
-	}
-	rd.tick++
-	s.used = rd.tick
-	rd.schemas[s.id] = s
-	rd.cached.Add(s.cost)
-	cachedSchemaBytes.Add(s.cost)
 }
 
 // waitForLaggingNode reports whether id, which the registry says it does
@@ -376,20 +405,19 @@ func (rd *registryDecoder) waitForLaggingNode(id int) bool {
 	return now.Sub(since) < unknownGrace
 }
 
-// refuse remembers that id cannot be read, within maxRefusals: expired
-// refusals go first, and past the bound nothing more is remembered (each
-// such record asks the registry again).
-func (rd *registryDecoder) refuse(id int, de *DecodeError, ttl time.Duration) {
-	now := rd.now()
-	if len(rd.refused) >= maxRefusals {
-		for k, r := range rd.refused {
+// remember records in refused that id cannot be read, for ttl, within
+// maxRefusals: expired refusals go first, and past the bound nothing more
+// is remembered (each such record asks the registry again).
+func remember(refused map[int]refusal, id int, de *DecodeError, now time.Time, ttl time.Duration) {
+	if len(refused) >= maxRefusals {
+		for k, r := range refused {
 			if !now.Before(r.until) {
-				delete(rd.refused, k)
+				delete(refused, k)
 			}
 		}
 	}
-	if len(rd.refused) < maxRefusals {
-		rd.refused[id] = refusal{err: de, until: now.Add(ttl)}
+	if len(refused) < maxRefusals {
+		refused[id] = refusal{err: de, until: now.Add(ttl)}
 	}
 }
 

@@ -59,18 +59,18 @@ const schemaCompileChildEnv = "EFFECTIVELY_SCHEMA_COMPILE_CHILD"
 const childAnswer = "effectively-schema-compiled"
 
 // compileLimits bound one schema's compile in the child. The costliest
-// schemas the checks before compiling admit take up to half a second of
-// CPU and 115 MiB at their peak (a megabyte of Protobuf messages; the
-// JSON Schemas 35 MiB: TestSchemaCompileChildMeasuresTheLargestSchemas
-// prints them). The memory limit is below the Helm chart's memory limit
-// (384 MiB) with the worker's own use beside it.
+// schemas the checks before compiling admit and that hold at most
+// maxSchemaHeld take a quarter of a second of CPU and 55 MiB at their
+// peak (TestSchemaCompileChildMeasuresTheLargestSchemas prints them).
+// The memory limit leaves room in the Helm chart's pod (384 MiB) for the
+// worker beside the child, and then for the same compile in the worker.
 type compileLimits struct {
 	CPU    time.Duration // CPU time, all threads (whole seconds: RLIMIT_CPU)
 	Memory int64         // bytes of writable memory beyond what the child had when it set its limits (RLIMIT_DATA)
 	Wall   time.Duration // the child is killed past this, even if starved of CPU
 }
 
-var defaultCompileLimits = compileLimits{CPU: 5 * time.Second, Memory: 192 << 20, Wall: 2 * time.Minute}
+var defaultCompileLimits = compileLimits{CPU: 2 * time.Second, Memory: 128 << 20, Wall: 2 * time.Minute}
 
 // compileSlots are the schema compiles that may run at once in the
 // worker (each in a child, then in the process): a burst of new schema
@@ -102,6 +102,10 @@ func compileBounded(ctx context.Context, format string, id int, text string, ref
 	if err != nil && !errors.Is(err, errNoChild) {
 		return nil, err
 	}
+	if used.Heap > maxSchemaHeld {
+		// Never compiled here: the child measured what it would hold.
+		return nil, &compileRefused{fmt.Sprintf("compiled, it holds %s; effectively keeps at most %s of one schema", bytesText(used.Heap), bytesText(maxSchemaHeld))}
+	}
 	s, err := compileSchema(ctx, format, id, text, refs)
 	if err != nil {
 		return nil, err
@@ -110,7 +114,7 @@ func compileBounded(ctx context.Context, format string, id int, text string, ref
 	if s.cost <= 0 {
 		// No child measured it: an estimate from above (a schema of
 		// small subschemas holds a few hundred times its text).
-		s.cost = 64<<10 + 400*int64(len(text)+referencesSize(refs))
+		s.cost = min(64<<10+400*int64(len(text)+referencesSize(refs)), maxSchemaHeld)
 	}
 	return s, nil
 }
@@ -216,7 +220,7 @@ func runCompileChild(ctx context.Context, format string, id int, text string, re
 		return used, ctx.Err()
 	case killedForCPU(cmd.ProcessState) && used.CPU >= limits.CPU/2: // rusage counts less than the limit does
 		return used, &compileRefused{fmt.Sprintf("compiling it took more than %s of CPU time (effectively compiles each schema first in a child process, %s)", limits.CPU, limitsText)}
-	case strings.Contains(errOut, "out of memory") || strings.Contains(errOut, "cannot allocate memory"):
+	case outOfMemory(errOut):
 		return used, &compileRefused{fmt.Sprintf("compiling it needed more than %s of memory (effectively compiles each schema first in a child process, %s)", bytesText(limits.Memory), limitsText)}
 	case strings.HasPrefix(errOut, "panic:") || strings.Contains(errOut, "\npanic:") || strings.Contains(errOut, "fatal error: stack overflow"):
 		return used, &compileRefused{fmt.Sprintf("its compiler crashed on it in a child process: %s", Excerpt(firstLineWith(errOut, "panic:", "fatal error:")))}
@@ -225,6 +229,18 @@ func runCompileChild(ctx context.Context, format string, id int, text string, re
 	default:
 		return used, environment("ended with %s after %s: %s", cmd.ProcessState, time.Since(start).Round(time.Millisecond), Excerpt(firstLine(errOut)))
 	}
+}
+
+// outOfMemory reports whether a child's stderr says it ran out of memory:
+// an allocation failed, or a thread could not be made (its stack is
+// memory RLIMIT_DATA counts too).
+func outOfMemory(stderr string) bool {
+	for _, s := range []string{"out of memory", "cannot allocate memory", "pthread_create failed", "failed to create new OS thread", "fatal error: newosproc"} {
+		if strings.Contains(stderr, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // selfExe is the running executable, whatever has since happened to the
@@ -335,7 +351,10 @@ func firstLine(s string) string {
 }
 
 func bytesText(n int64) string {
-	return fmt.Sprintf("%d MiB", n>>20)
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 // cpuTime is the CPU time a finished process used.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -49,33 +48,34 @@ func TestRegistrySchemasAreCompiledInABoundedChild(t *testing.T) {
 	}
 }
 
-// The decoder keeps at most maxCachedSchemaBytes of compiled schemas, the
-// least recently used dropped first; a dropped schema is fetched and
-// compiled again when a record names it.
+// The process keeps at most maxCachedSchemaBytes of compiled schemas,
+// the least recently used dropped first whichever topic's decoder holds
+// it; a dropped schema is fetched and compiled again when a record names
+// it.
 func TestCompiledSchemasAreKeptWithinTheirBudget(t *testing.T) {
 	reg := newMemRegistry()
 	for id := 1; id <= 3; id++ {
 		reg.add(id, "s", id, sr.Schema{Type: sr.TypeJSON, Schema: fmt.Sprintf(`{"type":"object","maxProperties":%d}`, id)})
 	}
-	rd := newRegistryDecoder(FormatJSONSchema, reg)
-	room := maxCachedSchemaBytes - cachedSchemaBytes.Load() // other tests' decoders may hold some
+	a, b := newRegistryDecoder(FormatJSONSchema, reg), newRegistryDecoder(FormatJSONSchema, reg)
 	heavy := func(id int) *registrySchema {
-		return &registrySchema{id: id, format: FormatJSONSchema, cost: room / 5 * 2}
+		return &registrySchema{id: id, format: FormatJSONSchema, cost: maxSchemaHeld}
 	}
-	rd.mu.Lock()
-	rd.keep(heavy(1))
-	rd.keep(heavy(2))
-	rd.mu.Unlock()
-	_, err := rd.schema(t.Context(), 1, false) // 1 is now the more recently used
+	for i := 1; i <= 4; i++ {
+		keepSchema(a.serial, heavy(i)) // the cache is full of a's
+	}
+	_, err := a.schema(t.Context(), 1, false) // 1 is now the most recently used
 	require.NoError(t, err)
-	rd.mu.Lock()
-	rd.keep(heavy(3))
-	kept := slices.Sorted(maps.Keys(rd.schemas))
-	rd.mu.Unlock()
-	require.Equal(t, []int{1, 3}, kept, "2, the least recently used, is dropped")
-	require.LessOrEqual(t, cachedSchemaBytes.Load(), int64(maxCachedSchemaBytes))
+	keepSchema(b.serial, heavy(3)) // another topic's: a's 2 goes
+	require.NotNil(t, cachedSchema(a.serial, 1))
+	require.Nil(t, cachedSchema(a.serial, 2), "the least recently used is dropped")
+	require.NotNil(t, cachedSchema(b.serial, 3))
+	schemaCache.mu.Lock()
+	cost := schemaCache.cost
+	schemaCache.mu.Unlock()
+	require.LessOrEqual(t, cost, int64(maxCachedSchemaBytes))
 
-	s, err := rd.schema(t.Context(), 2, false)
+	s, err := a.schema(t.Context(), 2, false)
 	require.NoError(t, err, "a dropped schema is compiled again")
 	require.Equal(t, 2, s.id)
 	require.NotNil(t, s.json)
@@ -117,13 +117,25 @@ func TestSchemaCompilePastTheChildsLimitsIsRefused(t *testing.T) {
 		require.ErrorAs(t, err, &de)
 		require.Equal(t, ReasonUnusableSchema, de.Reason)
 		require.ErrorContains(t, err, "schema 9 cannot be used: compiling it needed more than 16 MiB of memory")
-		require.Greater(t, rd.refused[9].until.Sub(time.Now()), time.Hour, "refused for good")
+		require.Greater(t, rd.forGood[9].until.Sub(time.Now()), time.Hour, "refused for good")
 		t.Logf("memory: %v", err)
 		children := childCompiles.Load()
 		rd.now = func() time.Time { return time.Now().Add(2 * time.Minute) }
 		_, err2 := rd.schema(t.Context(), 9, false)
 		require.Equal(t, err, err2, "the same refusal")
 		require.Equal(t, children, childCompiles.Load(), "no child compiled it again")
+
+		// Within the limits, but it would hold 32 MiB compiled: refused
+		// as the child measured it, never compiled in the worker, even
+		// with the short refusals full (a producer's unknown IDs).
+		rd = decoder(FormatProtobuf, sr.Schema{Type: sr.TypeProtobuf, Schema: chain.String()}, compileLimits{CPU: 5 * time.Second, Memory: 512 << 20, Wall: time.Minute})
+		for id := range maxRefusals {
+			rd.refused[1_000_000+id] = refusal{err: decodeErr(ReasonUnknownSchema, "unknown"), until: time.Now().Add(time.Minute)}
+		}
+		_, err = rd.schema(t.Context(), 9, false)
+		require.ErrorContains(t, err, "schema 9 cannot be used: compiled, it holds 32.")
+		require.Contains(t, rd.forGood, 9, "remembered though the short refusals are full")
+		t.Logf("held: %v", err)
 	}
 
 	rd := decoder(FormatJSONSchema, sr.Schema{Type: sr.TypeJSON, Schema: wide}, compileLimits{CPU: 5 * time.Second, Memory: 192 << 20, Wall: time.Millisecond})
@@ -182,11 +194,11 @@ func TestSchemaCompileChildMeasuresTheLargestSchemas(t *testing.T) {
 
 	var chain strings.Builder
 	chain.WriteString("syntax = \"proto3\";\n")
-	for i := range 20_000 {
-		fmt.Fprintf(&chain, "message M%d { M%d a = 1; string b = 2; }\n", i, (i+1)%20_000)
+	for i := range 8_000 {
+		fmt.Fprintf(&chain, "message M%d { M%d a = 1; string b = 2; }\n", i, (i+1)%8_000)
 	}
 	for _, c := range []struct{ format, name, schema string }{
-		{FormatProtobuf, "20,000 Protobuf messages, each holding the next", chain.String()},
+		{FormatProtobuf, "8,000 Protobuf messages, each holding the next", chain.String()},
 		{FormatAvro, "an Avro record of 15,000 fields", `{"type":"record","name":"r","fields":[` + list(15_000, func(i int) string { return fmt.Sprintf(`{"name":"f%d","type":["null","string"],"default":null}`, i) }) + `]}`},
 		{FormatJSONSchema, "a const of 94,000 subnormals", `{"const":[` + list(94_000, func(i int) string { return fmt.Sprintf("%de-320", i+1) }) + `]}`},
 		{FormatJSONSchema, "a 300-byte name above 4,900 subschemas", `{"properties":{"` + strings.Repeat("n", 300) + `":{"properties":{` + list(4900, func(i int) string { return fmt.Sprintf(`"%d":{}`, i) }) + `}}}}`},
