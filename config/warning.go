@@ -83,6 +83,8 @@ var nonConfigEnv = []string{
 	// The test suites' knobs (test/, deploy/, examples/orders-go).
 	"EFFECTIVELY_MIGRATION_CLAIMS", "EFFECTIVELY_UPDATE_API", "EFFECTIVELY_UPDATE_SCREENSHOTS", "EFFECTIVELY_PRINT_MANIFESTS",
 	"EFFECTIVELY_ORDERS_SEED", "EFFECTIVELY_ORDERS_EVENTS",
+	// The worker's own schema compile child (event/schemacompile.go).
+	"EFFECTIVELY_SCHEMA_COMPILE_CHILD",
 }
 
 // nonConfigEnvPrefixes start families of non-configuration variables: the
