@@ -225,6 +225,11 @@ func compileAvro(s avro.Schema, named map[string]*avroNode) (*avroNode, error) {
 				if err := f.node.read(r); err != nil {
 					return err
 				}
+				// Each field: a byte of enum index can be a long
+				// symbol, and a record can have thousands of them.
+				if err := r.grow(); err != nil {
+					return err
+				}
 			}
 			r.out = append(r.out, '}')
 			r.depth--
@@ -236,7 +241,7 @@ func compileAvro(s avro.Schema, named map[string]*avroNode) (*avroNode, error) {
 		for i, sym := range s.Symbols() {
 			symbols[i] = appendCanonicalString(nil, sym)
 		}
-		return &avroNode{read: func(r *avroReader) error {
+		n := &avroNode{read: func(r *avroReader) error {
 			i, err := r.int()
 			if err != nil {
 				return err
@@ -246,7 +251,9 @@ func compileAvro(s avro.Schema, named map[string]*avroNode) (*avroNode, error) {
 			}
 			r.out = append(r.out, symbols[i]...)
 			return nil
-		}}, nil
+		}}
+		named[s.FullName()] = n // one node however often the enum is referred to
+		return n, nil
 	case *avro.ArraySchema:
 		item, err := compileAvro(s.Items(), named)
 		if err != nil {

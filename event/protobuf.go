@@ -10,6 +10,7 @@ import (
 
 	"github.com/bufbuild/protocompile"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -103,6 +104,9 @@ func (c *protoCodec) toJSON(idx []int, payload []byte, maxJSON int) ([]byte, err
 	if err != nil {
 		return nil, err
 	}
+	if cost := decodeCost(md, payload, 1, maxProtoDecodeHeap); cost > maxProtoDecodeHeap {
+		return nil, decodeErr(ReasonTooLarge, "the payload would take more than %s of memory as %s messages (effectively decodes at most that of one record; it is %s bytes of wire format)", bytesText(maxProtoDecodeHeap), md.FullName(), english.Sprint(len(payload)))
+	}
 	m := dynamicpb.NewMessage(md)
 	if err := (proto.UnmarshalOptions{RecursionLimit: MaxNesting, Resolver: c.types}).Unmarshal(payload, m); err != nil {
 		if strings.Contains(err.Error(), "recursion") || strings.Contains(err.Error(), "nesting") {
@@ -131,6 +135,100 @@ func (c *protoCodec) toJSON(idx []int, payload []byte, maxJSON int) ([]byte, err
 		return nil, decodeErr(ReasonTooLarge, "the payload decodes to %d bytes of JSON, more than %d", len(js), maxJSON)
 	}
 	return js, nil
+}
+
+// maxProtoDecodeHeap bounds the memory one record's dynamic messages may
+// take. Unmarshal builds a message, its fields and its lists before
+// anything else sees them: two bytes of wire format (an empty element of
+// a repeated message field) are a message of about 400 bytes, so a 1 MiB
+// record could build 180 MiB. decodeCost weighs that first, from the wire
+// format alone. Real records take a few to forty times their size (a
+// 900 KB record of 50,000 line items and 400,000 packed numbers: 37 MiB).
+const maxProtoDecodeHeap = 64 << 20
+
+// What Unmarshal builds, in bytes of heap, from above (measured with
+// dynamicpb: an empty message and its place in a list take 350 to 660
+// bytes allocated, a list's value 24, a map entry 100 more).
+const (
+	protoMessageCost = 512
+	protoValueCost   = 24
+	protoEntryCost   = 128
+	protoBytesCost   = 32 // and the bytes themselves
+)
+
+// decodeCost is about what unmarshalling b as an md builds, at least;
+// it stops counting past limit. Malformed wire format is left for
+// Unmarshal to refuse.
+func decodeCost(md protoreflect.MessageDescriptor, b []byte, depth, limit int) int {
+	cost := protoMessageCost
+	if depth > MaxNesting {
+		return cost // Unmarshal refuses it
+	}
+	fields := md.Fields()
+	for len(b) > 0 && cost <= limit {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return cost
+		}
+		b = b[n:]
+		fd := fields.ByNumber(num)
+		switch typ {
+		case protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return cost
+			}
+			b = b[n:]
+			switch {
+			case fd == nil:
+				cost += protoBytesCost + len(v)
+			case fd.IsMap():
+				cost += protoEntryCost + decodeCost(fd.Message(), v, depth+1, limit-cost)
+			case fd.Message() != nil:
+				cost += protoValueCost + decodeCost(fd.Message(), v, depth+1, limit-cost)
+			case fd.IsList() && fd.Kind() != protoreflect.StringKind && fd.Kind() != protoreflect.BytesKind:
+				cost += protoValueCost * packedCount(fd.Kind(), v)
+			default:
+				cost += protoBytesCost + len(v)
+			}
+		case protowire.StartGroupType:
+			v, n := protowire.ConsumeGroup(num, b)
+			if n < 0 {
+				return cost
+			}
+			b = b[n:]
+			if fd != nil && fd.Message() != nil {
+				cost += protoValueCost + decodeCost(fd.Message(), v, depth+1, limit-cost)
+			} else {
+				cost += protoBytesCost + len(v)
+			}
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return cost
+			}
+			b = b[n:]
+			cost += protoValueCost
+		}
+	}
+	return cost
+}
+
+// packedCount is how many values a packed field of kind holds in v.
+func packedCount(kind protoreflect.Kind, v []byte) int {
+	switch kind {
+	case protoreflect.Fixed32Kind, protoreflect.Sfixed32Kind, protoreflect.FloatKind:
+		return len(v) / 4
+	case protoreflect.Fixed64Kind, protoreflect.Sfixed64Kind, protoreflect.DoubleKind:
+		return len(v) / 8
+	}
+	n := 0
+	for _, c := range v {
+		if c < 0x80 {
+			n++ // a varint's last byte
+		}
+	}
+	return n
 }
 
 // inspect reports where m, or a message in it, holds fields its

@@ -154,9 +154,11 @@ type refusal struct {
 // maxRefusals bounds how many are (a stream of random IDs must not grow
 // the decoder without end).
 //
-// A schema whose compile went past the child's limits, or crashed it, is
-// refused for refusalForGood instead: a schema never changes under its
-// ID, and compiling it again would cost the limits again.
+// A schema that does not compile, whose compile went past the child's
+// limits or crashed it, is refused for refusalForGood instead: a schema
+// never changes under its ID, and compiling it again would cost the
+// compile again. Those refusals are kept apart, and when maxRefusals of
+// them are live the one nearest its end makes room.
 const (
 	refusalTTL     = time.Minute
 	refusalForGood = 24 * time.Hour
@@ -184,12 +186,13 @@ const (
 // most maxCachedSchemaBytes by their cost (the heap their compile left, as
 // the child measured it) and maxCachedSchemas in number, the least
 // recently used dropped first (and compiled again if a record names it
-// again). One schema may hold at most maxSchemaHeld, so at least four
-// fit: real schemas compile to kilobytes, the largest JSON Schemas the
-// checks admit to 8 MiB.
+// again). One schema may hold at most maxSchemaHeld, so at least eight
+// fit: real schemas compile to kilobytes. (Records alternating among more
+// schemas than fit cost a compile each: a registrant's schema per record
+// costs as much.)
 const (
 	maxCachedSchemaBytes = 64 << 20
-	maxSchemaHeld        = maxCachedSchemaBytes / 4
+	maxSchemaHeld        = maxCachedSchemaBytes / 8
 	maxCachedSchemas     = 10_000
 )
 
@@ -367,9 +370,9 @@ func (rd *registryDecoder) schema(ctx context.Context, id int, grace bool) (*reg
 		var fg *refusedForGood
 		if errors.As(err, &fg) {
 			err = de
-			remember(rd.forGood, id, de, rd.now(), refusalForGood)
+			remember(rd.forGood, id, de, rd.now(), refusalForGood, true)
 		} else {
-			remember(rd.refused, id, de, rd.now(), refusalTTL)
+			remember(rd.refused, id, de, rd.now(), refusalTTL, false)
 		}
 	}
 	// The outcome is final before the waiters are let go: they read it
@@ -406,15 +409,25 @@ func (rd *registryDecoder) waitForLaggingNode(id int) bool {
 }
 
 // remember records in refused that id cannot be read, for ttl, within
-// maxRefusals: expired refusals go first, and past the bound nothing more
-// is remembered (each such record asks the registry again).
-func remember(refused map[int]refusal, id int, de *DecodeError, now time.Time, ttl time.Duration) {
+// maxRefusals: expired refusals go first; past the bound, the refusal
+// nearest its end if makeRoom, else nothing more is remembered (each
+// such record asks the registry again).
+func remember(refused map[int]refusal, id int, de *DecodeError, now time.Time, ttl time.Duration, makeRoom bool) {
 	if len(refused) >= maxRefusals {
 		for k, r := range refused {
 			if !now.Before(r.until) {
 				delete(refused, k)
 			}
 		}
+	}
+	if len(refused) >= maxRefusals && makeRoom {
+		first := -1
+		for k, r := range refused {
+			if first < 0 || r.until.Before(refused[first].until) {
+				first = k
+			}
+		}
+		delete(refused, first)
 	}
 	if len(refused) < maxRefusals {
 		refused[id] = refusal{err: de, until: now.Add(ttl)}
@@ -443,7 +456,6 @@ func (rd *registryDecoder) load(ctx context.Context, id int) (*registrySchema, e
 		return nil, err
 	}
 	s, err := compileBounded(ctx, format, id, root.Schema, refs, rd.limits)
-	var refused *compileRefused
 	switch {
 	case err == nil:
 		return s, nil
@@ -452,10 +464,10 @@ func (rd *registryDecoder) load(ctx context.Context, id int) (*registrySchema, e
 		return nil, unavailable(fmt.Sprintf("compiling schema %d", id), err)
 	case errors.Is(err, ErrSchemaRegistryUnavailable):
 		return nil, err // the compile child's environment
-	case errors.As(err, &refused):
-		return nil, &refusedForGood{decodeErr(ReasonUnusableSchema, "schema %d cannot be used: %s", id, shorten(err.Error()))}
 	default:
-		return nil, decodeErr(ReasonUnusableSchema, "schema %d cannot be used: %s", id, shorten(err.Error()))
+		// Past the child's limits, or not a schema its compiler takes:
+		// either way for good, as the schema never changes.
+		return nil, &refusedForGood{decodeErr(ReasonUnusableSchema, "schema %d cannot be used: %s", id, shorten(err.Error()))}
 	}
 }
 

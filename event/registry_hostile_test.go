@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -79,6 +80,80 @@ func TestProtobufUnsetFieldsCannotAmplify(t *testing.T) {
 	n = allocated(func() { _, err = d.Decode(rec) })
 	require.Equal(t, ReasonTooLarge, ReasonOf(err), "%v", err)
 	require.Less(t, n, uint64(32<<20), "an Any of 10 KB allocated %d MB before being refused", n>>20)
+}
+
+// Unmarshal builds a dynamic message per element before anything weighs
+// it: a record of 1 MB of empty elements of a repeated message field (two
+// bytes each: 0a 00) took 634 ms and 181 MiB of heap, and three at once
+// took a worker past 384 MiB (review 21). The wire format is weighed
+// first; a record of a real shape, 5,000 small messages and a packed
+// array of 50,000 numbers, is decoded.
+func TestProtobufEmptyMessagesCannotAmplifyMemory(t *testing.T) {
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Type: sr.TypeProtobuf, Schema: `syntax = "proto3";
+message M { string sku = 1; string type = 2; repeated E e = 3; repeated int32 n = 4; map<string, E> m = 5; }
+message E { string name = 1; int64 qty = 2; }`})
+	d := hostileDecoder(t, reg, FormatProtobuf)
+	head := []byte{0x0a, 1, 'a', 0x12, 1, 't'}
+	decode := func(body []byte) (uint64, error) {
+		rec := Record{Key: []byte("a"), Value: wire(1, []int{0}, append(append([]byte{}, head...), body...))}
+		var err error
+		n := allocated(func() { _, err = d.Decode(rec) })
+		return n, err
+	}
+	_, err := decode(nil) // the schema, compiled
+	require.NoError(t, err)
+
+	for _, c := range []struct {
+		name string
+		elem []byte
+	}{
+		{"empty messages in a list", []byte{0x1a, 0x00}},
+		{"empty map entries", []byte{0x2a, 0x00}},
+	} {
+		var body []byte
+		for len(body) < 1000<<10 {
+			body = append(body, c.elem...)
+		}
+		n, err := decode(body)
+		require.Equal(t, ReasonTooLarge, ReasonOf(err), "%s: %v", c.name, err)
+		require.ErrorContains(t, err, "more than 64 MiB of memory")
+		require.Less(t, n, uint64(8<<20), "%s: 1 MB allocated %d MB before being refused", c.name, n>>20)
+	}
+
+	realistic := func(messages, numbers int) []byte {
+		var b []byte
+		for i := range messages {
+			e := append([]byte{0x0a, 4}, fmt.Sprintf("i%03d", i%1000)...)
+			e = append(e, 0x10, byte(i%100+1))
+			b = append(append(append(b, 0x1a), protoLen(len(e))...), e...)
+		}
+		var packed []byte
+		for i := range numbers {
+			packed = append(packed, byte(i%100+1))
+		}
+		return append(append(append(b, 0x22), protoLen(len(packed))...), packed...)
+	}
+	n, err := decode(realistic(1000, 10_000))
+	require.NoError(t, err, "a record of 1,000 small messages and 10,000 packed numbers")
+	t.Logf("a record of 1,000 messages and 10,000 numbers: decoded, %d KB allocated", n>>10)
+	// A megabyte of the same shapes weighs far less than the bound.
+	big := realistic(50_000, 400_000)
+	c, err := d.registry.schema(t.Context(), 1, false)
+	require.NoError(t, err)
+	md := c.proto.file.Messages().Get(0)
+	big = append(append([]byte{}, head...), big...)
+	cost := decodeCost(md, big, 1, maxProtoDecodeHeap)
+	require.Less(t, cost, maxProtoDecodeHeap, "a %d-byte record of 50,000 messages and 400,000 numbers", len(big))
+	var live runtime.MemStats
+	built := allocated(func() {
+		m := dynamicpb.NewMessage(md)
+		require.NoError(t, proto.Unmarshal(big, m))
+		runtime.GC()
+		runtime.ReadMemStats(&live)
+		runtime.KeepAlive(m)
+	})
+	t.Logf("a %d-byte record of 50,000 messages and 400,000 numbers weighs %d MiB; unmarshalled, it allocated %d MiB and held %d MiB of heap", len(big), cost>>20, built>>20, live.HeapAlloc>>20)
 }
 
 func protoLen(n int) []byte {
@@ -519,4 +594,28 @@ func TestLaggingSchemaGraceEndsWhenItsMemoryIsFull(t *testing.T) {
 	clock = clock.Add(unknownGrace)
 	_, err = d.Decode(Record{Key: []byte("sku-1"), Value: wire(5, nil, good)})
 	require.ErrorIs(t, err, ErrSchemaRegistryUnavailable, "%v", err)
+}
+
+// An Avro enum's symbol has no length limit: with one of 100,000 bytes
+// used by 1,000 fields, each byte of a record was 100 KB of JSON, checked
+// only at the record's end (review 21: 28 MiB of heap for a 105-byte
+// record with 100 fields; each field a copy of the symbols). The bound is
+// checked after each field, and the enum is compiled once.
+func TestAvroLongEnumSymbolsCannotAmplify(t *testing.T) {
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"type":"record","name":"R","fields":[{"name":"e0","type":{"type":"enum","name":"E","symbols":["%s"]}}`, strings.Repeat("A", 100_000))
+	for i := 1; i < 1000; i++ {
+		fmt.Fprintf(&b, `,{"name":"e%x","type":"E"}`, i)
+	}
+	b.WriteString("]}")
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Type: sr.TypeAvro, Schema: b.String()})
+	rd := newRegistryDecoder(FormatAvro, reg)
+	s, err := rd.schema(t.Context(), 1, false)
+	require.NoError(t, err)
+	require.Less(t, s.cost, int64(2<<20), "one node for the enum, however often it is used")
+	rec := wire(1, nil, make([]byte, 1000)) // every field: the symbol
+	n := allocated(func() { _, _, err = rd.transcode(t.Context(), "value", rec, maxExpansion*len(rec)+maxExpansionSlack) })
+	require.Equal(t, ReasonTooLarge, ReasonOf(err), "%v", err)
+	require.Less(t, n, uint64(2<<20), "a 1,005-byte record allocated %d KB before being refused", n>>10)
 }

@@ -233,14 +233,44 @@ func runCompileChild(ctx context.Context, format string, id int, text string, re
 
 // outOfMemory reports whether a child's stderr says it ran out of memory:
 // an allocation failed, or a thread could not be made (its stack is
-// memory RLIMIT_DATA counts too).
+// memory RLIMIT_DATA counts too) after the child said its memory was near
+// the limit. A thread that cannot be made otherwise is the machine's
+// process or thread limit (RLIMIT_NPROC, the pod's pids.max): the
+// environment's.
 func outOfMemory(stderr string) bool {
-	for _, s := range []string{"out of memory", "cannot allocate memory", "pthread_create failed", "failed to create new OS thread", "fatal error: newosproc"} {
+	if strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "cannot allocate memory") {
+		return true
+	}
+	if !strings.Contains(stderr, childMemoryHigh) {
+		return false
+	}
+	for _, s := range []string{"pthread_create failed", "failed to create new OS thread", "fatal error: newosproc"} {
 		if strings.Contains(stderr, s) {
 			return true
 		}
 	}
 	return false
+}
+
+// childMemoryHigh is what a child writes on stderr once the memory it
+// maps is past 80% of its limit (watchMemory).
+const childMemoryHigh = "effectively-schema-compile: memory near the limit"
+
+// watchMemory writes childMemoryHigh once the runtime maps more than 80%
+// of limit beyond what it maps now.
+func watchMemory(limit int64) {
+	total := func() int64 {
+		m := []metrics.Sample{{Name: "/memory/classes/total:bytes"}}
+		metrics.Read(m)
+		return int64(m[0].Value.Uint64())
+	}
+	base := total()
+	go func() {
+		for total()-base < limit/10*8 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		fmt.Fprintln(os.Stderr, childMemoryHigh)
+	}()
 }
 
 // selfExe is the running executable, whatever has since happened to the
@@ -287,6 +317,7 @@ func compileChild(spec string, in io.Reader) int {
 	// Garbage is collected before the memory limit is reached: the limit
 	// is on what the compile holds, not on what it dropped.
 	debug.SetMemoryLimit(limits.Memory * 3 / 4)
+	watchMemory(limits.Memory)
 	b, err := io.ReadAll(io.LimitReader(in, 8*maxSchemaBytes))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "schema compile child: reading the request:", err)

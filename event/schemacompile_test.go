@@ -61,7 +61,7 @@ func TestCompiledSchemasAreKeptWithinTheirBudget(t *testing.T) {
 	heavy := func(id int) *registrySchema {
 		return &registrySchema{id: id, format: FormatJSONSchema, cost: maxSchemaHeld}
 	}
-	for i := 1; i <= 4; i++ {
+	for i := 1; i <= maxCachedSchemaBytes/maxSchemaHeld; i++ {
 		keepSchema(a.serial, heavy(i)) // the cache is full of a's
 	}
 	_, err := a.schema(t.Context(), 1, false) // 1 is now the most recently used
@@ -134,6 +134,7 @@ func TestSchemaCompilePastTheChildsLimitsIsRefused(t *testing.T) {
 		}
 		_, err = rd.schema(t.Context(), 9, false)
 		require.ErrorContains(t, err, "schema 9 cannot be used: compiled, it holds 32.")
+		require.ErrorContains(t, err, "effectively keeps at most 8 MiB of one schema")
 		require.Contains(t, rd.forGood, 9, "remembered though the short refusals are full")
 		t.Logf("held: %v", err)
 	}
@@ -226,4 +227,44 @@ func TestSchemaCompileStoppedByTheWorkerIsNotARefusal(t *testing.T) {
 	require.ErrorIs(t, err, ErrSchemaRegistryUnavailable)
 	var de *DecodeError
 	require.False(t, errors.As(err, &de), "not a dead letter")
+}
+
+// A thread the child cannot make is its memory only when it said its
+// memory was near the limit; otherwise it is the machine's process limit
+// (review 21: RLIMIT_NPROC refused a one-field schema for 24 hours).
+func TestSchemaCompileChildsThreadFailureIsClassifiedByItsMemory(t *testing.T) {
+	cgo := "runtime/cgo: pthread_create failed: Resource temporarily unavailable\nSIGABRT: abort\n"
+	nocgo := "runtime: failed to create new OS thread (have 5 already; errno=11)\nfatal error: newosproc\n"
+	for _, c := range []struct {
+		stderr string
+		memory bool
+	}{
+		{cgo, false},
+		{nocgo, false},
+		{childMemoryHigh + "\n" + cgo, true},
+		{childMemoryHigh + "\n" + nocgo, true},
+		{"fatal error: runtime: cannot allocate memory\n", true},
+		{"runtime: out of memory: cannot allocate 4194304-byte block (67108864 in use)\nfatal error: out of memory\n", true},
+	} {
+		require.Equal(t, c.memory, outOfMemory(c.stderr), c.stderr)
+	}
+}
+
+// Refusals for good are kept when maxRefusals of them are live: the one
+// nearest its end makes room. The minute-long ones are not pushed out.
+func TestRefusalsForGoodMakeRoom(t *testing.T) {
+	now := time.Now()
+	forGood, short := map[int]refusal{}, map[int]refusal{}
+	for id := range maxRefusals {
+		forGood[id+1] = refusal{until: now.Add(time.Hour + time.Duration(id)*time.Second)}
+		short[id+1] = refusal{until: now.Add(time.Minute)}
+	}
+	de := decodeErr(ReasonUnusableSchema, "x")
+	remember(forGood, 1_000_000, de, now, refusalForGood, true)
+	require.Contains(t, forGood, 1_000_000)
+	require.NotContains(t, forGood, 1, "the one nearest its end")
+	require.Len(t, forGood, maxRefusals)
+	remember(short, 1_000_000, de, now, refusalTTL, false)
+	require.NotContains(t, short, 1_000_000)
+	require.Contains(t, short, 1)
 }
