@@ -104,7 +104,7 @@ func (c *protoCodec) toJSON(idx []int, payload []byte, maxJSON int) ([]byte, err
 	if err != nil {
 		return nil, err
 	}
-	if cost := decodeCost(md, payload, 1, maxProtoDecodeHeap); cost > maxProtoDecodeHeap {
+	if cost := c.decodeCost(md, payload, 1, maxProtoDecodeHeap); cost > maxProtoDecodeHeap {
 		return nil, decodeErr(ReasonTooLarge, "the payload would take more than %s of memory as %s messages (effectively decodes at most that of one record; it is %s bytes of wire format)", bytesText(maxProtoDecodeHeap), md.FullName(), english.Sprint(len(payload)))
 	}
 	m := dynamicpb.NewMessage(md)
@@ -148,70 +148,145 @@ const maxProtoDecodeHeap = 64 << 20
 
 // What Unmarshal builds, in bytes of heap, from above (measured with
 // dynamicpb: an empty message and its place in a list take 350 to 660
-// bytes allocated, a list's value 24, a map entry 100 more).
+// bytes allocated, a set field 60 to 80, a list's value 24, a map entry 100
+// more).
 const (
 	protoMessageCost = 512
-	protoValueCost   = 24
+	protoValueCost   = 80 // a field set in a message: its value and its slot
+	protoListCost    = 24 // a packed value in a list
 	protoEntryCost   = 128
 	protoBytesCost   = 32 // and the bytes themselves
 )
 
 // decodeCost is about what unmarshalling b as an md builds, at least;
-// it stops counting past limit. Malformed wire format is left for
-// Unmarshal to refuse.
-func decodeCost(md protoreflect.MessageDescriptor, b []byte, depth, limit int) int {
+// it stops counting past limit. Extensions are weighed as the fields they
+// are, and an Any's message twice (inspect and protojson each unmarshal
+// it again). Malformed wire format is left for Unmarshal to refuse.
+func (c *protoCodec) decodeCost(md protoreflect.MessageDescriptor, b []byte, depth, limit int) int {
+	cost, _ := c.scanCost(md, b, depth, limit, 0)
+	return cost
+}
+
+// scanCost weighs b as an md up to its end or, inside a group (group is
+// its field number), up to the group's end, in one pass; it returns the
+// cost and the bytes read.
+func (c *protoCodec) scanCost(md protoreflect.MessageDescriptor, b []byte, depth, limit int, group protowire.Number) (int, int) {
 	cost := protoMessageCost
 	if depth > MaxNesting {
-		return cost // Unmarshal refuses it
+		return cost, len(b) // Unmarshal refuses it
+	}
+	if md.FullName() == "google.protobuf.Any" {
+		return cost + c.anyCost(b, depth, limit), len(b)
 	}
 	fields := md.Fields()
-	for len(b) > 0 && cost <= limit {
-		num, typ, n := protowire.ConsumeTag(b)
+	read := 0
+	for read < len(b) && cost <= limit {
+		num, typ, n := protowire.ConsumeTag(b[read:])
 		if n < 0 {
-			return cost
+			return cost, len(b)
 		}
-		b = b[n:]
+		read += n
+		if typ == protowire.EndGroupType {
+			if num == group {
+				return cost, read
+			}
+			return cost, len(b)
+		}
 		fd := fields.ByNumber(num)
+		if fd == nil && md.ExtensionRanges().Has(num) && c.types != nil {
+			if xt, err := c.types.FindExtensionByNumber(md.FullName(), num); err == nil {
+				fd = xt.TypeDescriptor()
+			}
+		}
 		switch typ {
 		case protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
+			v, n := protowire.ConsumeBytes(b[read:])
 			if n < 0 {
-				return cost
+				return cost, len(b)
 			}
-			b = b[n:]
+			read += n
 			switch {
 			case fd == nil:
 				cost += protoBytesCost + len(v)
 			case fd.IsMap():
-				cost += protoEntryCost + decodeCost(fd.Message(), v, depth+1, limit-cost)
+				cost += protoEntryCost + c.decodeCost(fd.Message(), v, depth+1, limit-cost)
 			case fd.Message() != nil:
-				cost += protoValueCost + decodeCost(fd.Message(), v, depth+1, limit-cost)
+				cost += protoValueCost + c.decodeCost(fd.Message(), v, depth+1, limit-cost)
 			case fd.IsList() && fd.Kind() != protoreflect.StringKind && fd.Kind() != protoreflect.BytesKind:
-				cost += protoValueCost * packedCount(fd.Kind(), v)
+				cost += protoListCost * packedCount(fd.Kind(), v)
 			default:
 				cost += protoBytesCost + len(v)
 			}
 		case protowire.StartGroupType:
-			v, n := protowire.ConsumeGroup(num, b)
-			if n < 0 {
-				return cost
+			var inner protoreflect.MessageDescriptor
+			if fd != nil {
+				inner = fd.Message()
 			}
-			b = b[n:]
-			if fd != nil && fd.Message() != nil {
-				cost += protoValueCost + decodeCost(fd.Message(), v, depth+1, limit-cost)
-			} else {
+			if inner == nil {
+				// Unknown: kept as its bytes.
+				v, n := protowire.ConsumeGroup(num, b[read:])
+				if n < 0 {
+					return cost, len(b)
+				}
+				read += n
 				cost += protoBytesCost + len(v)
+				continue
 			}
+			gc, n := c.scanCost(inner, b[read:], depth+1, limit-cost, num)
+			read += n
+			cost += protoValueCost + gc
 		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
+			n := protowire.ConsumeFieldValue(num, typ, b[read:])
 			if n < 0 {
-				return cost
+				return cost, len(b)
 			}
-			b = b[n:]
+			read += n
 			cost += protoValueCost
 		}
 	}
-	return cost
+	return cost, read
+}
+
+// anyCost weighs an Any's message (b is the Any) as inspect and protojson
+// build it: twice.
+func (c *protoCodec) anyCost(b []byte, depth, limit int) int {
+	var url string
+	var value []byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return 0
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return 0
+		}
+		b = b[n:]
+		switch num {
+		case 1:
+			url = string(v)
+		case 2:
+			value = v
+		}
+	}
+	cost := protoBytesCost + len(url) + len(value)
+	if c.types == nil {
+		return cost
+	}
+	mt, err := c.types.FindMessageByURL(url)
+	if err != nil {
+		return cost // no JSON form: Marshal refuses it
+	}
+	return cost + 2*c.decodeCost(mt.Descriptor(), value, depth+1, limit/2)
 }
 
 // packedCount is how many values a packed field of kind holds in v.

@@ -143,7 +143,7 @@ message E { string name = 1; int64 qty = 2; }`})
 	require.NoError(t, err)
 	md := c.proto.file.Messages().Get(0)
 	big = append(append([]byte{}, head...), big...)
-	cost := decodeCost(md, big, 1, maxProtoDecodeHeap)
+	cost := c.proto.decodeCost(md, big, 1, maxProtoDecodeHeap)
 	require.Less(t, cost, maxProtoDecodeHeap, "a %d-byte record of 50,000 messages and 400,000 numbers", len(big))
 	var live runtime.MemStats
 	built := allocated(func() {
@@ -618,4 +618,57 @@ func TestAvroLongEnumSymbolsCannotAmplify(t *testing.T) {
 	n := allocated(func() { _, _, err = rd.transcode(t.Context(), "value", rec, maxExpansion*len(rec)+maxExpansionSlack) })
 	require.Equal(t, ReasonTooLarge, ReasonOf(err), "%v", err)
 	require.Less(t, n, uint64(2<<20), "a 1,005-byte record allocated %d KB before being refused", n>>10)
+}
+
+// An Any's message and a proto2 extension are unmarshalled as the
+// messages they are: weighed as such before (review 22: 1 MB of empty
+// elements inside an Any built 167 MiB, inside an extension 179 MiB, and
+// three records at once took a worker to 388 MiB).
+func TestProtobufAnyAndExtensionsAreWeighed(t *testing.T) {
+	empties := func() []byte {
+		var b []byte
+		for len(b) < 1000<<10 {
+			b = protowire.AppendTag(b, 1, protowire.BytesType)
+			b = protowire.AppendBytes(b, nil)
+		}
+		return b
+	}
+	for _, c := range []struct {
+		name, schema string
+		payload      func() []byte
+	}{
+		{"an Any of empty elements", "syntax = \"proto3\";\nimport \"google/protobuf/any.proto\";\nmessage M { google.protobuf.Any a = 1; }\nmessage L { repeated E e = 1; }\nmessage E { }\n", func() []byte {
+			var a []byte
+			a = protowire.AppendTag(a, 1, protowire.BytesType)
+			a = protowire.AppendString(a, "type.googleapis.com/L")
+			a = protowire.AppendTag(a, 2, protowire.BytesType)
+			a = protowire.AppendBytes(a, empties())
+			return protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), a)
+		}},
+		{"a repeated extension of empty messages", "syntax = \"proto2\";\nmessage M { extensions 1 to 100; }\nmessage E { }\nextend M { repeated E e = 1; }\n", empties},
+		{"an extension holding empty elements", "syntax = \"proto2\";\nmessage M { extensions 1 to 100; }\nmessage E { }\nmessage L { repeated E e = 1; }\nextend M { optional L l = 2; }\n", func() []byte {
+			return protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), empties())
+		}},
+	} {
+		reg := newMemRegistry()
+		reg.add(1, "s", 1, sr.Schema{Type: sr.TypeProtobuf, Schema: c.schema})
+		rd := newRegistryDecoder(FormatProtobuf, reg)
+		_, err := rd.schema(t.Context(), 1, false)
+		require.NoError(t, err, c.name)
+		rec := wire(1, []int{0}, c.payload())
+		n := allocated(func() { _, _, err = rd.transcode(t.Context(), "value", rec, maxExpansion*len(rec)+maxExpansionSlack) })
+		require.Equal(t, ReasonTooLarge, ReasonOf(err), "%s: %v", c.name, err)
+		require.Less(t, n, uint64(16<<20), "%s: 1 MB allocated %d MB before being refused", c.name, n>>20)
+	}
+}
+
+// A schema's references count with their names (review 22: 40 names of
+// 50,000 '<', six bytes each in JSON, made the child's request too long
+// to read, and the record was retried for ever as the environment's).
+func TestSchemaReferenceNamesCount(t *testing.T) {
+	refs := []reference{{name: strings.Repeat("<", 50_000), text: "{}"}}
+	for range 20 {
+		refs = append(refs, refs[0])
+	}
+	require.ErrorContains(t, checkSchemaSize(`"string"`, refs), "effectively compiles at most")
 }

@@ -128,13 +128,18 @@ func checkSchemaSize(text string, refs []reference) error {
 	return nil
 }
 
+// referencesSize is the bytes of refs' texts and names.
 func referencesSize(refs []reference) int {
 	n := 0
 	for _, r := range refs {
-		n += len(r.text)
+		n += len(r.name) + len(r.text)
 	}
 	return n
 }
+
+// maxChildRequest bounds the request a child reads: a schema and its
+// references of maxSchemaBytes, each byte escaped in JSON as six at most.
+const maxChildRequest = 6*maxSchemaBytes + 64<<10
 
 // compileSchema parses a registry schema of format with its references.
 func compileSchema(ctx context.Context, format string, id int, text string, refs []reference) (*registrySchema, error) {
@@ -185,6 +190,9 @@ func runCompileChild(ctx context.Context, format string, id int, text string, re
 	if err != nil {
 		return childUsage{}, err
 	}
+	if len(in) > maxChildRequest {
+		return childUsage{}, &compileRefused{fmt.Sprintf("the schema and its references are %s bytes written as JSON; effectively compiles at most %s", english.Sprint(len(in)), english.Sprint(maxChildRequest))}
+	}
 	wctx, cancel := context.WithTimeout(ctx, limits.Wall)
 	defer cancel()
 	cmd := exec.CommandContext(wctx, selfExe)
@@ -210,7 +218,14 @@ func runCompileChild(ctx context.Context, format string, id int, text string, re
 	if err == nil {
 		if rest, ok := strings.CutPrefix(out, childAnswer); ok {
 			childCompiles.Add(1)
-			_, _ = fmt.Sscan(rest, &used.Heap, &used.MaxRSS)
+			line, compileErr, _ := strings.Cut(rest, "\n")
+			_, _ = fmt.Sscan(line, &used.Heap, &used.MaxRSS)
+			if used.Heap <= 0 {
+				if compileErr == "" {
+					compileErr = "it does not compile"
+				}
+				return used, &compileRefused{compileErr}
+			}
 			return used, nil
 		}
 		return used, environment("exited without compiling (an init of another package may have ended it first): %s", Excerpt(firstLine(errOut+out)))
@@ -218,14 +233,14 @@ func runCompileChild(ctx context.Context, format string, id int, text string, re
 	switch {
 	case ctx.Err() != nil:
 		return used, ctx.Err()
+	case wctx.Err() != nil:
+		return used, environment("did not finish in %s (%s of CPU time: the machine is starved)", limits.Wall, used.CPU.Round(time.Millisecond))
 	case killedForCPU(cmd.ProcessState) && used.CPU >= limits.CPU/2: // rusage counts less than the limit does
 		return used, &compileRefused{fmt.Sprintf("compiling it took more than %s of CPU time (effectively compiles each schema first in a child process, %s)", limits.CPU, limitsText)}
 	case outOfMemory(errOut):
 		return used, &compileRefused{fmt.Sprintf("compiling it needed more than %s of memory (effectively compiles each schema first in a child process, %s)", bytesText(limits.Memory), limitsText)}
 	case strings.HasPrefix(errOut, "panic:") || strings.Contains(errOut, "\npanic:") || strings.Contains(errOut, "fatal error: stack overflow"):
 		return used, &compileRefused{fmt.Sprintf("its compiler crashed on it in a child process: %s", Excerpt(firstLineWith(errOut, "panic:", "fatal error:")))}
-	case wctx.Err() != nil:
-		return used, environment("did not finish in %s (%s of CPU time: the machine is starved)", limits.Wall, used.CPU.Round(time.Millisecond))
 	default:
 		return used, environment("ended with %s after %s: %s", cmd.ProcessState, time.Since(start).Round(time.Millisecond), Excerpt(firstLine(errOut)))
 	}
@@ -318,7 +333,7 @@ func compileChild(spec string, in io.Reader) int {
 	// is on what the compile holds, not on what it dropped.
 	debug.SetMemoryLimit(limits.Memory * 3 / 4)
 	watchMemory(limits.Memory)
-	b, err := io.ReadAll(io.LimitReader(in, 8*maxSchemaBytes))
+	b, err := io.ReadAll(io.LimitReader(in, maxChildRequest))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "schema compile child: reading the request:", err)
 		return 3
@@ -335,13 +350,17 @@ func compileChild(spec string, in io.Reader) int {
 	}
 	before := liveHeap()
 	s, err := compileSchema(context.Background(), req.Format, req.ID, req.Text, refs)
-	var heap int64
-	if err == nil {
-		// What the compiled schema holds: the heap after a collection,
-		// less the heap before (the request, the runtime's own).
-		heap = max(liveHeap()-before, 1)
-		runtime.KeepAlive(s)
+	if err != nil {
+		// The schema's own error, for the worker to report without
+		// compiling it again.
+		fmt.Println(childAnswer, 0, peakRSS())
+		fmt.Print(err.Error())
+		return 0
 	}
+	// What the compiled schema holds: the heap after a collection, less
+	// the heap before (the request, the runtime's own).
+	heap := max(liveHeap()-before, 1)
+	runtime.KeepAlive(s)
 	fmt.Println(childAnswer, heap, peakRSS())
 	return 0
 }
