@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -68,7 +69,11 @@ func TestMovedIdlePartitionCommitsItsStoredPosition(t *testing.T) {
 	})
 	caughtUp := time.Since(killed)
 	require.Equal(t, []int32{0, 1}, ownedPartitions(wb.stderr.String()), "B owns both partitions now")
-	require.Contains(t, wb.stderr.String(), "committed the position stored in PostgreSQL to Kafka")
+	// B logs the commit once the broker has acknowledged it, which can be
+	// just after this test read it from the broker.
+	waitUntil(t, "B to log its commit of the stored position", 30*time.Second, func(context.Context) bool {
+		return strings.Contains(wb.stderr.String(), "committed the position stored in PostgreSQL to Kafka")
+	})
 	t.Logf("Kafka's commit of partition %d reached the stored position %d %s after A was killed (kafka.session_timeout 6 s)", a, stored[a], caughtUp.Round(100*time.Millisecond))
 
 	// Nothing was produced to get there: the end offsets are where A left
