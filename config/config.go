@@ -261,8 +261,8 @@ type Consumer struct {
 	// BatchLinger is how long a worker waits to fill a batch before applying
 	// what it has.
 	BatchLinger time.Duration `mapstructure:"batch_linger"`
-	// MaxPayloadBytes is the largest record value accepted; larger records
-	// are dead-lettered.
+	// MaxPayloadBytes is the largest record value, and the largest record
+	// key, accepted; larger records are dead-lettered.
 	MaxPayloadBytes int `mapstructure:"max_payload_bytes"`
 	// MaxInflightBytes bounds the bytes of records (keys and values) a
 	// worker process holds across all its partitions, fetched and not yet

@@ -67,8 +67,8 @@ type DecoderConfig struct {
 	// (optional). Where it finds nothing or null the event is relative
 	// (Version 0); anything else must be an integer ≥ 1.
 	VersionPointer string
-	// MaxPayloadBytes refuses larger record values with ReasonTooLarge; 0
-	// means no limit.
+	// MaxPayloadBytes refuses larger record values, and keys, with
+	// ReasonTooLarge; 0 means no limit.
 	MaxPayloadBytes int
 	// RequireSubject, for format cloudevents, dead-letters an event without
 	// a subject (ReasonMissingSubject) instead of taking its resource ID
@@ -274,6 +274,10 @@ func (d *Decoder) DecodeContext(ctx context.Context, r Record) (Event, error) {
 
 func (d *Decoder) decode(ctx context.Context, r Record) (Event, error) {
 	switch {
+	case d.maxBytes > 0 && len(r.Key) > d.maxBytes:
+		// A key is decoded too (a wire-format key through the registry,
+		// a key strategy's pointer): the same bound.
+		return Event{}, decodeErr(ReasonTooLarge, "the record key has %d bytes, more than the limit of %d", len(r.Key), d.maxBytes)
 	case d.format == FormatDebezium && d.maxBytes > 0 && len(r.Value) > d.maxBytes:
 		return Event{}, decodeErr(ReasonTooLarge, "the record value has %d bytes, more than the limit of %d", len(r.Value), d.maxBytes)
 	case d.format == FormatDebezium:

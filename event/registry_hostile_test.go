@@ -672,3 +672,15 @@ func TestSchemaReferenceNamesCount(t *testing.T) {
 	}
 	require.ErrorContains(t, checkSchemaSize(`"string"`, refs), "effectively compiles at most")
 }
+
+// A record key is bounded like its value: a wire-format key goes through
+// the registry too (review 22: max_payload_bytes did not bound it).
+func TestRecordKeysAreBoundedLikeValues(t *testing.T) {
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Type: sr.TypeAvro, Schema: `"string"`})
+	d, err := NewDecoder(DecoderConfig{Topic: "t", Format: FormatDebezium, Registry: reg, MaxPayloadBytes: 1000})
+	require.NoError(t, err)
+	_, err = d.Decode(Record{Key: wire(1, nil, make([]byte, 2000)), Value: []byte(`{}`)})
+	require.Equal(t, ReasonTooLarge, ReasonOf(err), "%v", err)
+	require.ErrorContains(t, err, "the record key has 2005 bytes, more than the limit of 1000")
+}
