@@ -268,9 +268,8 @@ const (
 )
 
 func newRegistryDecoder(format string, registry SchemaRegistry) *registryDecoder {
-	rd := &registryDecoder{format: format, registry: registry, serial: decoderSerials.Add(1), refused: map[int]refusal{}, forGood: map[int]refusal{},
+	return &registryDecoder{format: format, registry: registry, serial: decoderSerials.Add(1), refused: map[int]refusal{}, forGood: map[int]refusal{},
 		loading: map[int]*loading{}, unknownSince: map[int]time.Time{}, now: time.Now, limits: defaultCompileLimits}
-	return rd
 }
 
 // transcode strips the wire-format header from value (the record's value
@@ -326,6 +325,12 @@ func (rd *registryDecoder) transcode(ctx context.Context, what string, value []b
 // schema returns the parsed schema id: from the decoder's own, or fetched
 // once however many partitions ask for it at the same time.
 func (rd *registryDecoder) schema(ctx context.Context, id int, grace bool) (*registrySchema, error) {
+	// Every record asks: a kept schema is found under the cache's lock
+	// alone. On a miss, again under the decoder's (it may have just been
+	// kept by a load that ended).
+	if s := cachedSchema(rd.serial, id); s != nil {
+		return s, nil
+	}
 	rd.mu.Lock()
 	if s := cachedSchema(rd.serial, id); s != nil {
 		rd.mu.Unlock()

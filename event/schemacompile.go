@@ -28,13 +28,15 @@ import (
 // format) refuse the shapes known to be costly, with a reason that names
 // them; the child bounds every other. What decides:
 //
-//   - the child compiled the schema (or found it invalid) within the
-//     limits and said so on stdout: it is compiled here, at the cost it
-//     had in the child;
-//   - the child went past its CPU time or its memory, or the compiler
-//     panicked: the schema's fault. The record is unusable_schema, and the
-//     schema ID is refused for refusalForGood (a schema never changes
-//     under its ID), never compiled in the worker;
+//   - the child compiled the schema within the limits, holding at most
+//     maxSchemaHeld, and said so on stdout: it is compiled here, at the
+//     cost it had in the child;
+//   - the child found it invalid (it sends the compiler's error), went
+//     past its CPU time or its memory, the compiler panicked, or the
+//     compiled schema would hold more than maxSchemaHeld: the schema's
+//     fault. The record is unusable_schema, and the schema ID is refused
+//     for refusalForGood (a schema never changes under its ID), never
+//     compiled in the worker;
 //   - anything else (the child could not start, was killed from outside,
 //     as by the OOM killer, ran out of wall time on a starved machine,
 //     or exited without an answer): the environment's. The record is
@@ -80,12 +82,6 @@ var compileSlots = make(chan struct{}, 1)
 // childCompiles counts the compiles children finished (for tests).
 var childCompiles atomic.Int64
 
-// compileRefused is a schema the child could not compile within its
-// limits: the schema's fault, for good.
-type compileRefused struct{ msg string }
-
-func (e *compileRefused) Error() string { return e.msg }
-
 // compileBounded compiles a registry schema: in a child under limits, then
 // here.
 func compileBounded(ctx context.Context, format string, id int, text string, refs []reference, limits compileLimits) (*registrySchema, error) {
@@ -104,7 +100,7 @@ func compileBounded(ctx context.Context, format string, id int, text string, ref
 	}
 	if used.Heap > maxSchemaHeld {
 		// Never compiled here: the child measured what it would hold.
-		return nil, &compileRefused{fmt.Sprintf("compiled, it holds %s; effectively keeps at most %s of one schema", bytesText(used.Heap), bytesText(maxSchemaHeld))}
+		return nil, fmt.Errorf("compiled, it holds %s; effectively keeps at most %s of one schema", bytesText(used.Heap), bytesText(maxSchemaHeld))
 	}
 	s, err := compileSchema(ctx, format, id, text, refs)
 	if err != nil {
@@ -173,11 +169,11 @@ type childUsage struct {
 }
 
 // runCompileChild compiles the schema in a child process under limits. It
-// returns nil once the child answered (whether the schema compiled or
-// not: compiling it here says which, and why); a *compileRefused when the
-// compile went past a limit or crashed; errNoChild on a system without
-// the child; the context's error if ctx ended first; and otherwise an
-// error wrapping ErrSchemaRegistryUnavailable: the environment's.
+// returns nil once the child compiled it; errNoChild on a system without
+// the child; the context's error if ctx ended first; an error wrapping
+// ErrSchemaRegistryUnavailable when the child failed for the
+// environment's reasons; and otherwise the schema's fault: the compiler's
+// error, or which limit the compile went past.
 func runCompileChild(ctx context.Context, format string, id int, text string, refs []reference, limits compileLimits) (childUsage, error) {
 	if !canLimitChild {
 		return childUsage{}, errNoChild
@@ -191,7 +187,7 @@ func runCompileChild(ctx context.Context, format string, id int, text string, re
 		return childUsage{}, err
 	}
 	if len(in) > maxChildRequest {
-		return childUsage{}, &compileRefused{fmt.Sprintf("the schema and its references are %s bytes written as JSON; effectively compiles at most %s", english.Sprint(len(in)), english.Sprint(maxChildRequest))}
+		return childUsage{}, fmt.Errorf("the schema and its references are %s bytes written as JSON; effectively compiles at most %s", english.Sprint(len(in)), english.Sprint(maxChildRequest))
 	}
 	wctx, cancel := context.WithTimeout(ctx, limits.Wall)
 	defer cancel()
@@ -224,7 +220,7 @@ func runCompileChild(ctx context.Context, format string, id int, text string, re
 				if compileErr == "" {
 					compileErr = "it does not compile"
 				}
-				return used, &compileRefused{compileErr}
+				return used, errors.New(compileErr)
 			}
 			return used, nil
 		}
@@ -236,11 +232,11 @@ func runCompileChild(ctx context.Context, format string, id int, text string, re
 	case wctx.Err() != nil:
 		return used, environment("did not finish in %s (%s of CPU time: the machine is starved)", limits.Wall, used.CPU.Round(time.Millisecond))
 	case killedForCPU(cmd.ProcessState) && used.CPU >= limits.CPU/2: // rusage counts less than the limit does
-		return used, &compileRefused{fmt.Sprintf("compiling it took more than %s of CPU time (effectively compiles each schema first in a child process, %s)", limits.CPU, limitsText)}
+		return used, fmt.Errorf("compiling it took more than %s of CPU time (effectively compiles each schema first in a child process, %s)", limits.CPU, limitsText)
 	case outOfMemory(errOut):
-		return used, &compileRefused{fmt.Sprintf("compiling it needed more than %s of memory (effectively compiles each schema first in a child process, %s)", bytesText(limits.Memory), limitsText)}
+		return used, fmt.Errorf("compiling it needed more than %s of memory (effectively compiles each schema first in a child process, %s)", bytesText(limits.Memory), limitsText)
 	case strings.HasPrefix(errOut, "panic:") || strings.Contains(errOut, "\npanic:") || strings.Contains(errOut, "fatal error: stack overflow"):
-		return used, &compileRefused{fmt.Sprintf("its compiler crashed on it in a child process: %s", Excerpt(firstLineWith(errOut, "panic:", "fatal error:")))}
+		return used, fmt.Errorf("its compiler crashed on it in a child process: %s", Excerpt(firstLineWith(errOut, "panic:", "fatal error:")))
 	default:
 		return used, environment("ended with %s after %s: %s", cmd.ProcessState, time.Since(start).Round(time.Millisecond), Excerpt(firstLine(errOut)))
 	}
