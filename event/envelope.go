@@ -315,6 +315,20 @@ func (d *Decoder) decode(ctx context.Context, r Record) (Event, error) {
 	}
 }
 
+// MaxDataBytes is the most bytes the Event.Data of r can have when r
+// decodes. A payload in the Confluent wire format (a registry format's, or
+// a Debezium change through a registry) becomes JSON of at most 16 times
+// its bytes plus 64 KiB; other formats' data is taken from the record's
+// value, about its length at most.
+// A pipeline that holds many decoded records at once can reserve this much
+// before it decodes r.
+func (d *Decoder) MaxDataBytes(r Record) int {
+	if d.registry != nil && isWireFormat(r.Value) {
+		return maxExpansion*len(r.Value) + maxExpansionSlack
+	}
+	return len(r.Value)
+}
+
 // maxExpansion bounds the JSON a registry format's payload may decode to:
 // this many times its bytes, plus maxExpansionSlack. Binary encodings are
 // denser than JSON (field names, quotes, digits), but an array of a

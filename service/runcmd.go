@@ -443,6 +443,7 @@ func (a *App) newApplier(ctx context.Context, cfg config.Config, pool *pgxpool.P
 		Metrics:              metrics,
 		MaxParkedPerResource: cfg.Parking.MaxPerResource,
 		SettledFunc:          tr.Settled(),
+		MaxDecodedBytes:      int64(cfg.Consumer.MaxInflightBytes) / 2,
 	}), nil
 }
 

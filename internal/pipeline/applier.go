@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
+	"golang.org/x/sync/semaphore"
 
+	settings "github.com/effectively-io/effectively/consumer"
 	"github.com/effectively-io/effectively/event"
 	"github.com/effectively-io/effectively/handlers"
 	"github.com/effectively-io/effectively/internal/consumer"
@@ -44,6 +46,13 @@ type Options struct {
 	// letter's reason) as its batch records it, before the commit: tracing
 	// puts it on the event's span. Nil costs nothing.
 	SettledFunc func(ctx context.Context, ev event.Event, d dedupe.Disposition, reason event.Reason)
+	// MaxDecodedBytes bounds the bytes of data the process's batches may
+	// hold beyond their records' own (consumer.max_inflight_bytes counts
+	// those): a registry format's record decodes to JSON of up to 16
+	// times its bytes. A batch whose decoding would pass it is applied in
+	// parts, one transaction each. 0 means half of
+	// settings.MaxInflightBytesDefault.
+	MaxDecodedBytes int64
 }
 
 // Applier applies batches, one transaction each: lock the partition's
@@ -56,6 +65,9 @@ type Applier struct {
 	log  *zap.Logger
 	gens *dedupe.Generations
 	reg  handling.Registry // opts.Handlers, as the engine reads it
+	// decoded holds what decoded batches hold beyond their records' bytes
+	// (decodePart), process-wide: opts.MaxDecodedBytes of it.
+	decoded *semaphore.Weighted
 }
 
 // NewApplier returns an Applier on pool.
@@ -72,7 +84,11 @@ func NewApplier(pool *pgxpool.Pool, opts Options) *Applier {
 	if opts.MaxParkedPerResource <= 0 {
 		opts.MaxParkedPerResource = 1000
 	}
-	return &Applier{pool: pool, opts: opts, log: opts.Logger, gens: dedupe.NewGenerations(pool), reg: handling.Of(opts.Handlers)}
+	if opts.MaxDecodedBytes <= 0 {
+		opts.MaxDecodedBytes = settings.MaxInflightBytesDefault / 2
+	}
+	return &Applier{pool: pool, opts: opts, log: opts.Logger, gens: dedupe.NewGenerations(pool), reg: handling.Of(opts.Handlers),
+		decoded: semaphore.NewWeighted(opts.MaxDecodedBytes)}
 }
 
 var _ consumer.Applier = (*Applier)(nil)
@@ -134,6 +150,10 @@ type Result struct {
 	Fenced int
 	// Position is the partition's stored position the batch found.
 	Position int64
+	// Parts is how many transactions the batch was committed in: more than
+	// one when its records decoded to more data than the process's
+	// decoding budget had room for (Options.MaxDecodedBytes).
+	Parts int
 }
 
 // Apply implements consumer.Applier.
@@ -143,11 +163,34 @@ func (a *Applier) Apply(ctx context.Context, b consumer.Batch) error {
 }
 
 // ApplyBatch applies b and reports what became of its records.
+//
+// A batch is applied in one transaction, unless its records decode to more
+// data than the process's decoding budget has room for (decodePart): then
+// in parts, one transaction each, as if the consumer had taken smaller
+// batches. A failure stops at the part that failed; the parts before it
+// are committed, and their records are fenced when the batch is retried.
 func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, error) {
-	items, err := a.decode(ctx, b)
-	if err != nil {
-		return Result{}, err
+	var sum Result
+	for part := 0; ; part++ {
+		p, items, held, err := a.decodePart(ctx, b)
+		if err != nil {
+			return sum, err
+		}
+		res, err := a.applyPart(ctx, p, items)
+		a.decoded.Release(held)
+		if err != nil {
+			return sum, err // what the parts before it committed
+		}
+		sum.add(res, part == 0)
+		if len(p.Records) == len(b.Records) {
+			return sum, nil
+		}
+		b.Records = b.Records[len(p.Records):]
 	}
+}
+
+// applyPart applies b, decoded to items, in one transaction.
+func (a *Applier) applyPart(ctx context.Context, b consumer.Batch, items []*item) (Result, error) {
 	if err := a.prefetch(ctx, items); err != nil {
 		return Result{}, err
 	}
@@ -161,7 +204,7 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 		}
 		a.log.Info("claims generation rotated; redoing the batch in the open one",
 			zap.String("topic", b.Topic), zap.Int32("partition", b.Partition), zap.Int64("first_offset", b.Records[0].Offset))
-		if items, err = a.decode(ctx, b); err != nil {
+		if items, err = a.decodeAll(ctx, b, items); err != nil {
 			return Result{}, err
 		}
 		if err := a.prefetch(ctx, items); err != nil {
@@ -179,7 +222,7 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 		a.log.Warn("a statement failed; redoing the batch one event at a time",
 			zap.String("topic", b.Topic), zap.Int32("partition", b.Partition),
 			zap.Int64("first_offset", b.Records[0].Offset), zap.Error(err))
-		if items, err = a.decode(ctx, b); err != nil {
+		if items, err = a.decodeAll(ctx, b, items); err != nil {
 			return Result{}, err
 		}
 		if err := a.prefetch(ctx, items); err != nil {
@@ -199,6 +242,35 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 			zap.Int64("stored_position", res.Position), zap.Int("fenced", res.Fenced))
 	}
 	return res, nil
+}
+
+// add adds a part's result to r; the first part's position is the batch's.
+func (r *Result) add(part Result, first bool) {
+	if first {
+		r.Position = part.Position
+	}
+	r.Counts = addCounts(r.Counts, part.Counts)
+	r.Released = addCounts(r.Released, part.Released)
+	if len(part.DeadLetters) > 0 && r.DeadLetters == nil {
+		r.DeadLetters = make(map[event.Reason]int, len(part.DeadLetters))
+	}
+	for k, n := range part.DeadLetters {
+		r.DeadLetters[k] += n
+	}
+	r.Isolated = r.Isolated || part.Isolated
+	r.Letters = append(r.Letters, part.Letters...)
+	r.Fenced += part.Fenced
+	r.Parts++
+}
+
+func addCounts(to, from map[dedupe.Disposition]int) map[dedupe.Disposition]int {
+	if len(from) > 0 && to == nil {
+		to = make(map[dedupe.Disposition]int, len(from))
+	}
+	for k, n := range from {
+		to[k] += n
+	}
+	return to
 }
 
 // prefetchConcurrency bounds the outside reads of one batch.
@@ -241,42 +313,103 @@ func (a *Applier) prefetch(ctx context.Context, items []*item) error {
 	return <-errs // the first transient failure, or nil
 }
 
-// decode decodes every record outside the transaction (CPU work that need
-// not hold locks). A record that cannot be decoded is dead-lettered; a
-// schema registry that does not answer fails the batch, to be retried
-// while the partition waits (the record is not at fault).
-func (a *Applier) decode(ctx context.Context, b consumer.Batch) ([]*item, error) {
+// decodePart decodes b's records from the first, outside the transaction
+// (CPU work that need not hold locks), as many as the process's decoding
+// budget has room for, and at least one: it returns them as the part of b
+// to apply, and what it holds of the budget until that part is applied.
+//
+// Before a record decodes, the most data it can decode to beyond its own
+// bytes is reserved (Decoder.MaxDataBytes: a registry format's 1 MiB
+// record can become 16 MiB of JSON), so large decodes cannot all run at
+// once across partitions; after, only what its data took is kept. The
+// first record waits for room; a later one that finds none ends the part.
+//
+// A record that cannot be decoded is dead-lettered; a schema registry
+// that does not answer fails the batch, to be retried while the partition
+// waits (the record is not at fault).
+func (a *Applier) decodePart(ctx context.Context, b consumer.Batch) (consumer.Batch, []*item, int64, error) {
 	dec := a.opts.Decoders[b.Topic]
+	items := make([]*item, 0, len(b.Records))
+	var held int64
+	for _, r := range b.Records {
+		var reserved int64
+		if dec != nil {
+			reserved = min(int64(dec.MaxDataBytes(event.Record{Value: r.Value})-len(r.Value)), a.opts.MaxDecodedBytes)
+		}
+		if reserved > 0 {
+			if len(items) > 0 && !a.decoded.TryAcquire(reserved) {
+				break
+			}
+			if len(items) == 0 {
+				if err := a.decoded.Acquire(ctx, reserved); err != nil {
+					return b, nil, 0, err
+				}
+			}
+		}
+		it, err := a.decodeRecord(ctx, dec, b.Topic, r)
+		if err != nil {
+			a.decoded.Release(held + reserved)
+			return b, nil, 0, err
+		}
+		keep := reserved
+		if it.disposition != "" {
+			keep = 0
+		} else if grew := int64(len(it.ev.Data) - len(r.Value)); grew < keep {
+			keep = max(grew, 0)
+		}
+		a.decoded.Release(reserved - keep)
+		held += keep
+		items = append(items, it)
+	}
+	b.Records = b.Records[:len(items)]
+	return b, items, held, nil
+}
+
+// decodeAll decodes every record of b: a redo's (the part holds its share
+// of the budget still) or a redrive's (one record). old, the items of an
+// earlier attempt, is emptied first, so that its data can go.
+func (a *Applier) decodeAll(ctx context.Context, b consumer.Batch, old []*item) ([]*item, error) {
+	dec := a.opts.Decoders[b.Topic]
+	clear(old)
 	items := make([]*item, len(b.Records))
 	for i, r := range b.Records {
-		it := &item{rec: r}
+		it, err := a.decodeRecord(ctx, dec, b.Topic, r)
+		if err != nil {
+			return nil, err
+		}
 		items[i] = it
-		if dec == nil {
-			it.deadLetter(event.PermanentWithReason(ReasonUnconfiguredTopic, fmt.Errorf("no decoder for topic %s", b.Topic)))
-			continue
-		}
-		hs := make([]event.Header, len(r.Headers))
-		for j, h := range r.Headers {
-			hs[j] = event.Header{Key: h.Key, Value: h.Value}
-		}
-		ev, err := dec.DecodeContext(ctx, event.Record{
-			Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
-			Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp,
-		})
-		switch {
-		case event.IsSkip(err):
-			it.disposition = dedupe.Skipped
-			continue
-		case errors.Is(err, event.ErrSchemaRegistryUnavailable):
-			return nil, consumer.WithRetryCause(consumer.CauseSchemaRegistryUnavailable,
-				fmt.Errorf("decoding %s/%d at %d: %w", r.Topic, r.Partition, r.Offset, err))
-		case err != nil:
-			it.deadLetter(err)
-			continue
-		}
-		it.ev = ev
 	}
 	return items, nil
+}
+
+// decodeRecord decodes one record of topic; an error is the schema
+// registry's (the batch waits), a record at fault is dead-lettered.
+func (a *Applier) decodeRecord(ctx context.Context, dec *event.Decoder, topic string, r *kgo.Record) (*item, error) {
+	it := &item{rec: r}
+	if dec == nil {
+		it.deadLetter(event.PermanentWithReason(ReasonUnconfiguredTopic, fmt.Errorf("no decoder for topic %s", topic)))
+		return it, nil
+	}
+	hs := make([]event.Header, len(r.Headers))
+	for j, h := range r.Headers {
+		hs[j] = event.Header{Key: h.Key, Value: h.Value}
+	}
+	ev, err := dec.DecodeContext(ctx, event.Record{
+		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+		Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp,
+	})
+	switch {
+	case event.IsSkip(err):
+		it.disposition = dedupe.Skipped
+	case errors.Is(err, event.ErrSchemaRegistryUnavailable):
+		return nil, consumer.WithRetryCause(consumer.CauseSchemaRegistryUnavailable,
+			fmt.Errorf("decoding %s/%d at %d: %w", r.Topic, r.Partition, r.Offset, err))
+	case err != nil:
+		it.deadLetter(err)
+	default:
+		it.ev = ev
+	}
+	return it, nil
 }
 
 func (a *Applier) inTx(ctx context.Context, b consumer.Batch, items []*item, isolated bool) (Result, error) {

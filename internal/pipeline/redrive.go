@@ -58,7 +58,7 @@ func (a *Applier) Redrive(ctx context.Context, id int64) (RedriveResult, error) 
 			return err
 		}
 		b := consumer.Batch{Group: d.Group, Topic: d.Topic, Partition: d.Partition, Records: []*kgo.Record{rec}}
-		items, err := a.decode(ctx, b)
+		items, err := a.decodeAll(ctx, b, nil)
 		if err != nil {
 			return err
 		}
