@@ -315,18 +315,25 @@ func (d *Decoder) decode(ctx context.Context, r Record) (Event, error) {
 	}
 }
 
-// MaxDataBytes is the most bytes the Event.Data of r can have when r
-// decodes. A payload in the Confluent wire format (a registry format's, or
-// a Debezium change through a registry) becomes JSON of at most 16 times
-// its bytes plus 64 KiB; other formats' data is taken from the record's
-// value, about its length at most.
-// A pipeline that holds many decoded records at once can reserve this much
-// before it decodes r.
+// MaxDataBytes is the most bytes of data decoding r can build: the
+// Event.Data of r, and while it decodes, the JSON of its key. A value or
+// key in the Confluent wire format (a registry format's, or a Debezium
+// change's through a registry) becomes JSON of at most 16 times its bytes
+// plus 64 KiB; other formats' data is taken from the record's value,
+// about its length at most. A pipeline that holds many decoded records
+// at once can reserve this much before it decodes r.
 func (d *Decoder) MaxDataBytes(r Record) int {
-	if d.registry != nil && isWireFormat(r.Value) {
-		return maxExpansion*len(r.Value) + maxExpansionSlack
+	n := len(r.Value)
+	if d.registry == nil {
+		return n
 	}
-	return len(r.Value)
+	if isWireFormat(r.Value) {
+		n = maxExpansion*len(r.Value) + maxExpansionSlack
+	}
+	if isWireFormat(r.Key) {
+		n += maxExpansion*len(r.Key) + maxExpansionSlack
+	}
+	return n
 }
 
 // maxExpansion bounds the JSON a registry format's payload may decode to:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -463,4 +464,48 @@ func TestAvroHostilePayloads(t *testing.T) {
 			}
 		}
 	}
+}
+
+// MaxDataBytes bounds the data a record decodes to, whatever its shape:
+// an array of empty records is no bytes an item on the wire and three in
+// JSON, so the count alone sets the data's size; past the bound the record
+// is too_large, under it the data is within what MaxDataBytes reserves.
+func TestMaxDataBytesBoundsTheData(t *testing.T) {
+	reg := newMemRegistry()
+	reg.add(1, "e", 1, sr.Schema{Type: sr.TypeAvro, Schema: `{"type":"record","name":"M","fields":[
+		{"name":"type","type":"string"},{"name":"subject","type":"string"},{"name":"pad","type":"string"},
+		{"name":"empties","type":{"type":"array","items":{"type":"record","name":"E","fields":[]}}}]}`})
+	reg.add(2, "e-key", 1, sr.Schema{Type: sr.TypeAvro, Schema: `"string"`})
+	d, err := NewDecoder(DecoderConfig{Topic: "e", Format: FormatAvro, Registry: reg, KeyStrategy: StrategyContentHash,
+		TypePointer: "/type", SubjectPointer: "/subject"})
+	require.NoError(t, err)
+	accepted, refused := 0, 0
+	for _, pad := range []int{0, 1000, 100_000} {
+		for _, n := range []int{0, 1000, 20_000, 21_900, 22_000, 500_000, 1 << 30} {
+			v := []byte{0, 0, 0, 0, 1, 2, 't', 2, 's'}
+			v = binenc.AppendVarint(v, int64(pad))
+			v = append(v, []byte(strings.Repeat("x", pad))...)
+			v = binenc.AppendVarint(v, int64(n))
+			if n > 0 {
+				v = append(v, 0) // the array's end
+			}
+			r := Record{Key: []byte{0, 0, 0, 0, 2, 2, 's'}, Value: v}
+			ev, err := d.Decode(r)
+			if err != nil {
+				require.Equal(t, ReasonTooLarge, ReasonOf(err), "pad %d, %d empties: %v", pad, n, err)
+				refused++
+				continue
+			}
+			accepted++
+			require.LessOrEqual(t, len(ev.Data), d.MaxDataBytes(Record{Value: v}), "pad %d, %d empties", pad, n)
+			require.Greater(t, d.MaxDataBytes(r), d.MaxDataBytes(Record{Value: v}), "a wire-format key's JSON is reserved too")
+		}
+	}
+	require.Positive(t, accepted)
+	require.Positive(t, refused)
+
+	js, err := NewDecoder(DecoderConfig{Topic: "j", Format: FormatJSON, KeyStrategy: StrategyContentHash, TypePointer: "/type", SubjectPointer: "/subject"})
+	require.NoError(t, err)
+	v := []byte(`{"type":"t","subject":"s","n":[1,2,3]}`)
+	require.Equal(t, len(v), js.MaxDataBytes(Record{Key: []byte{0, 1}, Value: v}), "data cut from the value; a key never decodes to more")
 }

@@ -334,7 +334,7 @@ func (a *Applier) decodePart(ctx context.Context, b consumer.Batch) (consumer.Ba
 	for _, r := range b.Records {
 		var reserved int64
 		if dec != nil {
-			reserved = min(int64(dec.MaxDataBytes(event.Record{Value: r.Value})-len(r.Value)), a.opts.MaxDecodedBytes)
+			reserved = min(int64(dec.MaxDataBytes(event.Record{Key: r.Key, Value: r.Value})-len(r.Value)), a.opts.MaxDecodedBytes)
 		}
 		if reserved > 0 {
 			if len(items) > 0 && !a.decoded.TryAcquire(reserved) {
