@@ -267,7 +267,7 @@ type Consumer struct {
 	// MaxInflightBytes bounds the bytes of records (keys and values) a
 	// worker process holds across all its partitions, fetched and not yet
 	// applied: once they reach it every partition pauses fetching until
-	// half of it is applied. Half as much again bounds the data that
+	// half of it is applied. Half of it bounds, apart, the data that
 	// registry formats' records decode to beyond their bytes (a batch past
 	// it is applied in parts). It sizes the process's memory with large
 	// records (docs/operations/capacity.md#memory); small events rarely

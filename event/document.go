@@ -63,6 +63,12 @@ func (ev Event) Document() (*Document, error) {
 // reads it, one at a time per partition.
 const keepMaxData = 64 << 10
 
+// size is about the bytes the index holds: its objects and members (16
+// and 8 bytes each), all of the document's, which a kept index shares.
+func (doc *Document) size() int {
+	return 16*cap(doc.d.objects) + 8*cap(doc.d.members)
+}
+
 // keep turns the decoder's document into the index of data, the event's
 // copy of the text that starts at offset base of the document's and whose
 // top-level value is at offset root, and returns it; nil when it is not

@@ -624,7 +624,10 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 	if len(doc.issues) > 0 {
 		return Event{}, decodeErr(ReasonInvalidData, "data is not I-JSON: %s", doc.issues[0].msg)
 	}
-	ev.Data = bytes.Clone(r.Value)
+	ev.Data = r.Value
+	if r.wire == nil {
+		ev.Data = bytes.Clone(r.Value) // the record's bytes, not ours (a registry format's JSON is)
+	}
 	ev.Wire = r.wire
 	if ev, err = d.finish(ev, doc, doc.root); err != nil {
 		return Event{}, err
@@ -760,7 +763,10 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 			}
 		}
 	}
-	ev.Data = bytes.Clone(r.Value)
+	ev.Data = r.Value
+	if r.wire == nil {
+		ev.Data = bytes.Clone(r.Value) // the record's bytes, not ours (a registry format's JSON is)
+	}
 	ev.Wire = r.wire
 	ev, err = d.finish(ev, doc, root)
 	if err != nil {

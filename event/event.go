@@ -105,3 +105,19 @@ type Event struct {
 	// doc is the decoder's index of Data (Document), kept when small.
 	doc *Document
 }
+
+// Size is about the bytes of memory ev holds: its data and attributes, the
+// index of its data the decoder keeps with a small event, and a registry
+// format's wire payload. A pipeline that holds many decoded events at once
+// can count them by it.
+func (ev Event) Size() int {
+	n := len(ev.Data) + len(ev.Source) + len(ev.ID) + len(ev.Type) + len(ev.Subject) + len(ev.Key) +
+		len(ev.Strategy) + len(ev.TraceParent) + len(ev.TraceState)
+	if ev.doc != nil {
+		n += ev.doc.size()
+	}
+	if ev.Wire != nil {
+		n += len(ev.Wire.Format) + 8*len(ev.Wire.MessageIndexes) + len(ev.Wire.Payload)
+	}
+	return n
+}

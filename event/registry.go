@@ -319,6 +319,9 @@ func (rd *registryDecoder) transcode(ctx context.Context, what string, value []b
 		return nil, nil, err
 	}
 	w.Payload = append([]byte(nil), rest...)
+	if s.avro == nil && s.proto == nil {
+		js = w.Payload // JSON Schema's JSON is the payload: one copy, ours, serves both
+	}
 	return js, w, nil
 }
 

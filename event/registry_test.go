@@ -509,3 +509,33 @@ func TestMaxDataBytesBoundsTheData(t *testing.T) {
 	v := []byte(`{"type":"t","subject":"s","n":[1,2,3]}`)
 	require.Equal(t, len(v), js.MaxDataBytes(Record{Key: []byte{0, 1}, Value: v}), "data cut from the value; a key never decodes to more")
 }
+
+// An event's Size counts its data, the index kept with a small event, and
+// its wire payload: what a pipeline holding it holds.
+func TestEventSizeCountsDataIndexAndWire(t *testing.T) {
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Type: sr.TypeAvro, Schema: `{"type":"record","name":"M","fields":[
+		{"name":"type","type":"string"},{"name":"subject","type":"string"},
+		{"name":"items","type":{"type":"array","items":{"type":"record","name":"I","fields":[{"name":"n","type":"int"}]}}}]}`})
+	d, err := NewDecoder(DecoderConfig{Topic: "s", Format: FormatAvro, Registry: reg, KeyStrategy: StrategyContentHash,
+		TypePointer: "/type", SubjectPointer: "/subject"})
+	require.NoError(t, err)
+	for _, n := range []int{10, 1000, 100_000} {
+		v := []byte{0, 0, 0, 0, 1, 2, 't', 2, 's'}
+		v = binenc.AppendVarint(v, int64(n))
+		v = append(v, make([]byte, n)...)
+		v = append(v, 0)
+		ev, err := d.Decode(Record{Key: []byte("s"), Value: v})
+		require.NoError(t, err)
+		require.Equal(t, len(v)-5, len(ev.Wire.Payload))
+		min := len(ev.Data) + len(ev.Wire.Payload) + len(ev.Key)
+		if n == 10 {
+			require.NotNil(t, ev.doc, "a small event keeps its index")
+		}
+		if ev.doc != nil {
+			min += 16 * n // an object per item
+		}
+		require.GreaterOrEqual(t, ev.Size(), min, "%d items", n)
+		require.Less(t, ev.Size(), 2*min+1024, "%d items", n)
+	}
+}

@@ -21,11 +21,15 @@ type Batch struct {
 func (b Batch) NextOffset() int64 { return b.Records[len(b.Records)-1].Offset + 1 }
 
 // Applier applies batches to the database. Implementations commit the batch's
-// effects and the partition's next offset in one transaction.
+// effects and the partition's next offset in one transaction, or a batch in
+// consecutive parts, each part's effects with its next offset.
 type Applier interface {
-	// Apply applies b in one transaction. An error means nothing of b was
-	// committed and the batch is retried with backoff (permanent failures of
-	// single records are the Applier's to record, not errors).
+	// Apply applies b. An error means the batch is retried with backoff:
+	// nothing of it was committed, or, for a batch applied in parts (the
+	// pipeline splits one whose records decode to more data than its
+	// budget holds), only the parts before the one that failed, whose
+	// records the stored position then fences. Permanent failures of
+	// single records are the Applier's to record, not errors.
 	Apply(ctx context.Context, b Batch) error
 	// Positions returns the stored position of each given partition of
 	// topic for group; partitions without one are absent.

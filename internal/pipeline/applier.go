@@ -314,53 +314,64 @@ func (a *Applier) prefetch(ctx context.Context, items []*item) error {
 }
 
 // decodePart decodes b's records from the first, outside the transaction
-// (CPU work that need not hold locks), as many as the process's decoding
-// budget has room for, and at least one: it returns them as the part of b
-// to apply, and what it holds of the budget until that part is applied.
+// (CPU work that need not hold locks), as many as fit in a part's share of
+// the process's decoding budget, and at least one: it returns them as the
+// part of b to apply, and what it holds of the budget until that part is
+// applied.
 //
-// Before a record decodes, the most data it can decode to beyond its own
-// bytes is reserved (Decoder.MaxDataBytes: a registry format's 1 MiB
-// record can become 16 MiB of JSON), so large decodes cannot all run at
-// once across partitions; after, only what its data took is kept. The
-// first record waits for room; a later one that finds none ends the part.
+// Records that can decode to more than their bytes (a registry format's:
+// a 1 MiB record can become 16 MiB of JSON, Decoder.MaxDataBytes) are
+// decoded under the budget (Options.MaxDecodedBytes), a quarter of it at a
+// time, or more for a first record that can decode to more (up to all of
+// it). A part takes its share before it decodes such a record, waiting its
+// turn among the other partitions' while holding nothing; decodes records
+// while the most the next can decode to fits in what its events have left
+// of the share; and gives back, once decoded, what its events do not hold
+// (Event.Size, beyond the records' bytes). So at most four parts decode
+// such records at once (two of 1 MiB records at the default), and a part's
+// events hold at most its share, or one record's data when a record's
+// bound alone passes the whole budget (it is then alone in its part; its
+// data past the budget is not counted). Other records (JSON,
+// CloudEvents) never decode to more than their bytes, which
+// consumer.max_inflight_bytes counts: they take nothing.
 //
 // A record that cannot be decoded is dead-lettered; a schema registry
 // that does not answer fails the batch, to be retried while the partition
 // waits (the record is not at fault).
 func (a *Applier) decodePart(ctx context.Context, b consumer.Batch) (consumer.Batch, []*item, int64, error) {
 	dec := a.opts.Decoders[b.Topic]
+	share := max(a.opts.MaxDecodedBytes/4, 1)
 	items := make([]*item, 0, len(b.Records))
-	var held int64
+	var taken, used int64 // of the budget; by the part's events, beyond their records' bytes
 	for _, r := range b.Records {
-		var reserved int64
+		var bound int64
 		if dec != nil {
-			reserved = min(int64(dec.MaxDataBytes(event.Record{Key: r.Key, Value: r.Value})-len(r.Value)), a.opts.MaxDecodedBytes)
+			bound = int64(dec.MaxDataBytes(event.Record{Key: r.Key, Value: r.Value}) - len(r.Value))
 		}
-		if reserved > 0 {
-			if len(items) > 0 && !a.decoded.TryAcquire(reserved) {
-				break
-			}
-			if len(items) == 0 {
-				if err := a.decoded.Acquire(ctx, reserved); err != nil {
+		if bound > 0 {
+			if taken == 0 {
+				want := min(max(share, bound), a.opts.MaxDecodedBytes)
+				if err := a.decoded.Acquire(ctx, want); err != nil {
 					return b, nil, 0, err
 				}
+				taken = want
+			}
+			if len(items) > 0 && used+bound > taken {
+				break
 			}
 		}
 		it, err := a.decodeRecord(ctx, dec, b.Topic, r)
 		if err != nil {
-			a.decoded.Release(held + reserved)
+			a.decoded.Release(taken)
 			return b, nil, 0, err
 		}
-		keep := reserved
-		if it.disposition != "" {
-			keep = 0
-		} else if grew := int64(len(it.ev.Data) - len(r.Value)); grew < keep {
-			keep = max(grew, 0)
+		if bound > 0 && it.disposition == "" {
+			used += int64(max(it.ev.Size()-len(r.Value), 0))
 		}
-		a.decoded.Release(reserved - keep)
-		held += keep
 		items = append(items, it)
 	}
+	held := min(used, taken)
+	a.decoded.Release(taken - held)
 	b.Records = b.Records[:len(items)]
 	return b, items, held, nil
 }

@@ -92,10 +92,11 @@ func TestLargeDecodedBatchesAreAppliedInParts(t *testing.T) {
 		fx.Exec(nil, `INSERT INTO things (id, color) VALUES ($1, $2)`, ev.Subject, fmt.Sprint(len(d.Items)))
 		return nil
 	})
-	// Each record reserves 16 × 100 KB + 64 KiB while it decodes and keeps
-	// its 1.4 MB of data beyond its bytes: two fit in 4 MiB, a third not.
+	// A part takes a quarter of the budget, 4 MiB. Each record may decode
+	// to 16 × 100 KB + 64 KiB and its event holds 1.5 MB beyond its
+	// bytes: two fit, a third not.
 	a := pipeline.NewApplier(db.Pool, pipeline.Options{Decoders: map[string]*event.Decoder{topic: dec}, Handlers: &reg,
-		Logger: zaptest.NewLogger(t), MaxDecodedBytes: 4 << 20})
+		Logger: zaptest.NewLogger(t), MaxDecodedBytes: 16 << 20})
 	var recs []*kgo.Record
 	for i := range 6 {
 		recs = append(recs, bigRecord(fmt.Sprintf("e%d", i), fmt.Sprintf("t%d", i), 100_000, int64(i)))

@@ -70,14 +70,10 @@ type tracker struct {
 // Apply implements consumer.Applier.
 func (t *tracker) Apply(ctx context.Context, b consumer.Batch) error {
 	res, err := t.ApplyBatch(ctx, b)
-	if err != nil {
-		return err
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.firstAt.IsZero() {
-		t.firstAt = time.Now()
-	}
+	// A batch applied in parts that fails keeps the parts it committed:
+	// count them now, as the retry fences their records.
 	for d, n := range res.Counts {
 		t.report.Dispositions[string(d)] += int64(n)
 	}
@@ -86,6 +82,12 @@ func (t *tracker) Apply(ctx context.Context, b consumer.Batch) error {
 	}
 	for d, n := range res.Released {
 		t.report.Released[string(d)] += int64(n)
+	}
+	if err != nil {
+		return err
+	}
+	if t.firstAt.IsZero() {
+		t.firstAt = time.Now()
 	}
 	prev := t.next[b.Partition]
 	next := max(prev, b.NextOffset())
