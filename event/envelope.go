@@ -324,8 +324,8 @@ func (d *Decoder) decode(ctx context.Context, r Record) (Event, error) {
 // at once can reserve this much before it decodes r.
 func (d *Decoder) MaxDataBytes(r Record) int {
 	n := len(r.Value)
-	if d.registry == nil {
-		return n
+	if d.registry == nil || (d.maxBytes > 0 && (len(r.Value) > d.maxBytes || len(r.Key) > d.maxBytes)) {
+		return n // refused before it decodes
 	}
 	if isWireFormat(r.Value) {
 		n = maxExpansion*len(r.Value) + maxExpansionSlack

@@ -116,8 +116,11 @@ func (ev Event) Size() int {
 	if ev.doc != nil {
 		n += ev.doc.size()
 	}
-	if ev.Wire != nil {
-		n += len(ev.Wire.Format) + 8*len(ev.Wire.MessageIndexes) + len(ev.Wire.Payload)
+	if w := ev.Wire; w != nil {
+		n += len(w.Format) + 8*len(w.MessageIndexes)
+		if len(w.Payload) == 0 || len(ev.Data) == 0 || &w.Payload[0] != &ev.Data[0] {
+			n += len(w.Payload) // not shared with Data (JSON Schema's is)
+		}
 	}
 	return n
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/bufbuild/protocompile"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -99,14 +100,21 @@ func (c *protoCodec) message(idx []int) (protoreflect.MessageDescriptor, error) 
 	return md, nil
 }
 
-func (c *protoCodec) toJSON(idx []int, payload []byte, maxJSON int) ([]byte, error) {
+func (c *protoCodec) toJSON(ctx context.Context, idx []int, payload []byte, maxJSON int) ([]byte, error) {
 	md, err := c.message(idx)
 	if err != nil {
 		return nil, err
 	}
-	if cost := c.decodeCost(md, payload, 1, maxProtoDecodeHeap); cost > maxProtoDecodeHeap {
+	cost := c.decodeCost(md, payload, 1, maxProtoDecodeHeap)
+	if cost > maxProtoDecodeHeap {
 		return nil, decodeErr(ReasonTooLarge, "the payload would take more than %s of memory as %s messages (effectively decodes at most that of one record; it is %s bytes of wire format)", bytesText(maxProtoDecodeHeap), md.FullName(), english.Sprint(len(payload)))
 	}
+	// What the messages take is held until they are written as JSON;
+	// the process's decodes share maxProtoDecodeHeap of it.
+	if err := protoDecodeHeap.Acquire(ctx, int64(max(cost, 1))); err != nil {
+		return nil, err
+	}
+	defer protoDecodeHeap.Release(int64(max(cost, 1)))
 	m := dynamicpb.NewMessage(md)
 	if err := (proto.UnmarshalOptions{RecursionLimit: MaxNesting, Resolver: c.types}).Unmarshal(payload, m); err != nil {
 		if strings.Contains(err.Error(), "recursion") || strings.Contains(err.Error(), "nesting") {
@@ -145,6 +153,12 @@ func (c *protoCodec) toJSON(idx []int, payload []byte, maxJSON int) ([]byte, err
 // format alone. Real records take a few to forty times their size (a
 // 900 KB record of 50,000 line items and 400,000 packed numbers: 37 MiB).
 const maxProtoDecodeHeap = 64 << 20
+
+// protoDecodeHeap bounds the memory of the process's Protobuf decodes at
+// once, by their weight (decodeCost): a record may take 64 MiB of
+// messages for a few hundred KB of wire format, and partitions decode in
+// parallel. A decode waits for room; it holds nothing else of the kind.
+var protoDecodeHeap = semaphore.NewWeighted(maxProtoDecodeHeap)
 
 // What Unmarshal builds, in bytes of heap, from above (measured with
 // dynamicpb: an empty message and its place in a list take 350 to 660

@@ -311,7 +311,7 @@ func (rd *registryDecoder) transcode(ctx context.Context, what string, value []b
 			return nil, nil, decodeErr(ReasonNotWireFormat, "the Protobuf message indexes after the schema ID cannot be read")
 		}
 		w.MessageIndexes = idx
-		js, err = s.proto.toJSON(idx, rest, maxJSON)
+		js, err = s.proto.toJSON(ctx, idx, rest, maxJSON)
 	default:
 		js, err = s.json.check(rest)
 	}

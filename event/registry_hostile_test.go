@@ -684,3 +684,37 @@ func TestRecordKeysAreBoundedLikeValues(t *testing.T) {
 	require.Equal(t, ReasonTooLarge, ReasonOf(err), "%v", err)
 	require.ErrorContains(t, err, "the record key has 2005 bytes, more than the limit of 1000")
 }
+
+// Protobuf decodes share one bound on the messages they build at once
+// (protoDecodeHeap): a decode waits for room, and a decode stopped while
+// it waits is not the record's fault (not permanent, no reason). Once
+// there is room it decodes.
+func TestProtobufDecodesWaitForTheSharedHeapBound(t *testing.T) {
+	reg := newMemRegistry()
+	reg.add(1, "s", 1, sr.Schema{Type: sr.TypeProtobuf, Schema: `syntax = "proto3";
+message M { string sku = 1; string type = 2; repeated E e = 3; }
+message E { string name = 1; }`})
+	d := hostileDecoder(t, reg, FormatProtobuf)
+	body := []byte{0x0a, 1, 'a', 0x12, 1, 't'}
+	for range 1000 {
+		body = append(body, 0x1a, 0x00) // an empty element: a message built
+	}
+	rec := Record{Key: []byte("a"), Value: wire(1, []int{0}, body)}
+	_, err := d.Decode(rec) // the schema, compiled
+	require.NoError(t, err)
+
+	require.NoError(t, protoDecodeHeap.Acquire(t.Context(), maxProtoDecodeHeap)) // other decodes hold it all
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err = d.DecodeContext(ctx, rec)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "it waited for room")
+	require.False(t, IsPermanent(err))
+	require.Empty(t, ReasonOf(err))
+
+	protoDecodeHeap.Release(maxProtoDecodeHeap)
+	ev, err := d.DecodeContext(t.Context(), rec)
+	require.NoError(t, err)
+	require.Contains(t, string(ev.Data), `"e":[{"name":""},{"name":""}`)
+	require.True(t, protoDecodeHeap.TryAcquire(maxProtoDecodeHeap), "a decode gives back what it took")
+	protoDecodeHeap.Release(maxProtoDecodeHeap)
+}

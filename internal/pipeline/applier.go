@@ -322,8 +322,9 @@ func (a *Applier) prefetch(ctx context.Context, items []*item) error {
 // Records that can decode to more than their bytes (a registry format's:
 // a 1 MiB record can become 16 MiB of JSON, Decoder.MaxDataBytes) are
 // decoded under the budget (Options.MaxDecodedBytes), a quarter of it at a
-// time, or more for a first record that can decode to more (up to all of
-// it). A part takes its share before it decodes such a record, waiting its
+// time (at least 2 MiB, so that a small budget still takes batches of
+// small records whole), or more for a first record that can decode to
+// more (up to all of it). A part takes its share before it decodes such a record, waiting its
 // turn among the other partitions' while holding nothing; decodes records
 // while the most the next can decode to fits in what its events have left
 // of the share; and gives back, once decoded, what its events do not hold
@@ -332,15 +333,18 @@ func (a *Applier) prefetch(ctx context.Context, items []*item) error {
 // events hold at most its share, or one record's data when a record's
 // bound alone passes the whole budget (it is then alone in its part; its
 // data past the budget is not counted). Other records (JSON,
-// CloudEvents) never decode to more than their bytes, which
-// consumer.max_inflight_bytes counts: they take nothing.
+// CloudEvents) take nothing: their events hold a copy of their data and a
+// small event's index (up to twice it), which the memory formula of
+// docs/operations/capacity.md counts with consumer.max_inflight_bytes.
+// A Protobuf record's messages, built while it decodes, are bounded apart
+// (the event package's protoDecodeHeap).
 //
 // A record that cannot be decoded is dead-lettered; a schema registry
 // that does not answer fails the batch, to be retried while the partition
 // waits (the record is not at fault).
 func (a *Applier) decodePart(ctx context.Context, b consumer.Batch) (consumer.Batch, []*item, int64, error) {
 	dec := a.opts.Decoders[b.Topic]
-	share := max(a.opts.MaxDecodedBytes/4, 1)
+	share := min(max(a.opts.MaxDecodedBytes/4, 2<<20), a.opts.MaxDecodedBytes)
 	items := make([]*item, 0, len(b.Records))
 	var taken, used int64 // of the budget; by the part's events, beyond their records' bytes
 	for _, r := range b.Records {
@@ -415,6 +419,8 @@ func (a *Applier) decodeRecord(ctx context.Context, dec *event.Decoder, topic st
 	case errors.Is(err, event.ErrSchemaRegistryUnavailable):
 		return nil, consumer.WithRetryCause(consumer.CauseSchemaRegistryUnavailable,
 			fmt.Errorf("decoding %s/%d at %d: %w", r.Topic, r.Partition, r.Offset, err))
+	case err != nil && !event.IsPermanent(err) && ctx.Err() != nil:
+		return nil, fmt.Errorf("decoding %s/%d at %d: %w", r.Topic, r.Partition, r.Offset, err) // stopped while it waited: the record is not at fault
 	case err != nil:
 		it.deadLetter(err)
 	default:
