@@ -151,7 +151,7 @@ func (c *protoCodec) toJSON(ctx context.Context, idx []int, payload []byte, maxJ
 // a repeated message field) are a message of about 400 bytes, so a 1 MiB
 // record could build 180 MiB. decodeCost weighs that first, from the wire
 // format alone. Real records take a few to forty times their size (a
-// 900 KB record of 50,000 line items and 400,000 packed numbers: 37 MiB).
+// 900 KB record of 50,000 line items and 400,000 packed numbers: 59 MiB).
 const maxProtoDecodeHeap = 64 << 20
 
 // protoDecodeHeap bounds the memory of the process's Protobuf decodes at
@@ -160,16 +160,18 @@ const maxProtoDecodeHeap = 64 << 20
 // parallel. A decode waits for room; it holds nothing else of the kind.
 var protoDecodeHeap = semaphore.NewWeighted(maxProtoDecodeHeap)
 
-// What Unmarshal builds, in bytes of heap, from above (measured with
-// dynamicpb: an empty message and its place in a list take 350 to 660
-// bytes allocated, a set field 60 to 80, a list's value 24, a map entry 100
-// more).
+// What Unmarshal builds, in bytes of heap at its peak, from above
+// (measured with dynamicpb: an empty message and its place in a list take
+// 350 to 660 bytes allocated, a set field 60 to 80, a map entry 100 more; a
+// list's value is 24 bytes, but the list grows by doubling and is read
+// again for the JSON: 1 MiB of packed zeros peaked at 60 to 72 MiB, 1 MiB
+// of empty strings at 37).
 const (
 	protoMessageCost = 512
 	protoValueCost   = 80 // a field set in a message: its value and its slot
-	protoListCost    = 24 // a packed value in a list
+	protoListCost    = 64 // a packed value in a list
 	protoEntryCost   = 128
-	protoBytesCost   = 32 // and the bytes themselves
+	protoBytesCost   = 64 // and the bytes themselves
 )
 
 // decodeCost is about what unmarshalling b as an md builds, at least;

@@ -104,6 +104,7 @@ type productRig struct {
 	group  string
 	config string
 	env    []string
+	procs  []*proc // the workers started, in order
 }
 
 func newProductRig(t *testing.T, partitions int32, format, registry string, extraEnv ...string) *productRig {
@@ -142,7 +143,20 @@ func newProductRigOf(t *testing.T, bin string, partitions int32, format, registr
 func (r *productRig) start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	p := proctest.Start(t, r.bin, env, args...)
-	return &proc{Proc: p, cmd: p.Cmd, stdout: &p.Stdout, stderr: &p.Stderr}
+	w := &proc{Proc: p, cmd: p.Cmd, stdout: &p.Stdout, stderr: &p.Stderr}
+	r.procs = append(r.procs, w)
+	return w
+}
+
+// logged counts the rig's workers whose log has line.
+func (r *productRig) logged(line string) int {
+	n := 0
+	for _, w := range r.procs {
+		if strings.Contains(w.stderr.String(), line) {
+			n++
+		}
+	}
+	return n
 }
 
 // runThroughKills runs the stock binary until it has applied records
@@ -258,18 +272,20 @@ func verifyProductRows(t *testing.T, db pgtest.DB, s workload.Stream) {
 // version, every poison record dead-lettered with its reason.
 func TestRegistryAvroSinkThroughKills(t *testing.T) {
 	t.Parallel()
-	registrySinkThroughKills(t, binary, "avro", 28)
+	registrySinkThroughKills(t, binary, "avro", 28, 0)
 }
 
 // registrySinkThroughKills is the kill test of one registry format: bin
 // (the stock binary's config-only sinks, or a Go build's handlers) applies
 // the products stream in format, its two schema versions registered under
 // BACKWARD compatibility, SIGKILLed from outside and at the crash points;
-// the tables and dead letters must be what the stream implies.
-func registrySinkThroughKills(t *testing.T, bin, format string, seed uint64) {
+// the tables and dead letters must be what the stream implies. Names are
+// padded to nameBytes (workload.Config); env is more of the workers'
+// environment (it wins over the test's).
+func registrySinkThroughKills(t *testing.T, bin, format string, seed uint64, nameBytes int, env ...string) *productRig {
 	t.Helper()
 	reg := registryURL(t)
-	r := newProductRigOf(t, bin, 4, format, reg, "EFFECTIVELY_KAFKA_INSTANCE_ID="+kafkatest.Name(t, "instance"), "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=25")
+	r := newProductRigOf(t, bin, 4, format, reg, append([]string{"EFFECTIVELY_KAFKA_INSTANCE_ID=" + kafkatest.Name(t, "instance"), "EFFECTIVELY_CONSUMER_BATCH_MAX_RECORDS=25"}, env...)...)
 	cl := registryClient(t, reg)
 	subject := r.topic + "-value"
 	v1, v2, err := workload.Schemas(format)
@@ -279,7 +295,7 @@ func registrySinkThroughKills(t *testing.T, bin, format string, seed uint64) {
 	enc, err := workload.NewEncoder(format, idV1, idV2)
 	require.NoError(t, err)
 
-	s := products(t, workload.Config{Products: 300, Poison: true, Seed: seed}, enc)
+	s := products(t, workload.Config{Products: 300, Poison: true, Seed: seed, NameBytes: nameBytes}, enc)
 	if format == "avro" {
 		// Keys as Kafka Connect's AvroConverter writes them: an Avro
 		// string in the wire format, its schema under <topic>-key.
@@ -294,6 +310,21 @@ func registrySinkThroughKills(t *testing.T, bin, format string, seed uint64) {
 	kills := r.runThroughKills(t, len(s.Records))
 	t.Logf("%s: %d records (%d events, %d re-sent, %d swapped, poison %v), %d kills", format, len(s.Records), s.Events, s.Resent, s.Swapped, s.Poison, kills)
 	verifyProducts(t, r.db, s)
+	return r
+}
+
+// The Avro kill test with names of 20 KB and the smallest decoding budget
+// (consumer.max_inflight_bytes at 1 MiB: 512 KiB for decoded data; a
+// record reserves 16 × its bytes + 64 KiB for its value and as much for
+// its wire-format key while it decodes, and keeps its event's 40 KB):
+// batches of 25 records are applied in parts of two, one transaction each, and the kills land between the
+// parts of a batch too. Every product still at its newest version, once.
+func TestRegistryBatchesInPartsThroughKills(t *testing.T) {
+	t.Parallel()
+	r := registrySinkThroughKills(t, binary, "avro", 29, 20_000, "EFFECTIVELY_CONSUMER_MAX_INFLIGHT_BYTES=1048576")
+	split := r.logged("applied a batch in parts")
+	t.Logf("%d of %d workers applied batches in parts", split, len(r.procs))
+	require.Positive(t, split, "batches were applied in parts")
 }
 
 // Each configuration of the schema-registry guide, as printed there but
@@ -434,7 +465,7 @@ func TestRegistryOutageWaitsAndRecovers(t *testing.T) {
 // an RFC 3339 time), the schema evolves mid-stream, the worker is killed.
 func TestRegistryProtobufSinkThroughKills(t *testing.T) {
 	t.Parallel()
-	registrySinkThroughKills(t, binary, "protobuf", 30)
+	registrySinkThroughKills(t, binary, "protobuf", 30, 0)
 }
 
 // The same through a JSON Schema topic: the payload is the event's JSON
@@ -443,7 +474,7 @@ func TestRegistryProtobufSinkThroughKills(t *testing.T) {
 // dead-lettered as schema_mismatch.
 func TestRegistryJSONSchemaSinkThroughKills(t *testing.T) {
 	t.Parallel()
-	registrySinkThroughKills(t, binary, "jsonschema", 32)
+	registrySinkThroughKills(t, binary, "jsonschema", 32, 0)
 }
 
 // builtExample is one example's Go build, made once per test binary.
@@ -488,7 +519,7 @@ func TestRegistryGoBuildThroughKills(t *testing.T) {
 	for _, format := range workload.Formats {
 		t.Run(format, func(t *testing.T) {
 			t.Parallel()
-			registrySinkThroughKills(t, bin, format, 31)
+			registrySinkThroughKills(t, bin, format, 31, 0)
 		})
 	}
 }

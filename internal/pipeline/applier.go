@@ -183,6 +183,11 @@ func (a *Applier) ApplyBatch(ctx context.Context, b consumer.Batch) (Result, err
 		}
 		sum.add(res, part == 0)
 		if len(p.Records) == len(b.Records) {
+			if part > 0 {
+				a.log.Info("applied a batch in parts: its records decode to more data than the decoding budget (half of consumer.max_inflight_bytes) has room for at once",
+					zap.String("topic", b.Topic), zap.Int32("partition", b.Partition), zap.Int64("last_offset", b.Records[len(b.Records)-1].Offset),
+					zap.Int("parts", sum.Parts))
+			}
 			return sum, nil
 		}
 		b.Records = b.Records[len(p.Records):]

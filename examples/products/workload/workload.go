@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/bufbuild/protocompile"
@@ -306,6 +307,9 @@ type Config struct {
 	// wrong magic byte.
 	Poison bool
 	Seed   uint64
+	// NameBytes pads each product's name to this many bytes (0: names of
+	// a few bytes): large records, for the memory bounds' tests.
+	NameBytes int
 }
 
 // Generate writes each product with one to five versions: the first half
@@ -323,7 +327,7 @@ func Generate(c Config, enc Encoder) (Stream, error) {
 		sku := fmt.Sprintf("sku-%04d", i)
 		n := 1 + rng.IntN(5)
 		for v := 1; v <= n; v++ {
-			p := Product{SKU: sku, Version: int64(v), Name: fmt.Sprintf("Product %d v%d", i, v), Cents: rng.Int64N(10_000_000) - 5_000,
+			p := Product{SKU: sku, Version: int64(v), Name: padName(fmt.Sprintf("Product %d v%d", i, v), c.NameBytes), Cents: rng.Int64N(10_000_000) - 5_000,
 				Updated: time.UnixMilli(1_780_000_000_000 + rng.Int64N(1e10)).UTC(), Launch: time.Date(2026, 1, 1+rng.IntN(365), 0, 0, 0, 0, time.UTC)}
 			all = append(all, pending{p: p})
 		}
@@ -412,4 +416,12 @@ func Generate(c Config, enc Encoder) (Stream, error) {
 	}
 	out.Total = len(out.Records)
 	return out, nil
+}
+
+// padName is name padded with dots to n bytes.
+func padName(name string, n int) string {
+	if n <= len(name) {
+		return name
+	}
+	return name + " " + strings.Repeat(".", n-len(name)-1)
 }
