@@ -630,9 +630,9 @@ func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[stri
 			}
 			if n := c.partitionCount(topic); n > 0 && int(p) >= n && !c.growing[topic] {
 				c.growing[topic] = true
-				go c.partitionsGrew(topic, n, int(p)+1)
+				go c.partitionsGrew(cl, topic, n, int(p)+1)
 			}
-			w := newPartitionWorker(c, tp)
+			w := newPartitionWorker(c, cl, tp)
 			c.opts.Metrics.initPartition(tp)
 			if rp, ok := c.resumed[tp]; ok {
 				w.resume(rp.stored, rp.kafka)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 )
 
@@ -26,11 +27,11 @@ func WarnPartitionCount(log *zap.Logger, topic string, was, now int) {
 // is assigned: it looks up the new count, warns, and replaces the member's
 // counts, so the partitioner check does not take the new partitions for a
 // producer with another partitioner.
-func (c *Consumer) partitionsGrew(topic string, was, atLeast int) {
+func (c *Consumer) partitionsGrew(cl *kgo.Client, topic string, was, atLeast int) {
 	now := atLeast
 	ctx, cancel := context.WithTimeout(c.hardCtx, 10*time.Second)
 	defer cancel()
-	details, err := kadm.NewClient(c.cl).ListTopics(ctx, topic)
+	details, err := kadm.NewClient(cl).ListTopics(ctx, topic)
 	if d, ok := details[topic]; err == nil && ok && d.Err == nil && len(d.Partitions) > now {
 		now = len(d.Partitions)
 	} else if err != nil {

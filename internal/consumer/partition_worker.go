@@ -23,6 +23,7 @@ import (
 // blocking the poll loop (a blocked loop never allows a rebalance).
 type partitionWorker struct {
 	c   *Consumer
+	cl  *kgo.Client // the group's client, as the assignment gave it (c.cl may not be set yet)
 	tp  topicPartition
 	log *zap.Logger
 
@@ -77,10 +78,11 @@ type partitionWorker struct {
 	wake     chan struct{} // capacity 1: records arrived or stop requested
 }
 
-func newPartitionWorker(c *Consumer, tp topicPartition) *partitionWorker {
+func newPartitionWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *partitionWorker {
 	ctx, cancel := context.WithCancel(c.hardCtx)
 	w := &partitionWorker{
 		c:      c,
+		cl:     cl,
 		tp:     tp,
 		log:    c.log.With(zap.String("topic", tp.topic), zap.Int32("partition", tp.partition)),
 		ctx:    ctx,
@@ -251,9 +253,9 @@ func (w *partitionWorker) updatePauseLocked() {
 	w.paused = want
 	tps := map[string][]int32{w.tp.topic: {w.tp.partition}}
 	if want {
-		w.c.cl.PauseFetchPartitions(tps)
+		w.cl.PauseFetchPartitions(tps)
 	} else {
-		w.c.cl.ResumeFetchPartitions(tps)
+		w.cl.ResumeFetchPartitions(tps)
 	}
 	w.refreshStateLocked()
 }
@@ -448,7 +450,7 @@ func (w *partitionWorker) commitOffset(offset int64, epoch int32) bool {
 		w.tp.topic: {w.tp.partition: {Epoch: epoch, Offset: offset}},
 	}
 	var failed error
-	w.c.cl.CommitOffsetsSync(w.ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	w.cl.CommitOffsetsSync(w.ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err == nil {
 			for _, t := range resp.Topics {
 				for _, p := range t.Partitions {
