@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -423,8 +424,12 @@ func (c *protoCodec) baseSize(md protoreflect.MessageDescriptor) int {
 }
 
 // valueSize bounds the JSON of one scalar value: a string's escapes take
-// up to six bytes per byte, base64 four per three.
+// up to six bytes per byte, base64 four per three; a number is its digits
+// (a 64-bit one quoted), as protojson writes it. A bound far above the
+// JSON would refuse real records: a packed bool or small number is one
+// byte on the wire and at most five in JSON.
 func valueSize(fd protoreflect.FieldDescriptor, v protoreflect.Value) int {
+	var digits [24]byte
 	switch fd.Kind() {
 	case protoreflect.StringKind:
 		return 6*len(v.String()) + 2
@@ -434,6 +439,19 @@ func valueSize(fd protoreflect.FieldDescriptor, v protoreflect.Value) int {
 		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
 			return len(ev.Name()) + 2
 		}
+		return len(strconv.AppendInt(digits[:0], int64(v.Enum()), 10))
+	case protoreflect.BoolKind:
+		return len("false")
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		return len(strconv.AppendInt(digits[:0], v.Int(), 10))
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		return len(strconv.AppendUint(digits[:0], v.Uint(), 10))
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return len(strconv.AppendInt(digits[:0], v.Int(), 10)) + 2
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return len(strconv.AppendUint(digits[:0], v.Uint(), 10)) + 2
+	case protoreflect.FloatKind:
+		return 16 // the shortest form of a float32, or "-Infinity"
 	}
-	return 26 // a quoted 64-bit integer, a float, a boolean
+	return 24 // of a double: -1.2345678901234567e-308
 }
