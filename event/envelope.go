@@ -336,6 +336,16 @@ func (d *Decoder) MaxDataBytes(r Record) int {
 	return n
 }
 
+// data is the event's copy of r's value: the value itself when the
+// decoder made it (a registry format's JSON), else a copy (the record's
+// bytes belong to the caller).
+func (r Record) data() []byte {
+	if r.wire != nil {
+		return r.Value
+	}
+	return bytes.Clone(r.Value)
+}
+
 // maxExpansion bounds the JSON a registry format's payload may decode to:
 // this many times its bytes, plus maxExpansionSlack. Binary encodings are
 // denser than JSON (field names, quotes, digits), but an array of a
@@ -624,11 +634,7 @@ func (d *Decoder) decodeBinary(r Record, ct string, hasCT bool) (Event, error) {
 	if len(doc.issues) > 0 {
 		return Event{}, decodeErr(ReasonInvalidData, "data is not I-JSON: %s", doc.issues[0].msg)
 	}
-	ev.Data = r.Value
-	if r.wire == nil {
-		ev.Data = bytes.Clone(r.Value) // the record's bytes, not ours (a registry format's JSON is)
-	}
-	ev.Wire = r.wire
+	ev.Data, ev.Wire = r.data(), r.wire
 	if ev, err = d.finish(ev, doc, doc.root); err != nil {
 		return Event{}, err
 	}
@@ -763,11 +769,7 @@ func (d *Decoder) decodeJSON(r Record) (Event, error) {
 			}
 		}
 	}
-	ev.Data = r.Value
-	if r.wire == nil {
-		ev.Data = bytes.Clone(r.Value) // the record's bytes, not ours (a registry format's JSON is)
-	}
-	ev.Wire = r.wire
+	ev.Data, ev.Wire = r.data(), r.wire
 	ev, err = d.finish(ev, doc, root)
 	if err != nil {
 		return Event{}, err

@@ -112,10 +112,11 @@ func (c *protoCodec) toJSON(ctx context.Context, idx []int, payload []byte, maxJ
 	}
 	// What the messages take is held until they are written as JSON;
 	// the process's decodes share maxProtoDecodeHeap of it.
-	if err := protoDecodeHeap.Acquire(ctx, int64(max(cost, 1))); err != nil {
+	held := int64(max(cost, 1))
+	if err := protoDecodeHeap.Acquire(ctx, held); err != nil {
 		return nil, err
 	}
-	defer protoDecodeHeap.Release(int64(max(cost, 1)))
+	defer protoDecodeHeap.Release(held)
 	m := dynamicpb.NewMessage(md)
 	if err := (proto.UnmarshalOptions{RecursionLimit: MaxNesting, Resolver: c.types}).Unmarshal(payload, m); err != nil {
 		if strings.Contains(err.Error(), "recursion") || strings.Contains(err.Error(), "nesting") {

@@ -256,21 +256,17 @@ func (r *Result) add(part Result, first bool) {
 	}
 	r.Counts = addCounts(r.Counts, part.Counts)
 	r.Released = addCounts(r.Released, part.Released)
-	if len(part.DeadLetters) > 0 && r.DeadLetters == nil {
-		r.DeadLetters = make(map[event.Reason]int, len(part.DeadLetters))
-	}
-	for k, n := range part.DeadLetters {
-		r.DeadLetters[k] += n
-	}
+	r.DeadLetters = addCounts(r.DeadLetters, part.DeadLetters)
 	r.Isolated = r.Isolated || part.Isolated
 	r.Letters = append(r.Letters, part.Letters...)
 	r.Fenced += part.Fenced
 	r.Parts++
 }
 
-func addCounts(to, from map[dedupe.Disposition]int) map[dedupe.Disposition]int {
+// addCounts adds from's counts to to's (made when needed) and returns it.
+func addCounts[K comparable](to, from map[K]int) map[K]int {
 	if len(from) > 0 && to == nil {
-		to = make(map[dedupe.Disposition]int, len(from))
+		to = make(map[K]int, len(from))
 	}
 	for k, n := range from {
 		to[k] += n
